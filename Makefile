@@ -1,0 +1,31 @@
+# Two commands do all set-up on a fresh machine: `make run` and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum < requirements.txt | cut -d' ' -f1)
+PORT ?= 8501
+
+.PHONY: setup run test lint bench clean
+
+$(STAMP): requirements.txt
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	@rm -f $(VENV)/.installed-* && touch $@
+
+setup: $(STAMP)
+
+# Starts the explorer on the bundled default model (Qwen/Qwen3.5-9B); no network needed.
+run: setup
+	$(PY) -m streamlit run app.py --server.port $(PORT)
+
+test: setup
+	$(PY) -m ruff check .
+	$(PY) -m pytest
+
+lint: setup
+	$(PY) -m ruff check .
+
+bench: setup
+	$(PY) tests/bench/bench_app.py
+
+clean:
+	rm -rf $(VENV) tests/artifacts .pytest_cache

@@ -1,0 +1,1 @@
+"""kvscope's sizing core: pure functions over frozen dataclasses; no Streamlit, no torch at import."""

@@ -1,0 +1,167 @@
+"""Reading a model's config.json and applying its architecture's defaults.
+
+The raw dict a checkpoint ships may omit fields its architecture defaults (Gemma 3's head count, Qwen3.5's
+`layer_types`). transformers' `AutoConfig.for_model` fills them the way the model itself will; `resolve` returns the
+decoder's text config as a plain dict with those defaults applied. transformers imports torch on import, so the app
+calls `resolve_isolated`, which does this once per config in a child process and keeps the answer on disk.
+
+Fallback: a `model_type` that the installed transformers does not know but kvscope's architecture table does (e.g.
+`kimi_k2`, which is DeepSeek-V3-shaped) is used as the raw dict, with `layer_types` derived the way transformers'
+`DynamicCache` derives them. mamba_ssm's native format (`d_model`, `n_layer`, `ssm_cfg`) is translated to the
+matching transformers fields first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from core.errors import InputError
+
+
+def parse_json(text: str | bytes, origin: str) -> dict[str, Any]:
+    """A config.json's text → dict, or an InputError saying where it is broken."""
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(
+            f"{origin} is not valid JSON ({err}); upload the checkpoint's config.json as it ships"
+        ) from None
+    if not isinstance(data, dict):
+        raise InputError(f"{origin} holds a JSON {type(data).__name__}, not an object; a config.json is one object")
+    return data
+
+
+def from_mamba_ssm(raw: dict[str, Any]) -> dict[str, Any]:
+    """mamba_ssm's own config format → the transformers fields of `mamba` or `mamba2`."""
+    if "model_type" in raw or "ssm_cfg" not in raw or "d_model" not in raw:
+        return raw
+    ssm = raw.get("ssm_cfg") or {}
+    layer = ssm.get("layer", "Mamba1")
+    hidden = raw["d_model"]
+    common = {
+        "hidden_size": hidden,
+        "num_hidden_layers": raw.get("n_layer"),
+        "vocab_size": raw.get("vocab_size"),
+        "tie_word_embeddings": raw.get("tie_embeddings", True),
+        "expand": ssm.get("expand", 2),
+        "conv_kernel": ssm.get("d_conv", 4),
+        "_converted_from": "mamba_ssm",
+    }
+    if layer == "Mamba2":
+        head_dim = ssm.get("headdim", 64)
+        return common | {
+            "model_type": "mamba2",
+            "state_size": ssm.get("d_state", 128),
+            "head_dim": head_dim,
+            "num_heads": common["expand"] * hidden // head_dim,
+            "n_groups": ssm.get("ngroups", 1),
+        }
+    return common | {
+        "model_type": "mamba",
+        "state_size": ssm.get("d_state", 16),
+        "intermediate_size": common["expand"] * hidden,
+    }
+
+
+def _dtype_name(value: Any) -> str | None:
+    return None if value in (None, "auto") else str(value).removeprefix("torch.")
+
+
+def _cleaned(raw: dict[str, Any]) -> dict[str, Any]:
+    # kvscope's own annotations (provenance) start with "_" and are not config fields.
+    return {k: v for k, v in raw.items() if not k.startswith("_") or k == "_name_or_path"}
+
+
+def derived_layer_types(cfg: dict[str, Any]) -> list[str]:
+    """transformers' rule for configs without `layer_types`: sliding if a window is set, chunked if a chunk is."""
+    n = cfg.get("num_hidden_layers")
+    if not isinstance(n, int) or n <= 0:
+        raise InputError(f"num_hidden_layers must be a positive integer, got {n!r}")
+    if cfg.get("sliding_window") is not None:
+        return ["sliding_attention"] * n
+    if cfg.get("attention_chunk_size") is not None:
+        return ["chunked_attention"] * n
+    return ["full_attention"] * n
+
+
+def resolve(raw: dict[str, Any]) -> dict[str, Any]:
+    """The decoder's text config with the architecture's defaults applied, as a plain JSON-able dict."""
+    from core.architectures import ARCHITECTURES  # the table of what kvscope can size
+
+    raw = from_mamba_ssm(_cleaned(raw))
+    model_type = raw.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise InputError('config has no model_type; kvscope needs it to know the architecture (e.g. "llama")')
+    top_dtype = _dtype_name(raw.get("dtype") or raw.get("torch_dtype"))
+
+    from transformers import CONFIG_MAPPING, AutoConfig
+
+    if model_type in CONFIG_MAPPING:
+        fields = {k: v for k, v in raw.items() if k != "model_type"}
+        try:
+            config = AutoConfig.for_model(model_type, **fields)
+            text = config.get_text_config(decoder=True)
+            out = json.loads(text.to_json_string(use_diff=False))
+        except InputError:
+            raise
+        except Exception as err:  # transformers' validators raise many types; the message is what matters
+            raise InputError(f"transformers rejected this {model_type} config: {err}") from None
+        top_dtype = top_dtype or _dtype_name(getattr(config, "dtype", None))
+        if text is not config and "tie_word_embeddings" in raw:
+            out["tie_word_embeddings"] = raw["tie_word_embeddings"]
+    elif model_type in ARCHITECTURES:
+        text_raw = raw.get("text_config")
+        out = dict(text_raw) if isinstance(text_raw, dict) else dict(raw)
+        out.setdefault("model_type", model_type)
+        if "layer_types" not in out:
+            out["layer_types"] = derived_layer_types(out)
+    else:
+        raise InputError(
+            f"unknown model_type {model_type!r}: neither kvscope nor the installed transformers knows this "
+            "architecture, so its cache layout cannot be derived. Supported: " + ", ".join(sorted(ARCHITECTURES))
+        )
+    out["dtype"] = _dtype_name(out.get("dtype")) or top_dtype
+    out["_top_model_type"] = model_type
+    return out
+
+
+_CACHE_DIR = Path(os.environ.get("KVSCOPE_CACHE", Path.home() / ".cache" / "kvscope")) / "resolved"
+
+
+def _cache_key(raw: dict[str, Any]) -> str:
+    from importlib.metadata import version
+
+    blob = json.dumps(raw, sort_keys=True, default=str) + version("transformers")
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def resolve_isolated(raw: dict[str, Any], timeout: float = 120) -> dict[str, Any]:
+    """`resolve` run in a child process (transformers pulls in torch) and cached on disk by content."""
+    path = _CACHE_DIR / f"{_cache_key(raw)}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        pass
+    proc = subprocess.run(
+        [sys.executable, "-m", "core", "resolve", "-"],
+        input=json.dumps(raw),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    if proc.returncode != 0:
+        message = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "config resolution failed"
+        raise InputError(message.removeprefix("error: "))
+    out = json.loads(proc.stdout)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(out))
+    os.replace(tmp, path)  # atomic: a reader never sees half a file
+    return out

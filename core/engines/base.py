@@ -1,0 +1,113 @@
+"""What every engine answers: given a model, a KV dtype and a prompt length, which bytes does its cache hold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.dtypes import CacheDtype, dtype_named
+from core.errors import InputError
+from core.layers import LayerKind, Storage
+from core.model import ModelSpec, kind_label
+
+
+@dataclass(frozen=True)
+class KindLine:
+    """All layers of one kind, for `batch` sequences of `context` tokens."""
+
+    label: str
+    count: int
+    bytes_per_token: int  # per layer, per cached token
+    tokens_held: int  # per layer, per sequence
+    fixed_bytes: int  # per layer, per sequence
+    token_bytes_total: int  # growing part, all layers of this kind, all sequences
+    fixed_bytes_total: int  # constant part, likewise
+
+    @property
+    def total(self) -> int:
+        return self.token_bytes_total + self.fixed_bytes_total
+
+
+@dataclass(frozen=True)
+class CacheAccount:
+    model: str
+    engine: str
+    kv_dtype: str
+    context: int
+    batch: int
+    lines: tuple[KindLine, ...]
+
+    @property
+    def token_bytes(self) -> int:
+        """Attention-like cache that grows with context (capped for windows)."""
+        return sum(line.token_bytes_total for line in self.lines)
+
+    @property
+    def fixed_bytes(self) -> int:
+        """Constant per-sequence state (conv + recurrent)."""
+        return sum(line.fixed_bytes_total for line in self.lines)
+
+    @property
+    def total(self) -> int:
+        return self.token_bytes + self.fixed_bytes
+
+
+class Engine:
+    """An engine is a set of storage rules applied to a model's layers."""
+
+    name: str
+    kv_dtypes: tuple[str, ...]
+
+    def storage(self, model: ModelSpec, kv_dtype: str) -> Storage:
+        raise NotImplementedError
+
+    def tokens_held(self, layer: LayerKind, context: int) -> int:
+        raise NotImplementedError
+
+    def kv_dtype(self, model: ModelSpec, kv_dtype: str) -> CacheDtype:
+        """The KV storage type a `--kv-dtype` choice means for this engine ('auto' = the model's dtype)."""
+        choice = kv_dtype.strip().lower()
+        if choice not in self.kv_dtypes:
+            raise InputError(
+                f"KV dtype {kv_dtype!r} is not available on {self.name}; choose one of: {', '.join(self.kv_dtypes)}"
+            )
+        return dtype_named(model.dtype if choice == "auto" else choice)
+
+    def kv_bytes_per_token(self, model: ModelSpec, kv_dtype: str = "auto") -> int:
+        """Bytes one more token adds across all growing layers (windows not yet full)."""
+        storage = self.storage(model, kv_dtype)
+        return sum(layer.bytes_per_token(storage) for layer in model.layers)
+
+    def fixed_bytes_per_sequence(self, model: ModelSpec, kv_dtype: str = "auto") -> int:
+        storage = self.storage(model, kv_dtype)
+        return sum(layer.fixed_bytes(storage) for layer in model.layers)
+
+    def account(self, model: ModelSpec, context: int, batch: int = 1, kv_dtype: str = "auto") -> CacheAccount:
+        if context <= 0 or batch <= 0:
+            raise InputError(f"context and batch must be positive (got context={context}, batch={batch})")
+        storage = self.storage(model, kv_dtype)
+        grouped: dict[str, list[LayerKind]] = {}
+        for layer in model.layers:
+            grouped.setdefault(kind_label(layer) + _cap_label(layer), []).append(layer)
+        lines = []
+        for label, layers in grouped.items():
+            first = layers[0]
+            per_token = first.bytes_per_token(storage)
+            held = self.tokens_held(first, context) if first.grows else 0
+            fixed = first.fixed_bytes(storage)
+            lines.append(
+                KindLine(
+                    label=label,
+                    count=len(layers),
+                    bytes_per_token=per_token,
+                    tokens_held=held,
+                    fixed_bytes=fixed,
+                    token_bytes_total=len(layers) * per_token * held * batch,
+                    fixed_bytes_total=len(layers) * fixed * batch,
+                )
+            )
+        return CacheAccount(model.name, self.name, self.kv_dtype(model, kv_dtype).name, context, batch, tuple(lines))
+
+
+def _cap_label(layer: LayerKind) -> str:
+    cap = layer.token_cap
+    return f" [{cap:,}]" if cap else ""

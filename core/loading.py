@@ -1,0 +1,123 @@
+"""Where a model's config comes from (bundled preset, local file, Hugging Face Hub) and how it becomes a ModelSpec."""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from core.architectures import Cfg, build_layers
+from core.config import parse_json, resolve, resolve_isolated
+from core.dtypes import dtype_named
+from core.errors import InputError
+from core.model import ModelSpec
+
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
+DEFAULT_MODEL = "Qwen/Qwen3.5-9B"
+_REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+@lru_cache(maxsize=1)
+def presets() -> dict[str, Path]:
+    """Bundled configs by Hugging Face repo id (file `org__name.json` is repo `org/name`)."""
+    return {p.stem.replace("__", "/", 1): p for p in sorted(PRESET_DIR.glob("*.json"))}
+
+
+def preset_path(name: str) -> Path | None:
+    table = presets()
+    if name in table:
+        return table[name]
+    lowered = {k.lower(): v for k, v in table.items()}
+    by_tail = {k.split("/", 1)[1].lower(): v for k, v in table.items()}
+    return lowered.get(name.lower()) or by_tail.get(name.lower())
+
+
+def fetch_hub_config(repo_id: str) -> dict[str, Any]:
+    """config.json from the Hub or its local cache; honours HF_HUB_OFFLINE and HF_TOKEN. Never runs repo code."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
+
+    try:
+        path = hf_hub_download(repo_id, "config.json", token=os.environ.get("HF_TOKEN") or None)
+    except GatedRepoError:
+        raise InputError(f"{repo_id} is gated: accept its licence on the Hub and set HF_TOKEN") from None
+    except RepositoryNotFoundError:
+        raise InputError(f"no Hugging Face repo {repo_id!r} (or it is private: set HF_TOKEN)") from None
+    except EntryNotFoundError:
+        raise InputError(f"{repo_id} has no config.json; upload one instead") from None
+    except LocalEntryNotFoundError:
+        raise InputError(
+            f"{repo_id}: the Hub cannot be reached (offline or HF_HUB_OFFLINE=1) and its config.json is not in the "
+            "local Hugging Face cache; pick a bundled preset or upload the config.json"
+        ) from None
+    except (HfHubHTTPError, OSError) as err:
+        raise InputError(f"{repo_id}: could not fetch config.json ({err})") from None
+    return parse_json(Path(path).read_bytes(), f"{repo_id}/config.json")
+
+
+def load_raw(source: str, prefer_hub: bool = False) -> tuple[str, dict[str, Any], str]:
+    """(name, raw config, where it came from) for a preset name, a config.json path or a Hub repo id.
+
+    A bundled preset wins unless `prefer_hub`; then the Hub is tried first and the bundled copy is the fallback.
+    """
+    source = source.strip()
+    if not source:
+        raise InputError("no model given; name a preset (e.g. Qwen/Qwen3.5-9B), a repo id or a config.json path")
+    bundled = preset_path(source)
+    if bundled and not prefer_hub:
+        return bundled.stem.replace("__", "/", 1), parse_json(bundled.read_bytes(), bundled.name), "bundled preset"
+    path = Path(source).expanduser()
+    if path.suffix == ".json" or path.is_file():
+        if not path.is_file():
+            raise InputError(f"no file {source}; give a config.json path, a preset or a Hub repo id")
+        return path.stem, parse_json(path.read_bytes(), str(path)), f"file {path}"
+    if not _REPO_ID.match(source):
+        raise InputError(f"{source!r} is not a preset, a file or a Hub repo id (org/name)")
+    try:
+        return source, fetch_hub_config(source), "Hugging Face Hub"
+    except InputError as err:
+        if bundled:
+            return source, parse_json(bundled.read_bytes(), bundled.name), f"bundled preset ({err})"
+        raise
+
+
+def model_from_config(raw: dict[str, Any], name: str, isolated: bool = False) -> ModelSpec:
+    """A ModelSpec from a raw config.json dict. `isolated` resolves defaults in a child process (keeps torch out)."""
+    resolved = resolve_isolated(raw) if isolated else resolve(raw)
+    return model_from_resolved(resolved, name)
+
+
+def model_from_resolved(cfg: dict[str, Any], name: str) -> ModelSpec:
+    c = Cfg(cfg)
+    notes = []
+    dtype = cfg.get("dtype")
+    if dtype is None:
+        dtype = "bfloat16"
+        notes.append("the config names no dtype; bf16 assumed")
+    ssm = cfg.get("mamba_ssm_dtype")
+    return ModelSpec(
+        name=name,
+        model_type=c.model_type,
+        layers=build_layers(cfg),
+        dtype=dtype_named(dtype).name,
+        hidden_size=c.int("hidden_size", "d_model"),
+        vocab_size=c.int("vocab_size"),
+        max_context=c.int("max_position_embeddings", hi=1 << 34) if c.has("max_position_embeddings") else None,
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        ssm_dtype=dtype_named(ssm).name if ssm else None,
+        notes=tuple(notes),
+        config=cfg,
+    )
+
+
+def load_model(source: str, isolated: bool = False, prefer_hub: bool = False) -> ModelSpec:
+    name, raw, _ = load_raw(source, prefer_hub=prefer_hub)
+    return model_from_config(raw, name, isolated=isolated)

@@ -1,0 +1,39 @@
+"""The frozen description of a model that every calculation starts from."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.layers import Hybrid, LayerKind
+
+
+def kind_label(layer: LayerKind) -> str:
+    if isinstance(layer, Hybrid):
+        return "hybrid(" + "+".join(m.kind for m in layer.members) + ")"
+    return layer.kind
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    model_type: str
+    layers: tuple[LayerKind, ...]
+    dtype: str  # the checkpoint's compute dtype, kvscope spelling (bf16, fp16, fp32)
+    hidden_size: int
+    vocab_size: int
+    max_context: int | None  # max_position_embeddings; None for models without one (pure SSMs)
+    tie_word_embeddings: bool
+    ssm_dtype: str | None = None  # a config's own say on recurrent-state dtype (Qwen3.5's mamba_ssm_dtype)
+    notes: tuple[str, ...] = ()  # assumptions made while reading the config, shown to the user
+    config: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def layer_counts(self) -> dict[str, int]:
+        return dict(Counter(kind_label(layer) for layer in self.layers))
+
+    def with_layers(self, layers: tuple[LayerKind, ...], name: str | None = None) -> ModelSpec:
+        """The same model with other layers: what-ifs such as 'every layer full attention'."""
+        from dataclasses import replace
+
+        return replace(self, layers=layers, name=name or self.name)

@@ -1,0 +1,54 @@
+"""Token counts in (`32k`, `128K`, `1M`) and binary byte sizes out."""
+
+from __future__ import annotations
+
+import re
+
+from core.errors import InputError
+
+_TOKENS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
+_SCALE = {"": 1, "k": 1024, "m": 1024 * 1024}
+
+
+def parse_tokens(text: str | int) -> int:
+    """`32k` → 32768 (k = 1024, as context lengths are quoted); plain integers pass through."""
+    if isinstance(text, int):
+        value = text
+    else:
+        match = _TOKENS.match(str(text))
+        if not match:
+            raise InputError(f"cannot read {text!r} as a token count; write e.g. 8192, 32k or 128K")
+        number, suffix = match.groups()
+        value = float(number) * _SCALE[suffix.lower()]
+        if value != int(value):
+            raise InputError(f"{text!r} is not a whole number of tokens")
+        value = int(value)
+    if value <= 0:
+        raise InputError(f"token count must be positive, got {text!r}")
+    return value
+
+
+def format_tokens(n: int) -> str:
+    """32768 → `32K`; counts that are not a multiple of 1024 stay exact."""
+    if n >= 1024 * 1024 and n % (1024 * 1024) == 0:
+        return f"{n // (1024 * 1024)}M"
+    if n >= 1024 and n % 1024 == 0:
+        return f"{n // 1024}K"
+    return f"{n:,}"
+
+
+_UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+
+
+def format_bytes(n: int, digits: int = 2) -> str:
+    """Binary units, labelled as such: 1536 → `1.50 KiB`."""
+    sign = "-" if n < 0 else ""
+    size = abs(n)
+    for unit, scale in _UNITS:
+        if size >= scale:
+            return f"{sign}{size / scale:.{digits}f} {unit}"
+    return f"{sign}{size} B"
+
+
+GIB = 1 << 30
+MIB = 1 << 20
