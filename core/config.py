@@ -69,6 +69,9 @@ def from_mamba_ssm(raw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_DERIVED = ("layer_types", "num_hidden_layers", "head_dim", "hidden_size", "vocab_size", "max_position_embeddings")
+
+
 def _dtype_name(value: Any) -> str | None:
     return None if value in (None, "auto") else str(value).removeprefix("torch.")
 
@@ -108,6 +111,12 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
             config = AutoConfig.for_model(model_type, **fields)
             text = config.get_text_config(decoder=True)
             out = json.loads(text.to_json_string(use_diff=False))
+            # Some configs derive fields in properties (Mamba's layer_types, Nemotron-H's num_hidden_layers),
+            # which to_json_string leaves out; read them from the object. layer_types there is canonical.
+            for key in _DERIVED:
+                value = getattr(text, key, None)
+                if value is not None and (key == "layer_types" or out.get(key) is None):
+                    out[key] = list(value) if key == "layer_types" else value
         except InputError:
             raise
         except Exception as err:  # transformers' validators raise many types; the message is what matters
@@ -119,13 +128,13 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
         text_raw = raw.get("text_config")
         out = dict(text_raw) if isinstance(text_raw, dict) else dict(raw)
         out.setdefault("model_type", model_type)
-        if "layer_types" not in out:
-            out["layer_types"] = derived_layer_types(out)
     else:
         raise InputError(
             f"unknown model_type {model_type!r}: neither kvscope nor the installed transformers knows this "
             "architecture, so its cache layout cannot be derived. Supported: " + ", ".join(sorted(ARCHITECTURES))
         )
+    if not out.get("layer_types"):
+        out["layer_types"] = derived_layer_types(out)
     out["dtype"] = _dtype_name(out.get("dtype")) or top_dtype
     out["_top_model_type"] = model_type
     return out

@@ -6,7 +6,7 @@ import re
 
 from core.errors import InputError
 
-_TOKENS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
+_TOKENS = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
 _SCALE = {"": 1, "k": 1024, "m": 1024 * 1024}
 
 

@@ -1,0 +1,60 @@
+"""Malformed configs: a clear message naming the field, never a traceback or a silent guess."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.config import parse_json
+from core.errors import InputError
+from core.loading import model_from_config
+from tests.tiny_configs import tiny_raw
+
+
+def load(raw):
+    return model_from_config(raw, "test")
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"hidden_size": 64}, "no model_type"),
+        ({"model_type": "gpt_neo_x_9000", "num_hidden_layers": 2}, "unknown model_type 'gpt_neo_x_9000'"),
+        (tiny_raw("llama", num_hidden_layers=-3), "num_hidden_layers"),
+        (tiny_raw("llama", num_key_value_heads="eight"), "num_key_value_heads"),
+        (tiny_raw("llama", num_key_value_heads=8), "exceeds num_attention_heads"),
+        (tiny_raw("llama", hidden_size=10**9), "hidden_size"),
+        (tiny_raw("llama", hidden_size=66, head_dim=None), "not a multiple"),
+        (tiny_raw("qwen3_5_text", linear_num_value_heads=0), "linear_num_value_heads"),
+        (tiny_raw("mistral", sliding_window=-1), "sliding_window"),
+        (tiny_raw("deepseek_v3", kv_lora_rank=None), "kv_lora_rank"),
+    ],
+)
+def test_bad_configs_raise_input_errors_naming_the_problem(raw, message):
+    with pytest.raises(InputError, match=message.replace("(", r"\(")):
+        load(raw)
+
+
+def test_error_names_the_model_type():
+    with pytest.raises(InputError) as err:
+        load(tiny_raw("qwen3_5_text", linear_key_head_dim=2.5))
+    assert "qwen3_5_text" in str(err.value) and "linear_key_head_dim" in str(err.value)
+
+
+@pytest.mark.parametrize("text", ["{", "[1, 2]", b"\xff\xfe", ""])
+def test_broken_json_is_reported_as_such(text):
+    with pytest.raises(InputError, match="config.json"):
+        parse_json(text, "config.json")
+
+
+def test_unknown_to_transformers_but_known_to_kvscope_uses_raw_fallback():
+    raw = tiny_raw("deepseek_v3") | {"model_type": "kimi_k2"}
+    spec = load(raw)
+    assert spec.layer_counts() == {"mla": 2}
+
+
+def test_mamba_ssm_native_config_is_translated():
+    raw = {"d_model": 64, "n_layer": 3, "vocab_size": 100, "ssm_cfg": {"layer": "Mamba2", "headdim": 16}}
+    spec = load(raw)
+    (layer,) = set(spec.layers)
+    assert spec.layer_counts() == {"mamba2": 3}
+    assert (layer.heads, layer.head_dim, layer.d_state, layer.intermediate) == (8, 16, 128, 128)

@@ -1,0 +1,51 @@
+"""Every bundled preset loads offline, has provenance, and sizes to the layer layout its model card states."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.engines import engine_named
+from core.loading import load_model, presets
+from tests.conftest import ROOT
+
+PROVENANCE = (ROOT / "core" / "presets" / "PROVENANCE.md").read_text()
+
+
+def test_at_least_twenty_presets():
+    assert len(presets()) >= 20
+
+
+@pytest.mark.parametrize("repo_id", sorted(presets()))
+def test_preset_loads_and_has_provenance(repo_id):
+    spec = load_model(repo_id)
+    assert spec.layers and all(engine_named("transformers").account(spec, 1024).lines)
+    assert repo_id in PROVENANCE or presets()[repo_id].name in PROVENANCE
+
+
+@pytest.mark.parametrize(
+    ("repo_id", "counts"),
+    [
+        ("Qwen/Qwen3.5-9B", {"gated_deltanet": 24, "full_attention": 8}),
+        ("Qwen/Qwen3.5-35B-A3B", {"gated_deltanet": 30, "full_attention": 10}),
+        ("Qwen/Qwen3-Next-80B-A3B-Thinking", {"gated_deltanet": 36, "full_attention": 12}),
+        ("openai/gpt-oss-20b", {"sliding_window [128]": 12, "full_attention": 12}),
+        ("google/gemma-3-12b-it", {"sliding_window [1,024]": 40, "full_attention": 8}),
+        ("mistralai/Mistral-7B-v0.1", {"sliding_window [4,096]": 32}),
+        ("deepseek-ai/DeepSeek-V3", {"mla": 61}),
+        ("ai21labs/Jamba-v0.1", {"mamba1": 28, "full_attention": 4}),
+        ("state-spaces/mamba2-2.7b", {"mamba2": 64}),
+        ("nvidia/Nemotron-H-8B-Base-8K", {"mamba2": 24, "no_cache": 24, "full_attention": 4}),
+        ("LiquidAI/LFM2-1.2B", {"short_conv": 10, "full_attention": 6}),
+        ("tiiuae/Falcon-H1-7B-Instruct", {"hybrid(full_attention+mamba2)": 44}),
+    ],
+)
+def test_layer_layouts(repo_id, counts):
+    if repo_id not in presets():
+        pytest.fail(f"preset {repo_id} missing")
+    account = engine_named("transformers").account(load_model(repo_id), 4096)
+    assert {line.label: line.count for line in account.lines} == counts
+
+
+def test_deepseek_v3_mla_latent_is_576_wide():
+    spec = load_model("deepseek-ai/DeepSeek-V3")
+    assert engine_named("transformers").kv_bytes_per_token(spec) == 61 * (512 + 64) * 2
