@@ -42,7 +42,7 @@ def test_error_names_the_model_type():
 
 @pytest.mark.parametrize("text", ["{", "[1, 2]", b"\xff\xfe", ""])
 def test_broken_json_is_reported_as_such(text):
-    with pytest.raises(InputError, match="config.json"):
+    with pytest.raises(InputError, match=r"config\.json"):
         parse_json(text, "config.json")
 
 
