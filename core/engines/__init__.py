@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from core.engines.base import CacheAccount, Engine, KindLine
 from core.engines.hf_transformers import TransformersEngine
+from core.engines.llamacpp import LlamaCppEngine
+from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
 
-ENGINES: dict[str, Engine] = {e.name: e for e in (TransformersEngine(),)}
+ENGINES: dict[str, Engine] = {e.name: e for e in (TransformersEngine(), VllmEngine(), LlamaCppEngine())}
 
 
 def engine_named(name: str) -> Engine:
