@@ -1,0 +1,88 @@
+"""Memory an engine needs besides weights and cache, per GPU: a documented, conservative estimate.
+
+Constants and their sources:
+- CUDA_CONTEXT: the CUDA context, cuBLAS workspaces and allocator slack of an idle PyTorch or ggml process;
+  300–600 MiB on current drivers (nvidia-smi beside an idle process), so 512 MiB.
+- NCCL: communicator buffers when tensor/pipeline parallel is on; 256 MiB per rank.
+- VLLM_CUDA_GRAPHS: vLLM's captured decode graphs; its start-up log reports about 0.3–0.7 GiB for 7–9B models
+  ("Graph capturing finished ... took X GiB"), so 512 MiB.
+- Activations of one layer over T tokens in 2-byte activations: T × 2 B × (4·hidden + 3·intermediate); only one
+  layer's activations are live at a time.
+- Logits: vLLM's profile run samples max_num_seqs rows of the vocabulary in fp32 (logits and probabilities);
+  transformers' generate keeps only the last position's logits; llama.cpp's compute buffer holds n_ubatch rows.
+- llama.cpp compute buffer: n_ubatch × 4 B × (vocab + 8·hidden) with flash attention (its CUDA log reports
+  ~260 MiB for an 8B Llama at n_ubatch 512; this formula gives ~314 MiB, on the safe side).
+- transformers sliding-window layers pin the whole prefill's K/V until the first decode step (measured, see
+  tests/test_transformers_exact.py), which is counted here as a prefill transient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.model import ModelSpec
+from core.units import MIB
+
+CUDA_CONTEXT = 512 * MIB
+NCCL = 256 * MIB
+VLLM_CUDA_GRAPHS = 512 * MIB
+VLLM_MAX_NUM_SEQS = 256  # `vllm serve` default on cards under 70 GiB (1024 above)
+
+
+@dataclass(frozen=True)
+class Item:
+    label: str
+    bytes: int
+    formula: str  # the arithmetic with this model's numbers, shown on demand
+
+
+def _ffn_width(model: ModelSpec) -> int:
+    cfg = model.config
+    moe = cfg.get("moe_intermediate_size")
+    top_k = cfg.get("num_experts_per_tok")
+    if isinstance(moe, int) and isinstance(top_k, int):
+        shared = cfg.get("shared_expert_intermediate_size") or 0
+        return moe * top_k + (shared if isinstance(shared, int) else 0)
+    inter = cfg.get("intermediate_size")
+    return inter if isinstance(inter, int) and inter > 0 else 4 * model.hidden_size
+
+
+def activations(model: ModelSpec, tokens: int, what: str) -> Item:
+    width = 4 * model.hidden_size + 3 * _ffn_width(model)
+    return Item(what, tokens * 2 * width, f"{tokens:,} tokens × 2 B × (4·{model.hidden_size} + 3·{_ffn_width(model)})")
+
+
+def parallel_items(world: int) -> list[Item]:
+    return [Item("NCCL buffers", NCCL, "256 MiB per rank with tensor/pipeline parallel")] if world > 1 else []
+
+
+def vllm_overhead(model: ModelSpec, max_num_batched_tokens: int, world: int = 1) -> list[Item]:
+    logits = VLLM_MAX_NUM_SEQS * model.vocab_size * 4 * 2
+    return [
+        Item("CUDA context", CUDA_CONTEXT, "512 MiB"),
+        activations(model, max_num_batched_tokens, "profile-run activations"),
+        Item("sampler logits", logits, f"{VLLM_MAX_NUM_SEQS} seqs × {model.vocab_size:,} vocab × 4 B × 2"),
+        Item("CUDA graphs", VLLM_CUDA_GRAPHS, "512 MiB"),
+        *parallel_items(world),
+    ]
+
+
+def transformers_overhead(model: ModelSpec, context: int, sliding_transient: int, world: int = 1) -> list[Item]:
+    """`sliding_transient`: bytes of prompt K/V that sliding layers pin beyond their window after a prefill."""
+    items = [
+        Item("CUDA context", CUDA_CONTEXT, "512 MiB"),
+        activations(model, context, "prefill activations"),
+        Item("last-token logits", model.vocab_size * 4, f"{model.vocab_size:,} vocab × 4 B"),
+    ]
+    if sliding_transient:
+        items.append(Item("sliding-window prefill transient", sliding_transient, "prompt K/V pinned until decode"))
+    return items + parallel_items(world)
+
+
+def llamacpp_overhead(model: ModelSpec, n_ubatch: int = 512, world: int = 1) -> list[Item]:
+    compute = n_ubatch * 4 * (model.vocab_size + 8 * model.hidden_size)
+    return [
+        Item("CUDA context", CUDA_CONTEXT, "512 MiB"),
+        Item("compute buffer", compute, f"{n_ubatch} ubatch × 4 B × ({model.vocab_size:,} + 8·{model.hidden_size})"),
+        *parallel_items(world),
+    ]

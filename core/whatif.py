@@ -1,0 +1,62 @@
+"""What-if variants of a model: the same skeleton with other layer kinds or shapes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from core.errors import InputError
+from core.layers import MLA, FullAttention, LayerKind
+from core.model import ModelSpec
+
+
+def attention_of(model: ModelSpec) -> LayerKind:
+    """The model's own full-attention layer (its first attention-bearing layer, windows removed)."""
+    for layer in model.layers:
+        for part in layer.parts():
+            if isinstance(part, MLA):
+                return part
+            if isinstance(part, FullAttention):
+                return FullAttention(part.kv_heads, part.head_dim, part.v_head_dim)
+    raise InputError(f"{model.name} has no attention layer to copy; give heads and head_dim to build one")
+
+
+def all_full_attention(model: ModelSpec, attention: LayerKind | None = None) -> ModelSpec:
+    """Every layer replaced by full attention: the dense baseline a hybrid is compared against."""
+    layer = attention or attention_of(model)
+    return model.with_layers(tuple(layer for _ in model.layers), name=f"{model.name} (all {len(model.layers)} full)")
+
+
+def edited(
+    model: ModelSpec,
+    *,
+    num_layers: int | None = None,
+    kv_heads: int | None = None,
+    head_dim: int | None = None,
+    window: int | None = None,
+) -> ModelSpec:
+    """The model with its attention shape or depth changed; the layer pattern repeats to the new depth."""
+    layers = list(model.layers)
+    if num_layers is not None:
+        if not 0 < num_layers <= 10_000:
+            raise InputError(f"layer count must be 1 … 10,000, got {num_layers}")
+        layers = [layers[i % len(layers)] for i in range(num_layers)]
+
+    def change(layer: LayerKind) -> LayerKind:
+        if isinstance(layer, FullAttention):
+            changes: dict[str, int] = {}
+            if kv_heads is not None:
+                changes["kv_heads"] = kv_heads
+            if head_dim is not None:
+                changes["head_dim"] = head_dim
+                changes["v_head_dim"] = head_dim
+            if window is not None and hasattr(layer, "window"):
+                changes["window"] = window
+            return replace(layer, **changes)
+        if hasattr(layer, "members"):
+            return replace(layer, members=tuple(change(m) for m in layer.members))
+        return layer
+
+    for value, what in ((kv_heads, "KV heads"), (head_dim, "head_dim"), (window, "window")):
+        if value is not None and not 0 < value <= 1 << 24:
+            raise InputError(f"{what} must be a positive integer, got {value}")
+    return model.with_layers(tuple(change(layer) for layer in layers), name=f"{model.name} (edited)")

@@ -1,0 +1,46 @@
+"""llama.cpp's cache rules, recomputed by hand."""
+
+from __future__ import annotations
+
+from core.engines import engine_named
+from core.loading import load_model
+
+LLAMA = engine_named("llama.cpp")
+
+
+def test_cells_pad_to_256_and_default_cache_is_f16():
+    model = load_model("meta-llama/Llama-3.1-8B-Instruct")
+    per_cell = 32 * 2 * 8 * 128 * 2  # layers × (K + V) × kv heads × head_dim × f16
+    account = LLAMA.account(model, 1000)
+    assert account.kv_dtype == "fp16"
+    assert account.total == 1024 * per_cell
+
+
+def test_q8_0_and_q4_0_rows_are_block_quantised():
+    model = load_model("meta-llama/Llama-3.1-8B-Instruct")
+    row = 8 * 128  # one K or V row per layer per cell
+    assert LLAMA.kv_bytes_per_token(model, "q8_0") == 32 * 2 * (row // 32) * 34
+    assert LLAMA.kv_bytes_per_token(model, "q4_0") == 32 * 2 * (row // 32) * 18
+
+
+def test_sliding_layers_keep_window_plus_ubatch_cells():
+    model = load_model("openai/gpt-oss-20b")  # window 128, 12 sliding + 12 full, 8 KV heads × 64
+    per_cell = 2 * 8 * 64 * 2
+    account = LLAMA.account(model, 131072)
+    swa_cells = 768  # pad(128 + 512, 256)
+    assert account.total == 12 * per_cell * 131072 + 12 * per_cell * swa_cells
+    full = LLAMA.with_options(swa_full=True).account(model, 131072)
+    assert full.total == 24 * per_cell * 131072
+
+
+def test_recurrent_state_is_f32_with_d_conv_minus_one_columns_whatever_the_kv_type():
+    model = load_model("Qwen/Qwen3.5-9B")
+    conv = (2 * 16 * 128 + 32 * 128) * 3 * 4
+    ssm = 32 * 128 * 128 * 4
+    assert LLAMA.fixed_bytes_per_sequence(model, "q4_0") == 24 * (conv + ssm)
+    assert LLAMA.fixed_bytes_per_sequence(model, "auto") == 24 * (conv + ssm)
+
+
+def test_mla_keeps_only_the_latent():
+    model = load_model("deepseek-ai/DeepSeek-V3")
+    assert LLAMA.kv_bytes_per_token(model) == 61 * 576 * 2
