@@ -10,7 +10,10 @@ from pathlib import Path
 
 from core.config import parse_json, resolve
 from core.engines import ENGINES, engine_named
+from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
+from core.fit import Setup, default_split, fit
+from core.gpus import Card, card_named
 from core.loading import load_model
 from core.units import format_bytes, format_tokens, parse_tokens
 
@@ -78,6 +81,112 @@ def print_size(out: dict) -> None:
         )
 
 
+def build_engine(args: argparse.Namespace):
+    engine = engine_named(args.engine)
+    if isinstance(engine, VllmEngine):
+        engine = engine.with_options(
+            max_num_batched_tokens=args.max_num_batched_tokens or engine.options.max_num_batched_tokens,
+            prefix_caching=args.prefix_caching,
+        )
+    return engine
+
+
+def build_setup(args: argparse.Namespace) -> Setup:
+    if (args.gpu is None) == (args.gpu_mem_gib is None):
+        raise InputError("give the card either by name (--gpu 'RTX 4090') or by memory (--gpu-mem-gib 24)")
+    card = card_named(args.gpu) if args.gpu is not None else Card.custom(args.gpu_mem_gib)
+    engine = build_engine(args)
+    gpus = args.gpus
+    tp, pp = default_split(engine, gpus, args.tp, args.pp)
+    return Setup(
+        model=load_model(args.model),
+        engine=engine,
+        card=card,
+        gpus=gpus,
+        tp=tp,
+        pp=pp,
+        weights=args.weights,
+        kv_dtype=args.kv_dtype,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        max_model_len=args.max_model_len,
+    )
+
+
+def cmd_fit(args: argparse.Namespace) -> dict:
+    result = fit(build_setup(args), args.context)
+    setup = result.setup
+    out = {
+        "model": setup.model.name,
+        "engine": setup.engine.name,
+        "card": setup.card.name,
+        "card_memory_bytes": setup.card.memory_bytes,
+        "gpus": setup.gpus,
+        "tp": setup.tp,
+        "pp": setup.pp,
+        "weights": result.weights_format,
+        "kv_dtype": result.rows[0].account.kv_dtype,
+        "usable_bytes": result.usable_bytes,
+        "weights_bytes": result.weights_bytes,
+        "overhead_bytes": result.overhead_bytes,
+        "kv_budget_bytes": result.kv_budget_bytes,
+        "max_context": result.max_context,
+        "context_limit": result.context_limit,
+        "notes": list(result.notes),
+        "contexts": [
+            {
+                "context": r.context,
+                "cache_bytes": r.cache_bytes,
+                "weights_bytes": r.weights_bytes,
+                "overhead_bytes": r.overhead_bytes,
+                "total_bytes": r.total_bytes,
+                "headroom_bytes": r.headroom_bytes,
+                "fits": r.fits,
+                "max_concurrency": r.max_concurrency,
+            }
+            for r in result.rows
+        ],
+    }
+    if result.vllm is not None:
+        out["vllm"] = {
+            "max_model_len": result.context_limit,
+            "num_blocks": result.vllm.num_blocks,
+            "blocks_per_request": result.vllm.blocks_per_request,
+            "max_concurrency": round(result.vllm.max_concurrency, 2),
+            "kv_cache_tokens": result.vllm.kv_cache_tokens,
+            "log": (
+                f"GPU KV cache size: {result.vllm.kv_cache_tokens:,} tokens, Maximum concurrency for "
+                f"{result.context_limit:,} tokens per request: {result.vllm.max_concurrency:.2f}x"
+            ),
+        }
+    return out
+
+
+def print_fit(out: dict) -> None:
+    print(
+        f"{out['model']} on {out['gpus']}× {out['card']} ({format_bytes(out['card_memory_bytes'])} each), "
+        f"{out['engine']}, weights {out['weights']}, KV {out['kv_dtype']}"
+    )
+    print(
+        f"per GPU: usable {format_bytes(out['usable_bytes'])}, weights {format_bytes(out['weights_bytes'])}, "
+        f"overhead {format_bytes(out['overhead_bytes'])}, KV budget {format_bytes(out['kv_budget_bytes'])}"
+    )
+    print(f"max context for one sequence: {out['max_context']:,} tokens (limit {out['context_limit']:,})")
+    if "vllm" in out:
+        print("vLLM would log: " + out["vllm"]["log"])
+    for note in out["notes"]:
+        print(f"note: {note}")
+    print(f"{'context':>8}  {'cache':>11}  {'total':>11}  {'headroom':>11}  {'fits':>4}  {'concurrency':>11}")
+    for r in out["contexts"]:
+        cells = (format_bytes(r["cache_bytes"]), format_bytes(r["total_bytes"]), format_bytes(r["headroom_bytes"]))
+        fits = "yes" if r["fits"] else "no"
+        print(
+            f"{format_tokens(r['context']):>8}  "
+            + "  ".join(f"{c:>11}" for c in cells)
+            + f"  {fits:>4}  {r['max_concurrency']:>11.2f}"
+        )
+
+
 def cmd_resolve(args: argparse.Namespace) -> dict:
     text = sys.stdin.read() if args.config == "-" else Path(args.config).read_text(encoding="utf-8")
     return resolve(parse_json(text, args.config))
@@ -112,6 +221,27 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("--batch", type=_positive_int, default=1)
     size.add_argument("--json", action="store_true")
     size.set_defaults(run=cmd_size, show=print_size)
+
+    fitp = sub.add_parser("fit", help="does a model fit a card: max context, concurrency, the context table")
+    fitp.add_argument("model", help="Hugging Face repo id, bundled preset, or path to a config.json")
+    fitp.add_argument("--gpu", help="card name, e.g. 'RTX 4090', H100, 'A100 40GB'")
+    fitp.add_argument("--gpu-mem-gib", type=float, help="memory of one GPU in GiB, instead of --gpu")
+    fitp.add_argument("--gpus", type=_positive_int, default=1)
+    fitp.add_argument("--tp", type=_positive_int, help="tensor parallel size (vLLM)")
+    fitp.add_argument("--pp", type=_positive_int, help="pipeline parallel size / layer split")
+    fitp.add_argument(
+        "--weights", help="weight format, e.g. bf16, fp8, int4-awq, mxfp4, Q4_K_M (default: the checkpoint's)"
+    )
+    fitp.add_argument("--kv-dtype", default="auto")
+    fitp.add_argument("--engine", default="transformers", choices=sorted(ENGINES))
+    fitp.add_argument("--context", type=_tokens, action="append", help="tokens, e.g. 32k (repeatable)")
+    fitp.add_argument("--kv-cache-memory-bytes", type=_positive_int, help="vLLM: KV budget per GPU in bytes")
+    fitp.add_argument("--max-model-len", type=_tokens, help="vLLM: longest request")
+    fitp.add_argument("--gpu-memory-utilization", type=float, default=0.92, help="vLLM (default 0.92)")
+    fitp.add_argument("--max-num-batched-tokens", type=_positive_int, help="vLLM (default 2048)")
+    fitp.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=True, help="vLLM")
+    fitp.add_argument("--json", action="store_true")
+    fitp.set_defaults(run=cmd_fit, show=print_fit)
 
     res = sub.add_parser("resolve", help="print a config.json with its architecture's defaults applied")
     res.add_argument("config", help="path to config.json, or - for standard input")

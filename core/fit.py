@@ -1,0 +1,244 @@
+"""Does a model fit a card, how long a context, how many requests: the way each engine decides it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from core.dtypes import dtype_named
+from core.engines import Engine
+from core.engines.base import CacheAccount
+from core.engines.hf_transformers import TransformersEngine
+from core.engines.llamacpp import LlamaCppEngine
+from core.engines.vllm_engine import Capacity, VllmEngine
+from core.errors import InputError
+from core.gpus import Card
+from core.model import ModelSpec
+from core.overhead import Item, llamacpp_overhead, transformers_overhead, vllm_overhead
+from core.params import count_params
+from core.quant import default_format, weights_bytes
+from core.units import format_tokens
+
+TABLE_CONTEXTS = tuple(1 << k for k in range(12, 24))  # 4K … 8M, cut at the model's max
+SSM_CONTEXT_LIMIT = 1 << 24  # pure state-space models have no position limit; search stops here
+
+
+@dataclass(frozen=True)
+class Setup:
+    model: ModelSpec
+    engine: Engine
+    card: Card
+    gpus: int = 1
+    tp: int = 1
+    pp: int = 1
+    weights: str | None = None  # quantisation format; None = the checkpoint's own
+    kv_dtype: str = "auto"
+    gpu_memory_utilization: float = 0.92  # vLLM's default in 0.33
+    kv_cache_memory_bytes: int | None = None  # vLLM: sets the KV budget directly
+    max_model_len: int | None = None  # vLLM: defaults to the model's max
+
+
+@dataclass(frozen=True)
+class Row:
+    context: int
+    cache_bytes: int  # per GPU, one sequence
+    weights_bytes: int
+    overhead_bytes: int
+    total_bytes: int
+    headroom_bytes: int
+    fits: bool
+    max_concurrency: float
+    account: CacheAccount = field(repr=False, compare=False)
+    overhead: tuple[Item, ...] = field(default=(), repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Fit:
+    setup: Setup
+    weights_format: str
+    weights_bytes: int  # per GPU
+    usable_bytes: int  # per GPU: the card, times gpu_memory_utilization for vLLM
+    kv_budget_bytes: int  # per GPU, at the first table context for engines whose overhead grows with context
+    overhead_bytes: int
+    max_context: int
+    context_limit: int
+    rows: tuple[Row, ...]
+    vllm: Capacity | None = None
+    notes: tuple[str, ...] = ()
+
+
+def default_split(engine: Engine, gpus: int, tp: int | None = None, pp: int | None = None) -> tuple[int, int]:
+    """vLLM shards heads over GPUs (tensor parallel); transformers and llama.cpp split layers (pipeline-like)."""
+    if tp is None and pp is None:
+        return (gpus, 1) if isinstance(engine, VllmEngine) else (1, gpus)
+    return tp or max(1, gpus // (pp or 1)), pp or max(1, gpus // (tp or 1))
+
+
+def _validate(setup: Setup) -> None:
+    if setup.gpus < 1 or setup.tp < 1 or setup.pp < 1:
+        raise InputError("GPU count, tensor parallel and pipeline parallel must be at least 1")
+    if setup.tp * setup.pp != setup.gpus:
+        raise InputError(
+            f"tensor parallel {setup.tp} × pipeline parallel {setup.pp} must equal the GPU count {setup.gpus}"
+        )
+    if setup.tp > 1 and not isinstance(setup.engine, VllmEngine):
+        raise InputError(f"{setup.engine.name} splits layers across GPUs, not heads; use pipeline parallel (--pp)")
+    heads = setup.model.config.get("num_attention_heads")
+    if isinstance(heads, int) and heads % setup.tp:
+        raise InputError(f"tensor parallel {setup.tp} does not divide the {heads} attention heads")
+    if not 0 < setup.gpu_memory_utilization <= 1:
+        raise InputError(f"gpu_memory_utilization must be in (0, 1], got {setup.gpu_memory_utilization}")
+    if setup.kv_cache_memory_bytes is not None and setup.kv_cache_memory_bytes <= 0:
+        raise InputError("kv_cache_memory_bytes must be positive")
+    if setup.pp > len(setup.model.layers):
+        raise InputError(f"pipeline parallel {setup.pp} exceeds the model's {len(setup.model.layers)} layers")
+
+
+def context_limit(setup: Setup) -> int:
+    model_max = setup.model.max_context
+    if setup.max_model_len is not None:
+        if setup.max_model_len <= 0:
+            raise InputError("max_model_len must be positive")
+        if model_max and setup.max_model_len > model_max:
+            raise InputError(
+                f"max_model_len {setup.max_model_len:,} is above {setup.model.name}'s maximum context {model_max:,}"
+            )
+        return setup.max_model_len
+    return model_max or SSM_CONTEXT_LIMIT
+
+
+class Solver:
+    """All per-GPU arithmetic for one Setup."""
+
+    def __init__(self, setup: Setup):
+        _validate(setup)
+        self.setup = setup
+        engine = setup.engine
+        if isinstance(engine, VllmEngine):
+            engine = engine.with_options(tensor_parallel=setup.tp, pipeline_parallel=setup.pp)
+        self.engine = engine
+        self.format = setup.weights or default_format(setup.model)
+        count = count_params(setup.model)
+        self.weights_total = weights_bytes(count, self.format, dtype_named(setup.model.dtype).block_bytes).total
+        self.weights = -(-self.weights_total // setup.gpus)
+        util = setup.gpu_memory_utilization if isinstance(engine, VllmEngine) else 1.0
+        self.usable = int(setup.card.memory_bytes * util)
+        self.limit = context_limit(setup)
+
+    # cache is split across pipeline stages (layers) and, for vLLM, across TP ranks inside the engine's pages
+    def _layer_split(self) -> int:
+        return self.setup.pp
+
+    def account(self, context: int) -> CacheAccount:
+        return self.engine.account(self.setup.model, context, 1, self.setup.kv_dtype)
+
+    def cache(self, context: int) -> int:
+        return -(-self.account(context).total // self._layer_split())
+
+    def overhead(self, context: int) -> tuple[Item, ...]:
+        model, world = self.setup.model, self.setup.gpus
+        if isinstance(self.engine, VllmEngine):
+            return tuple(vllm_overhead(model, self.engine.options.max_num_batched_tokens, world))
+        if isinstance(self.engine, LlamaCppEngine):
+            return tuple(llamacpp_overhead(model, self.engine.options.n_ubatch, world))
+        if isinstance(self.engine, TransformersEngine):
+            storage = self.engine.storage(model, self.setup.kv_dtype)
+            transient = sum(
+                layer.bytes_per_token(storage) * (context - self.engine.tokens_held(layer, context))
+                for layer in model.layers
+                if layer.token_cap is not None
+            )
+            return tuple(transformers_overhead(model, context, transient // self._layer_split(), world))
+        raise InputError(f"no overhead model for engine {self.engine.name}")
+
+    def budget(self, context: int) -> int:
+        if self.setup.kv_cache_memory_bytes is not None:
+            return self.setup.kv_cache_memory_bytes
+        return self.usable - self.weights - sum(i.bytes for i in self.overhead(context))
+
+    def vllm_capacity(self, max_model_len: int) -> Capacity:
+        assert isinstance(self.engine, VllmEngine)
+        # each pipeline stage holds 1/pp of the layers, so its pool serves pp× the model-wide budget
+        budget = max(0, self.budget(max_model_len)) * self.setup.pp
+        return self.engine.capacity(self.setup.model, budget, max_model_len, self.setup.kv_dtype)
+
+    def concurrency(self, context: int) -> float:
+        if isinstance(self.engine, VllmEngine):
+            return self.vllm_capacity(context).max_concurrency
+        budget = self.budget(context)
+        per_sequence = self.cache(context)
+        return max(0, budget) // per_sequence if per_sequence else float("inf")
+
+    def fits(self, context: int) -> bool:
+        return self.concurrency(context) >= 1
+
+    def max_context(self) -> int:
+        """Longest single-sequence context that fits, up to the context limit; 0 when not even one token does."""
+        if self.fits(self.limit):
+            return self.limit
+        lo, hi = 0, self.limit  # fits(lo) or lo == 0; not fits(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.fits(mid):
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def row(self, context: int) -> Row:
+        account = self.account(context)
+        cache = -(-account.total // self._layer_split())
+        overhead = self.overhead(context)
+        total = self.weights + sum(i.bytes for i in overhead) + cache
+        concurrency = self.concurrency(context)
+        return Row(
+            context=context,
+            cache_bytes=cache,
+            weights_bytes=self.weights,
+            overhead_bytes=sum(i.bytes for i in overhead),
+            total_bytes=total,
+            headroom_bytes=self.usable - total,
+            fits=concurrency >= 1,
+            max_concurrency=concurrency,
+            account=account,
+            overhead=overhead,
+        )
+
+
+def table_contexts(limit: int) -> list[int]:
+    contexts = [c for c in TABLE_CONTEXTS if c <= limit]
+    if limit not in contexts and limit >= 1024:
+        contexts.append(limit)
+    return contexts or [limit]
+
+
+def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
+    solver = Solver(setup)
+    wanted = contexts or table_contexts(solver.limit)
+    for c in wanted:
+        if c <= 0:
+            raise InputError(f"context must be positive, got {c}")
+        if c > solver.limit:
+            raise InputError(
+                f"context {format_tokens(c)} is above the limit of {format_tokens(solver.limit)} tokens "
+                f"({'max_model_len' if setup.max_model_len else 'the model maximum'}) for {setup.model.name}"
+            )
+    rows = tuple(solver.row(c) for c in wanted)
+    notes = list(setup.model.notes)
+    vllm = None
+    if isinstance(solver.engine, VllmEngine):
+        vllm = solver.vllm_capacity(solver.limit)
+    if rows and rows[0].weights_bytes > solver.usable:
+        notes.append("the weights alone exceed the card's usable memory")
+    return Fit(
+        setup=setup,
+        weights_format=solver.format,
+        weights_bytes=solver.weights,
+        usable_bytes=solver.usable,
+        kv_budget_bytes=solver.budget(wanted[0]),
+        overhead_bytes=rows[0].overhead_bytes,
+        max_context=solver.max_context(),
+        context_limit=solver.limit,
+        rows=rows,
+        vllm=vllm,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,160 @@
+"""The explorer under Streamlit's AppTest: every page renders, shows core's numbers, and round-trips the URL."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from core.engines import engine_named
+from core.fit import Setup, context_limit, fit, table_contexts
+from core.gpus import Card, card_named
+from core.loading import load_model
+from core.units import format_bytes, format_tokens
+from tests.conftest import ROOT
+from ui.state import DEFAULTS, Inputs, from_query, pack_config, to_query
+
+APP = str(ROOT / "app.py")
+PAGES = ["app.py", "pages/1_hybrid_vs_dense.py", "pages/2_measure_live.py"]
+
+
+def app(params: dict[str, str] | None = None) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=180)
+    for key, value in (params or {}).items():
+        at.query_params[key] = value
+    return at.run()
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def expected(inputs: Inputs):
+    model = load_model(inputs.model)
+    card = Card.custom(inputs.gib) if inputs.card == "custom" else card_named(inputs.card)
+    setup = Setup(
+        model=model, engine=engine_named(inputs.engine), card=card, weights=inputs.weights, kv_dtype=inputs.kv
+    )
+    limit = context_limit(setup)
+    result = fit(setup, sorted(set(table_contexts(limit)) | {min(inputs.ctx, limit)}))
+    return result, next(r for r in result.rows if r.context == min(inputs.ctx, limit))
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_without_exception(page):
+    at = app()
+    if page != PAGES[0]:
+        at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title
+
+
+def test_default_view_shows_cores_numbers():
+    at = app()
+    result, row = expected(DEFAULTS)
+    shown = metrics(at)
+    assert shown["Max context, one sequence"] == format_tokens(result.max_context)
+    assert shown["Cache at this context"] == format_bytes(row.cache_bytes)
+    assert shown["Fits?"] == ("yes" if row.fits else "no")
+    table = at.dataframe[0].value
+    assert list(table["context"]) == [format_tokens(r.context) for r in result.rows]
+
+
+def test_driving_widgets_changes_the_answer_to_cores():
+    at = app()
+    at.selectbox(key="in_card").set_value("GeForce RTX 4090 24GB")
+    at.selectbox(key="in_engine").set_value("vllm")
+    at.selectbox(key="in_weights").set_value("bf16")
+    at.text_input(key="in_ctx_text").input("16k")
+    at.run()
+    assert not at.exception
+    inputs = Inputs(card="GeForce RTX 4090 24GB", engine="vllm", weights="bf16", ctx=16384)
+    result, row = expected(inputs)
+    shown = metrics(at)
+    assert shown["Requests at 16K"] == f"{row.max_concurrency:,.2f}"
+    assert shown["Max context, one sequence"] == format_tokens(result.max_context)
+    assert at.query_params["card"] == "GeForce RTX 4090 24GB"
+    assert at.query_params["ctx"] == "16K"
+
+
+def test_eight_bit_kv_halves_the_attention_cache():
+    at = app({"model": "Qwen/Qwen3-8B", "engine": "vllm", "weights": "bf16", "card": "H100", "ctx": "32k"})
+    before = metrics(at)["Cache at this context"]
+    at.toggle(key="eight_bit").set_value(True).run()
+    after = metrics(at)["Cache at this context"]
+    assert at.selectbox(key="in_kv").value == "fp8"
+    model = load_model("Qwen/Qwen3-8B")
+    vllm = engine_named("vllm")
+    assert before == format_bytes(vllm.account(model, 32768).total)
+    assert after == format_bytes(vllm.account(model, 32768, kv_dtype="fp8").total)
+    assert vllm.account(model, 32768, kv_dtype="fp8").total * 2 == vllm.account(model, 32768).total
+
+
+def test_url_round_trip_restores_every_widget():
+    params = {
+        "model": "openai/gpt-oss-20b",
+        "card": "H100 80GB SXM5",
+        "gpus": "2",
+        "weights": "mxfp4",
+        "engine": "vllm",
+        "kv": "fp8",
+        "ctx": "64K",
+        "cmp": "meta-llama/Llama-3.1-8B-Instruct",
+    }
+    at = app(params)
+    assert not at.warning, [w.value for w in at.warning]
+    assert at.selectbox(key="in_model").value == "openai/gpt-oss-20b"
+    assert at.selectbox(key="in_card").value == "H100 80GB SXM5"
+    assert at.number_input(key="in_gpus").value == 2
+    assert at.selectbox(key="in_engine").value == "vllm"
+    assert at.selectbox(key="in_kv").value == "fp8"
+    assert at.text_input(key="in_ctx_text").value == "64K"
+    assert dict(at.query_params.items()) == params
+
+
+def test_tampered_link_opens_with_defaults_and_names_what_was_ignored():
+    at = app({"model": "Qwen/Qwen3-8B", "engine": "tgi", "gib": "-4", "ctx": "lots", "evil": "1"})
+    warning = " ".join(w.value for w in at.warning)
+    for name in ("engine", "gib", "ctx", "evil"):
+        assert name in warning
+    assert at.selectbox(key="in_engine").value == DEFAULTS.engine
+    assert at.selectbox(key="in_model").value == "Qwen/Qwen3-8B"
+    assert not at.exception
+
+
+def test_unknown_hub_model_offline_shows_a_message_and_the_default():
+    at = app({"model": "nobody/not-a-model"})
+    assert any("nobody/not-a-model" in e.value for e in at.error)
+    assert not at.exception
+
+
+def test_uploaded_config_travels_in_the_link():
+    raw = json.loads((ROOT / "core" / "presets" / "Qwen__Qwen3-8B.json").read_text())
+    at = app({"config": pack_config(raw), "engine": "transformers", "weights": "bf16", "card": "H100"})
+    assert not at.exception and not at.warning
+    result, _ = expected(Inputs(engine="transformers", weights="bf16", card="H100 80GB SXM5", model="Qwen/Qwen3-8B"))
+    assert metrics(at)["Max context, one sequence"] == format_tokens(result.max_context)
+
+
+def test_query_state_round_trip_is_pure():
+    inputs = Inputs(model="Qwen/Qwen3-8B", card="L4 24GB", engine="vllm", kv="fp8", ctx=131072, layers=12)
+    again, ignored = from_query(to_query(inputs))
+    assert again == inputs and ignored == []
+
+
+def test_pages_other_than_the_probe_never_import_torch():
+    script = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+from streamlit.testing.v1 import AppTest
+at = AppTest.from_file({APP!r}, default_timeout=180).run()
+at.switch_page("pages/1_hybrid_vs_dense.py").run()
+assert not at.exception, at.exception
+print("torch" in sys.modules, "transformers" in sys.modules)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-2:] == ["False", "False"]

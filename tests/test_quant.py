@@ -1,0 +1,136 @@
+"""Weight bytes per format, against figures worked out by hand from each model's config.json and against
+published checkpoint and GGUF file sizes."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from core.errors import InputError
+from core.loading import load_model
+from core.params import Tensor, count_params, summarise
+from core.quant import FORMATS, default_format, format_named, weights_bytes
+
+# Llama-3.1-8B's config.json
+H, LAYERS, HEADS, KV, D, INTER, VOCAB = 4096, 32, 32, 8, 128, 14336, 128_256
+Q_O = 2 * H * HEADS * D  # q_proj + o_proj
+K_V = 2 * H * KV * D
+MLP = 3 * H * INTER
+NORMS = (2 * LAYERS + 1) * H  # two RMSNorms a layer + the final one
+EMBED = VOCAB * H  # embed_tokens, and lm_head again (untied)
+
+
+@pytest.fixture(scope="module")
+def llama8b():
+    return count_params(load_model("meta-llama/Llama-3.1-8B-Instruct"))
+
+
+def test_bf16_is_two_bytes_a_parameter(llama8b):
+    assert llama8b.total == 2 * EMBED + LAYERS * (Q_O + K_V + MLP) + NORMS == 8_030_261_248
+    assert weights_bytes(llama8b, "bf16", 2).total == 2 * 8_030_261_248
+    assert weights_bytes(llama8b, "fp32", 2).total == 4 * 8_030_261_248
+
+
+def test_awq_and_gptq_by_hand(llama8b):
+    linear = LAYERS * (Q_O + K_V + MLP)
+    groups = linear // 128  # every input width (4096, 14336) is a multiple of 128
+    int4 = linear // 2 + groups * 2 + groups // 2  # nibbles + fp16 scale + 4-bit zero per group
+    rest = (2 * EMBED + NORMS) * 2  # embeddings, lm_head and norms stay bf16
+    awq = weights_bytes(llama8b, "awq", 2)
+    assert awq.linear == int4 and awq.total == int4 + rest
+    # g_idx: one int32 per input column of each of the 7 matrices a layer
+    g_idx = 4 * LAYERS * (3 * H + H + 3 * H)  # q,k,v and gate,up read H columns; o reads H; down reads INTER
+    g_idx += 4 * LAYERS * (INTER - H)
+    assert weights_bytes(llama8b, "gptq", 2).total == int4 + rest + g_idx
+    assert format_named("awq").bits_per_weight == Fraction(133, 32)  # 4.15625
+
+
+def test_fp8_int8_keep_embeddings_and_norms_in_model_dtype(llama8b):
+    linear = LAYERS * (Q_O + K_V + MLP)
+    rest = (2 * EMBED + NORMS) * 2
+    assert weights_bytes(llama8b, "fp8", 2).total == linear + 4 * 7 * LAYERS + rest
+    out_rows = LAYERS * (HEADS * D + 2 * KV * D + H + 2 * INTER + H)  # q, k, v, o, gate, up, down
+    assert weights_bytes(llama8b, "int8", 2).total == linear + 2 * out_rows + rest
+
+
+def test_gpt_oss_20b_mxfp4_by_hand():
+    # config.json: hidden 2880, 24 layers, 32 experts of width 2880, 64 heads × 64, 8 kv heads, vocab 201,088
+    h, layers, experts, inter, q, kv, vocab = 2880, 24, 32, 2880, 64 * 64, 8 * 64, 201_088
+    expert_weights = layers * experts * (h * 2 * inter + inter * h)
+    attention = (h * q + q) + 2 * (h * kv + kv) + (q * h + h) + 64  # biased q,k,v,o + sinks
+    per_layer_bf16 = attention + (experts * h + experts) + experts * (2 * inter + h) + 2 * h  # router, biases, norms
+    bf16 = 2 * vocab * h + h + layers * per_layer_bf16
+    count = count_params(load_model("openai/gpt-oss-20b"))
+    assert count.total == expert_weights + bf16
+    got = weights_bytes(count, "mxfp4", 2)
+    assert got.experts == expert_weights * 17 // 32  # 16 B of FP4 + one E8M0 scale per 32
+    assert got.total == expert_weights * 17 // 32 + 2 * bf16 == 13_761_264_768
+    # The released checkpoint is about 12.8 GiB (OpenAI's "fits in 16 GB"); the arithmetic lands there.
+    assert 12.7 < got.total / 2**30 < 12.9
+
+
+def test_gguf_q8_0_by_hand(llama8b):
+    matrices = llama8b.total - NORMS  # every matrix's row length is a multiple of 32
+    assert weights_bytes(llama8b, "q8_0", 2).total == matrices // 32 * 34 + NORMS * 4  # norms stay F32
+
+
+def test_gguf_q4_k_m_mix_by_hand(llama8b):
+    # llama.cpp llama_tensor_get_type_impl for Q4_K_M: output → Q6_K; token_embd stays Q4_K (untied); attn_v and
+    # ffn_down → Q6_K in layers where use_more_bits(i, 32): i < 4, i ≥ 28, or (i − 4) % 3 == 2 → 16 of 32 layers.
+    more = [i for i in range(32) if i < 4 or i >= 28 or (i - 4) % 3 == 2]
+    assert len(more) == 16
+    q4k, q6k = Fraction(144, 256), Fraction(210, 256)
+    upgraded = H * KV * D + INTER * H  # attn_v + ffn_down of one layer
+    expected = EMBED * q4k + EMBED * q6k + NORMS * 4
+    expected += LAYERS * (Q_O + K_V + MLP) * q4k + len(more) * upgraded * (q6k - q4k)
+    got = weights_bytes(llama8b, "q4_k_m", 2).total
+    assert got == expected
+    # bartowski/Meta-Llama-3.1-8B-Instruct-GGUF lists Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf at 4.92 GB
+    # (4,920,739,232 bytes; the file also holds the tokenizer and a rope_freqs tensor).
+    assert abs(got - 4_920_739_232) / 4_920_739_232 < 0.03
+
+
+def test_gguf_q4_k_m_llama_70b_near_published_size():
+    # bartowski's Llama-3.1-70B-Instruct listing: Q4_K_M 42.52 GB. kvscope leaves out llama.cpp's 70B-only bump
+    # of attn_v to Q5_K, worth ~0.1 %.
+    got = weights_bytes(count_params(load_model("meta-llama/Llama-3.1-70B-Instruct")), "q4_k_m", 2).total
+    assert abs(got - 42.52e9) / 42.52e9 < 0.03
+
+
+def test_block_and_tile_scales_on_a_small_matrix():
+    count = summarise((Tensor("attn_q", "linear", 300, 200), Tensor("attn_norm", "other", 1, 300)))
+    # DeepSeek fp8: 1 B a weight + an fp32 scale per 128 × 128 tile: ceil(300/128) × ceil(200/128) = 3 × 2 tiles
+    assert weights_bytes(count, "fp8_block", 2).total == 300 * 200 + 6 * 4 + 300 * 2
+    # NVFP4: 4 bits + an fp8 scale per 16 (200 → 13 groups, the last partial) + an fp32 per-tensor scale
+    assert weights_bytes(count, "nvfp4", 2).linear == 300 * 200 // 2 + 300 * 13 + 4
+    # GGUF (llama.cpp tensor_type_fallback): a row of 224 is no multiple of 256, so Q4_K falls back to Q5_0
+    # (22 B / 32, 7 blocks a row); a row of 200 is no multiple of 32 either, so it stays F16.
+    assert weights_bytes(count, "q4_k_m", 2).linear == 300 * 200 * 2
+    wide = summarise((Tensor("attn_q", "linear", 300, 224),))
+    assert weights_bytes(wide, "q4_k_m", 2).linear == 300 * 7 * 22
+
+
+def test_default_format_follows_the_checkpoint():
+    assert default_format(load_model("openai/gpt-oss-20b")) == "mxfp4"
+    assert default_format(load_model("deepseek-ai/DeepSeek-V3")) == "fp8_block"
+    assert default_format(load_model("meta-llama/Llama-3.1-8B-Instruct")) == "bf16"
+
+
+def test_every_format_is_smaller_than_fp32(llama8b):
+    fp32 = weights_bytes(llama8b, "fp32", 2).total
+    for name in FORMATS:
+        got = weights_bytes(llama8b, name, 2)
+        assert 0 < got.total <= fp32, name
+        assert got.total == got.embedding + got.lm_head + got.linear + got.experts + got.router + got.other
+
+
+def test_format_names_forgive_case_and_dashes():
+    assert format_named("Q4_K_M").name == "q4_k_m"
+    assert format_named("int4-awq").name == "awq"
+    assert format_named("fp8-block").name == "fp8_block"
+
+
+def test_unknown_format_lists_the_valid_names(llama8b):
+    with pytest.raises(InputError, match=r"unknown weight format 'int3'.*awq.*q4_k_m"):
+        weights_bytes(llama8b, "int3", 2)

@@ -1,0 +1,73 @@
+"""Plotly figures. Values are computed in core; these functions only lay them out."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from core.units import GIB
+
+COLORS = {"weights": "#64748b", "attention cache": "#2563eb", "fixed state": "#f59e0b", "overhead": "#a855f7"}
+
+
+def breakdown(rows: list[dict]) -> go.Figure:
+    """Stacked bars per context: weights, growing cache, fixed state, overhead (GiB)."""
+    fig = go.Figure()
+    labels = [r["label"] for r in rows]
+    for part, color in COLORS.items():
+        fig.add_bar(
+            name=part,
+            x=labels,
+            y=[r[part] / GIB for r in rows],
+            marker_color=color,
+            hovertemplate="%{x}: %{y:.3f} GiB<extra>" + part + "</extra>",
+        )
+    if rows:
+        fig.add_hline(y=rows[0]["usable"] / GIB, line_dash="dash", annotation_text="usable memory")
+    fig.update_layout(
+        barmode="stack",
+        yaxis_title="GiB per GPU",
+        xaxis_title="context",
+        height=380,
+        margin={"t": 30, "b": 10},
+        legend={"orientation": "h", "y": 1.12},
+    )
+    return fig
+
+
+def curves(
+    series: dict[str, tuple[list[int], list[float]]],
+    y_title: str,
+    *,
+    log_y: bool = False,
+    hline: tuple[float, str] | None = None,
+    fmt: str = ".3f",
+) -> go.Figure:
+    fig = go.Figure()
+    for name, (xs, ys) in series.items():
+        fig.add_scatter(
+            x=xs,
+            y=ys,
+            name=name,
+            mode="lines+markers",
+            hovertemplate="%{x:,} tokens: %{y:" + fmt + "}<extra>" + name + "</extra>",
+        )
+    if hline:
+        fig.add_hline(y=hline[0], line_dash="dot", annotation_text=hline[1])
+    fig.update_xaxes(type="log", title="context (tokens)")
+    fig.update_yaxes(title=y_title, type="log" if log_y else "linear")
+    fig.update_layout(height=380, margin={"t": 30, "b": 10}, legend={"orientation": "h", "y": 1.12})
+    return fig
+
+
+def bars(x: list[str], series: dict[str, list[float]], y_title: str) -> go.Figure:
+    fig = go.Figure()
+    for name, ys in series.items():
+        fig.add_bar(x=x, y=ys, name=name, hovertemplate="%{x}: %{y:,}<extra>" + name + "</extra>")
+    fig.update_layout(
+        barmode="group",
+        yaxis_title=y_title,
+        height=360,
+        margin={"t": 30, "b": 10},
+        legend={"orientation": "h", "y": 1.12},
+    )
+    return fig

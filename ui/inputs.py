@@ -1,0 +1,181 @@
+"""The sidebar every page shares. Widgets are bound to session state, and session state to the URL."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, fields, replace
+
+import streamlit as st
+
+from core.config import parse_json
+from core.engines import ENGINES, engine_named
+from core.errors import InputError
+from core.fit import Setup, default_split
+from core.gpus import Card, card_named, cards
+from core.loading import DEFAULT_MODEL, load_raw, model_from_config, presets
+from core.model import ModelSpec
+from core.quant import FORMATS
+from core.units import format_tokens, parse_tokens
+from core.whatif import edited
+from ui.state import CUSTOM_CARD, DEFAULTS, Inputs, from_query, pack_config, to_query, unpack_config
+
+EIGHT_BIT_KV = {"vllm": "fp8", "llama.cpp": "q8_0"}
+
+
+@st.cache_data(show_spinner="Reading the model config…", max_entries=64)
+def _spec(source: str, packed: str) -> ModelSpec:
+    if packed:
+        return model_from_config(unpack_config(packed), "uploaded config.json", isolated=True)
+    name, raw, _ = load_raw(source, prefer_hub=source not in presets())
+    return model_from_config(raw, name, isolated=True)
+
+
+def _init_from_url() -> None:
+    if st.session_state.get("_kv_init"):
+        # Re-commit widget values so that switching pages does not reset them (Streamlit drops widget state
+        # that the previous page owned unless it is written back).
+        for key in list(st.session_state):
+            if isinstance(key, str) and key.startswith("in_"):
+                st.session_state[key] = st.session_state[key]
+        return
+    inputs, ignored = from_query(dict(st.query_params))
+    for key, value in asdict(inputs).items():
+        st.session_state[f"in_{key}"] = value
+    st.session_state["in_ctx_text"] = format_tokens(inputs.ctx).replace(",", "")
+    st.session_state["in_source"] = "Upload" if inputs.config else "Preset" if inputs.model in presets() else "Hub"
+    st.session_state["_kv_ignored"] = ignored
+    st.session_state["_kv_init"] = True
+
+
+def _current() -> Inputs:
+    return Inputs(**{f.name: st.session_state.get(f"in_{f.name}", getattr(DEFAULTS, f.name)) for f in fields(Inputs)})
+
+
+def _on_eight_bit() -> None:
+    engine = st.session_state["in_engine"]
+    st.session_state["in_kv"] = EIGHT_BIT_KV.get(engine, "auto") if st.session_state["eight_bit"] else "auto"
+
+
+def _model_inputs() -> None:
+    source = st.radio("Model from", ["Preset", "Hub", "Upload"], key="in_source", horizontal=True)
+    if source == "Preset":
+        names = sorted(presets())
+        if st.session_state.get("in_model") not in names:
+            st.session_state["in_model"] = DEFAULT_MODEL
+        st.selectbox("Model", names, key="in_model", help="Bundled config.json files; type to search")
+        st.session_state["in_config"] = ""
+    elif source == "Hub":
+        st.text_input(
+            "Hugging Face repo id",
+            key="in_model",
+            placeholder="org/name",
+            help="config.json is fetched with huggingface_hub (honours HF_TOKEN, HF_HUB_OFFLINE and the "
+            "local cache). Repository code is never run.",
+        )
+        st.session_state["in_config"] = ""
+    else:
+        upload = st.file_uploader("config.json", type=["json"], help="A checkpoint's config.json")
+        pasted = st.text_area("…or paste it", height=80)
+        text = upload.getvalue() if upload is not None else pasted.strip()
+        if text:
+            try:
+                st.session_state["in_config"] = pack_config(parse_json(text, "the uploaded config.json"))
+            except InputError as err:
+                st.error(str(err))
+    with st.expander("Edit (what-if)"):
+        st.caption("0 keeps the config's value.")
+        st.number_input("Layers", min_value=0, max_value=10_000, step=1, key="in_layers")
+        st.number_input("KV heads", min_value=0, max_value=4096, step=1, key="in_kvh")
+        st.number_input("Head dim", min_value=0, max_value=4096, step=1, key="in_hd")
+        st.number_input("Sliding window", min_value=0, max_value=1 << 24, step=256, key="in_win")
+
+
+def _hardware_inputs() -> None:
+    options = [CUSTOM_CARD, *cards()]
+    st.selectbox("Card", options, key="in_card", format_func=lambda n: "Custom memory (GiB)" if n == CUSTOM_CARD else n)
+    if st.session_state["in_card"] == CUSTOM_CARD:
+        st.number_input("GPU memory (GiB)", min_value=0.5, max_value=100_000.0, step=1.0, key="in_gib")
+    st.number_input("GPUs", min_value=1, max_value=1024, step=1, key="in_gpus")
+    st.selectbox("Weights", list(FORMATS), key="in_weights", help="Weight quantisation")
+    st.selectbox("Engine", list(ENGINES), key="in_engine")
+    engine = st.session_state["in_engine"]
+    kv_options = list(ENGINES[engine].kv_dtypes)
+    if st.session_state.get("in_kv") not in kv_options:
+        st.session_state["in_kv"] = "auto"
+    st.session_state["eight_bit"] = st.session_state["in_kv"] in ("fp8", "fp8_e4m3", "fp8_e5m2", "q8_0", "int8")
+    st.toggle(
+        "8-bit KV cache",
+        key="eight_bit",
+        on_change=_on_eight_bit,
+        disabled=engine not in EIGHT_BIT_KV,
+        help="fp8 on vLLM, q8_0 on llama.cpp; transformers keeps K/V in the compute dtype",
+    )
+    st.selectbox("KV dtype", kv_options, key="in_kv")
+    st.text_input("Context (tokens)", key="in_ctx_text", help="e.g. 8192, 32k, 128K")
+    try:
+        st.session_state["in_ctx"] = parse_tokens(st.session_state["in_ctx_text"])
+    except InputError as err:
+        st.error(str(err))
+
+
+def sidebar() -> tuple[Inputs, ModelSpec, Setup]:
+    """Draw the shared inputs; return them with the model and the fit setup they describe."""
+    _init_from_url()
+    with st.sidebar:
+        st.page_link("app.py", label="Fit a card", icon="🧮")
+        st.page_link("pages/1_hybrid_vs_dense.py", label="Hybrid vs dense", icon="📈")
+        st.page_link("pages/2_measure_live.py", label="Measure live", icon="🔬")
+        st.divider()
+        _model_inputs()
+        _hardware_inputs()
+    ignored = st.session_state.get("_kv_ignored")
+    if ignored:
+        st.warning("Some link parameters were ignored and defaults used instead: " + "; ".join(ignored))
+    inputs = _current()
+    st.query_params.from_dict(to_query(inputs))
+    try:
+        model = _spec(inputs.model.strip() or DEFAULT_MODEL, inputs.config)
+    except InputError as err:
+        st.error(f"{err} — showing {DEFAULT_MODEL} instead.")
+        model = _spec(DEFAULT_MODEL, "")
+    try:
+        if inputs.layers or inputs.kvh or inputs.hd or inputs.win:
+            model = edited(
+                model,
+                num_layers=inputs.layers or None,
+                kv_heads=inputs.kvh or None,
+                head_dim=inputs.hd or None,
+                window=inputs.win or None,
+            )
+        setup = setup_for(inputs, model)
+    except InputError as err:
+        st.error(f"{err} — the edit was not applied.")
+        setup = setup_for(replace(inputs, layers=0, kvh=0, hd=0, win=0, gpus=1), model)
+    return inputs, setup.model, setup
+
+
+def setup_for(inputs: Inputs, model: ModelSpec) -> Setup:
+    engine = engine_named(inputs.engine)
+    card = Card.custom(inputs.gib) if inputs.card == CUSTOM_CARD else card_named(inputs.card)
+    tp, pp = default_split(engine, inputs.gpus)
+    return Setup(
+        model=model,
+        engine=engine,
+        card=card,
+        gpus=inputs.gpus,
+        tp=tp,
+        pp=pp,
+        weights=inputs.weights,
+        kv_dtype=inputs.kv,
+    )
+
+
+def share_box(inputs: Inputs, table: dict | None = None) -> None:
+    """The link that reproduces this view, and downloads of what it shows."""
+    with st.expander("Share this view"):
+        url = st.context.url.split("?")[0] if st.context.url else ""
+        query = "&".join(f"{k}={v}" for k, v in to_query(inputs).items())
+        st.code(f"{url}?{query}", language=None)
+        st.caption("Copy the link with the button in the box's corner; it reproduces every input above.")
+        if table is not None:
+            st.download_button("Download JSON", json.dumps(table, indent=2), "kvscope.json", "application/json")

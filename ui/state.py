@@ -1,0 +1,140 @@
+"""Every input of the explorer, and its round trip through the URL (pure: testable without Streamlit).
+
+A shared link carries all inputs as query parameters. Unknown keys and invalid values are dropped with a warning
+naming them, and the view opens with defaults for those inputs.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from dataclasses import asdict, dataclass, fields, replace
+
+from core.engines import ENGINES
+from core.errors import InputError
+from core.gpus import card_named
+from core.loading import DEFAULT_MODEL, presets
+from core.quant import FORMATS
+from core.units import format_tokens, parse_tokens
+
+CUSTOM_CARD = "custom"
+MAX_SHARED_CONFIG = 16_000  # characters of compressed config in a link
+
+
+@dataclass(frozen=True)
+class Inputs:
+    model: str = DEFAULT_MODEL  # a preset or Hub repo id; ignored when `config` is set
+    config: str = ""  # an uploaded config.json, compressed into the link
+    card: str = CUSTOM_CARD
+    gib: float = 8.0  # memory of a custom card
+    gpus: int = 1
+    weights: str = "q4_k_m"
+    kv: str = "auto"
+    engine: str = "llama.cpp"
+    ctx: int = 32768
+    layers: int = 0  # what-if edits; 0 = as the config says
+    kvh: int = 0
+    hd: int = 0
+    win: int = 0
+    cmp: str = "Qwen/Qwen3-8B"  # comparators on the hybrid-vs-dense page, comma separated
+
+
+DEFAULTS = Inputs()
+
+
+def pack_config(raw: dict) -> str:
+    blob = zlib.compress(json.dumps(raw, separators=(",", ":")).encode(), 9)
+    return base64.urlsafe_b64encode(blob).decode().rstrip("=")
+
+
+def unpack_config(text: str) -> dict:
+    try:
+        blob = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        data = json.loads(zlib.decompress(blob))
+    except (ValueError, zlib.error) as err:
+        raise InputError(f"the shared config in the link is damaged ({err})") from None
+    if not isinstance(data, dict):
+        raise InputError("the shared config in the link is not a JSON object")
+    return data
+
+
+def _check(key: str, value: str):
+    """Parse one query value; raises InputError/ValueError when it is not acceptable."""
+    if key == "model":
+        if value not in presets() and "/" not in value:
+            raise InputError(f"unknown model {value!r}")
+        return value
+    if key == "config":
+        if len(value) > MAX_SHARED_CONFIG:
+            raise InputError("shared config too large")
+        unpack_config(value)
+        return value
+    if key == "card":
+        return value if value == CUSTOM_CARD else card_named(value).name
+    if key == "gib":
+        gib = float(value)
+        if not 0 < gib <= 100_000:
+            raise InputError("GPU memory out of range")
+        return gib
+    if key in ("gpus", "layers", "kvh", "hd", "win"):
+        n = int(value)
+        if not (0 <= n <= 1 << 24) or (key == "gpus" and not 1 <= n <= 1024):
+            raise InputError(f"{key} out of range")
+        return n
+    if key == "weights":
+        if value.lower() not in FORMATS:
+            raise InputError(f"unknown weight format {value!r}")
+        return value.lower()
+    if key == "engine":
+        if value not in ENGINES:
+            raise InputError(f"unknown engine {value!r}")
+        return value
+    if key == "kv":
+        if not any(value in engine.kv_dtypes for engine in ENGINES.values()):
+            raise InputError(f"unknown KV dtype {value!r}")
+        return value
+    if key == "ctx":
+        return parse_tokens(value)
+    if key == "cmp":
+        names = [n for n in value.split(",") if n]
+        if len(names) > 4 or any(n not in presets() for n in names):
+            raise InputError("comparators must be bundled presets (at most 4)")
+        return ",".join(names)
+    raise InputError(f"unknown parameter {key!r}")
+
+
+def from_query(params: dict[str, str]) -> tuple[Inputs, list[str]]:
+    """Inputs from a link's query parameters, and the parameters that were ignored (with why)."""
+    values: dict[str, object] = {}
+    ignored: list[str] = []
+    known = {f.name for f in fields(Inputs)}
+    for key, value in params.items():
+        if key not in known:
+            ignored.append(f"{key} (unknown parameter)")
+            continue
+        try:
+            values[key] = _check(key, str(value))
+        except (InputError, ValueError) as err:
+            ignored.append(f"{key}={str(value)[:40]!r} ({err})")
+    inputs = replace(DEFAULTS, **values)
+    if inputs.engine in ENGINES and inputs.kv not in ENGINES[inputs.engine].kv_dtypes:
+        ignored.append(f"kv={inputs.kv!r} (not available on {inputs.engine})")
+        inputs = replace(inputs, kv="auto")
+    return inputs, ignored
+
+
+def to_query(inputs: Inputs) -> dict[str, str]:
+    """Only what differs from the defaults, so links stay short; the model is always named."""
+    out: dict[str, str] = {}
+    for key, value in asdict(inputs).items():
+        if value == getattr(DEFAULTS, key) and key != "model":
+            continue
+        out[key] = (
+            format_tokens(value).replace(",", "")
+            if key == "ctx"
+            else f"{value:g}"
+            if isinstance(value, float)
+            else str(value)
+        )
+    return out
