@@ -15,6 +15,7 @@ from core.errors import InputError
 from core.fit import Setup, default_split, fit
 from core.gpus import Card, card_named
 from core.loading import load_model
+from core.probe import add_probe_parser
 from core.units import format_bytes, format_tokens, parse_tokens
 
 DEFAULT_CONTEXTS = (4096, 32768, 131072)
@@ -242,6 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     fitp.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=True, help="vLLM")
     fitp.add_argument("--json", action="store_true")
     fitp.set_defaults(run=cmd_fit, show=print_fit)
+
+    add_probe_parser(sub)
 
     res = sub.add_parser("resolve", help="print a config.json with its architecture's defaults applied")
     res.add_argument("config", help="path to config.json, or - for standard input")

@@ -1,0 +1,139 @@
+"""`python -m core probe MODEL ...`: the live probe without the app. core/cli.py wires it in with add_probe_parser."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from core.errors import InputError
+from core.probe.request import BACKENDS, DEVICES, ProbeRequest
+from core.probe.runner import run_probe
+from core.units import format_bytes, format_tokens, parse_tokens
+
+DEFAULT_CONTEXT = 4096
+
+
+def _tokens(text: str) -> int:
+    try:
+        return parse_tokens(text)
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def _progress(msg: dict[str, Any]) -> None:
+    if msg.get("event") in ("progress", "timeout", "cancelled", "error"):
+        print(f"probe: {msg.get('message')}", file=sys.stderr, flush=True)
+
+
+def cmd_probe(args: argparse.Namespace) -> dict[str, Any]:
+    request = ProbeRequest(
+        model=args.model,
+        contexts=tuple(args.context or (DEFAULT_CONTEXT,)),
+        backend=args.backend,
+        device=args.device,
+        decode_steps=args.decode_steps,
+        scale_layers=args.scale_layers,
+        weights=args.weights,
+        dtype=args.dtype,
+        kv_dtype=args.kv_dtype,
+        tensor_parallel_size=args.tensor_parallel_size,
+    )
+    result = run_probe(request, on_progress=None if args.quiet else _progress, timeout=args.timeout)
+    if not result.ok:
+        tail = f"\n{result.log_tail}" if result.log_tail and result.status == "error" else ""
+        raise InputError(f"probe {result.status}: {result.error}{tail}")
+    return {
+        "model": result.model,
+        "backend": request.backend,
+        "device": result.device,
+        "weights": result.weights,
+        "scale": result.scale,
+        "decode_mode": result.decode_mode,
+        "status": result.status,
+        "contexts": [
+            {
+                "context": c.context,
+                "predicted_cache_bytes": c.predicted_cache_bytes,
+                "measured_cache_bytes": c.measured_cache_bytes,
+                "ratio": c.ratio,
+                "peak_bytes": c.peak_bytes,
+                "prefill_tok_s": c.prefill_tok_s,
+                "decode_tok_s": c.decode_tok_s,
+                "decode_mode": c.decode_mode,
+                "kv_capacity_tokens": c.kv_capacity_tokens,
+                "max_concurrency": c.max_concurrency,
+            }
+            for c in result.contexts
+        ],
+        "notes": list(result.notes),
+        "results_file": result.results_path,
+    }
+
+
+def _b(n: int | None) -> str:
+    return "—" if n is None else format_bytes(n)
+
+
+def _r(x: float | None) -> str:
+    return "—" if x is None else f"{x:,.1f}"
+
+
+def print_probe(out: dict[str, Any]) -> None:
+    print(f"{out['model']} on {out['device']} ({out['backend']}), decode {out['decode_mode']}")
+    print(f"{out['weights']}; {out['scale']}")
+    print(
+        f"{'context':>8}  {'predicted':>11}  {'measured':>11}  {'ratio':>6}  {'peak':>11}  "
+        f"{'prefill t/s':>11}  {'decode t/s':>10}"
+    )
+    for c in out["contexts"]:
+        ratio = "—" if c["ratio"] is None else f"{c['ratio']:.3f}"
+        print(
+            f"{format_tokens(c['context']):>8}  {_b(c['predicted_cache_bytes']):>11}  "
+            f"{_b(c['measured_cache_bytes']):>11}  {ratio:>6}  {_b(c['peak_bytes']):>11}  "
+            f"{_r(c['prefill_tok_s']):>11}  {_r(c['decode_tok_s']):>10}"
+        )
+    for note in out["notes"]:
+        print(f"note: {note}")
+    if out["results_file"]:
+        print(f"recorded in {out['results_file']}")
+
+
+def add_probe_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add `probe` to a `python -m core` subparsers object (core/cli.py's contract: run returns a dict)."""
+    p = sub.add_parser("probe", help="measure a model's real cache, memory and speed here, beside the prediction")
+    p.add_argument("model", help="Hugging Face repo id, bundled preset, config.json path or checkpoint folder")
+    p.add_argument("--backend", default="transformers", choices=BACKENDS)
+    p.add_argument("--device", default="auto", choices=DEVICES)
+    p.add_argument("--context", type=_tokens, action="append", help="tokens, e.g. 4096 or 32k (repeatable)")
+    p.add_argument("--decode-steps", type=_positive, default=32)
+    p.add_argument(
+        "--scale-layers",
+        type=_positive,
+        default=None,
+        help="probe a copy with about N layers (same kinds, widths and kind mix)",
+    )
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds before the probe is killed")
+    p.add_argument(
+        "--weights",
+        default="auto",
+        choices=("auto", "random"),
+        help="auto: real weights if already on disk (never downloaded), else random",
+    )
+    p.add_argument("--dtype", default="auto", choices=("auto", "bf16", "fp16", "fp32"))
+    p.add_argument("--kv-dtype", default="auto", help="vLLM kv_cache_dtype (auto, fp8, ...)")
+    p.add_argument("--tensor-parallel-size", type=_positive, default=1)
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_probe, show=print_probe)
+    return p

@@ -1,0 +1,69 @@
+"""The probe results file: one JSON object per line, appended whole or not at all.
+
+Each record is written with a single `os.write` of one complete line to a file opened O_APPEND, under an exclusive
+flock, so a crash or kill mid-run can neither break a line nor touch earlier ones. A line that still fails to parse
+(an editor, a full disk) is skipped on read and reported, never fatal.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+RESULTS_NAME = "probes.jsonl"
+DEFAULT_DIR = Path(__file__).resolve().parents[2] / "measurements" / "results"
+
+
+def results_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    """Where the results file and the probe lock live: the argument, else $KVSCOPE_PROBE_DIR, else the repo's."""
+    chosen = override or os.environ.get("KVSCOPE_PROBE_DIR") or DEFAULT_DIR
+    return Path(chosen)
+
+
+def append_result(path: Path, record: dict[str, Any]) -> None:
+    line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size:
+            # A torn tail left by something else must not swallow our line: start on a fresh one.
+            with open(path, "rb") as f:
+                f.seek(size - 1)
+                if f.read(1) != b"\n":
+                    line = b"\n" + line
+        written = os.write(fd, line)
+        if written != len(line):
+            raise OSError(f"short write to {path} ({written} of {len(line)} bytes)")
+        os.fsync(fd)
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+def load_results(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """(records, warnings): every line that parses as a JSON object, and one warning per line that does not."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], []
+    rows: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            warnings.append(f"{path.name} line {number} skipped: not valid JSON ({err})")
+            continue
+        if not isinstance(row, dict):
+            warnings.append(f"{path.name} line {number} skipped: a JSON {type(row).__name__}, not an object")
+            continue
+        rows.append(row)
+    return rows, warnings

@@ -1,0 +1,509 @@
+"""The probe's child process: `python -m core.probe.worker` reads a ProbeRequest as JSON on stdin and writes JSON
+lines on stdout ({"event": "progress" | "context" | "done" | "error", ...}). The only module that imports torch.
+
+Library chatter printed to stdout is moved to stderr first, so the protocol channel carries nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from core.cachewalk import cache_bytes, pinned_bytes
+from core.engines import engine_named
+from core.errors import InputError
+from core.loading import load_raw, model_from_config
+from core.probe.request import RANDOM_LABEL, ContextResult, ProbeRequest
+from core.probe.scale import Scaled, scale_layers, smallest_exact
+
+CPU_BUDGET_BYTES = 8 << 30  # a scaled copy on CPU must fit in this (weights + largest cache)
+PEAK_CUDA = (
+    "torch.cuda.max_memory_allocated over the prefill: weights, activations and cache (after the first context also "
+    "the decode StaticCache, sized for the longest context)"
+)
+PEAK_CPU = "not measured on CPU (no allocator statistics; RSS would count the whole process)"
+GPU_HEADROOM = 0.85  # of free GPU memory, for weights + cache + prefill activations at full size
+
+
+class Channel:
+    """JSON lines to the parent on the original stdout."""
+
+    def __init__(self) -> None:
+        self._out = os.fdopen(os.dup(1), "w", buffering=1)
+        os.dup2(2, 1)  # anything else printing to fd 1 (libraries, C code) lands in stderr
+        sys.stdout = sys.stderr
+
+    def send(self, event: str, **data: Any) -> None:
+        self._out.write(json.dumps({"event": event, **data}, default=str) + "\n")
+        self._out.flush()
+
+    def progress(self, message: str) -> None:
+        self.send("progress", message=message)
+
+
+def _watch_parent() -> None:
+    """Exit if the runner dies: an orphaned probe would hold the GPU (and the lock fd it inherited) forever."""
+    parent = os.getppid()
+
+    def loop() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=loop, daemon=True).start()
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return version(pkg)
+    except PackageNotFoundError:
+        return None
+
+
+def environment(torch: Any, device: str) -> dict[str, Any]:
+    env: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": _version("transformers"),
+        "vllm": _version("vllm"),
+        "flash_linear_attention": _version("flash-linear-attention"),
+        "gpu": None,
+        "gpu_memory_bytes": None,
+        "driver": None,
+        "cuda": torch.version.cuda,
+    }
+    if device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(0)
+        env["gpu"] = props.name
+        env["gpu_memory_bytes"] = props.total_memory
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
+            env["driver"] = out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
+    return env
+
+
+def _torch_dtype(torch: Any, name: str) -> Any:
+    table = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+    return table[name]
+
+
+def local_weights(source: str) -> Path | None:
+    """A folder holding safetensors for `source`: the path itself, or the local HF cache. Never downloads."""
+    path = Path(source).expanduser()
+    if path.is_file() and path.name == "config.json":
+        path = path.parent
+    if path.is_dir():
+        return path if any(path.glob("*.safetensors")) else None
+    if not re.match(r"^[\w.-]+/[\w.-]+$", source):
+        return None
+    try:
+        from huggingface_hub import snapshot_download
+
+        found = Path(snapshot_download(source, local_files_only=True, allow_patterns=["*.json", "*.safetensors"]))
+    except Exception:  # not cached (LocalEntryNotFoundError) or a broken cache: random weights then
+        return None
+    return found if any(found.glob("*.safetensors")) else None
+
+
+def _bytes_per_param(dtype: str) -> int:
+    return {"bf16": 2, "fp16": 2, "fp32": 4}[dtype]
+
+
+def count_params(torch: Any, config: Any) -> tuple[int, int]:
+    """(all parameters, parameters outside the decoder layers), on the meta device: no memory, no time."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    total = sum(p.numel() for p in model.parameters())
+    layered = sum(p.numel() for n, p in model.named_parameters() if re.search(r"\.layers\.\d+\.", n))
+    return total, total - layered
+
+
+def text_config(raw: dict[str, Any]) -> Any:
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(raw["model_type"], **{k: v for k, v in raw.items() if k != "model_type"})
+    return config.get_text_config(decoder=True)
+
+
+def choose_scale(
+    req: ProbeRequest, raw: dict[str, Any], torch: Any, device: str, dtype: str, engine: Any, name: str
+) -> tuple[Scaled, list[str]]:
+    """The request's scale, else full size where it fits and the smallest exact copy otherwise."""
+    notes: list[str] = []
+    if req.scale_layers is not None:
+        return scale_layers(raw, req.scale_layers), notes
+    full = scale_layers(raw, 1 << 30)
+    if device == "cpu":
+        small = scale_layers(raw, smallest_exact(raw))
+        if small.layers_to < full.layers_to:
+            notes.append("CPU: a scaled-down copy by default (pass --scale-layers to choose)")
+        weights = count_params(torch, text_config(small.raw))[0] * _bytes_per_param(dtype)
+        if weights > CPU_BUDGET_BYTES:
+            notes.append(f"CPU: even the scaled copy holds {weights / 2**30:.1f} GiB of weights (embeddings)")
+        return small, notes
+    total, outside = count_params(torch, text_config(raw))
+    spec = model_from_config(raw, name)
+    cache = engine.account(spec, max(req.contexts) + req.decode_steps, req.batch, dtype).total
+    free, _ = torch.cuda.mem_get_info()
+    need = total * _bytes_per_param(dtype) + cache
+    if need <= GPU_HEADROOM * free:
+        return full, notes
+    per_layer = max(1, (total - outside) * _bytes_per_param(dtype) // full.layers_to)
+    per_layer_cache = cache // full.layers_to
+    room = GPU_HEADROOM * free - outside * _bytes_per_param(dtype)
+    n = max(1, int(room // (per_layer + per_layer_cache)))
+    notes.append(f"full size needs {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free: scaled to fit")
+    return scale_layers(raw, n), notes
+
+
+def _sync(torch: Any, device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _prefill_kwargs(model: Any) -> dict[str, Any]:
+    import inspect
+
+    # Only the last position's logits: a serving engine never materialises prompt × vocab logits (30 GB at 64K).
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+
+
+def decode_eager(torch: Any, model: Any, out: Any, steps: int, device: str) -> float:
+    """tok/s over `steps` greedy steps continuing the prefill's own (dynamic) cache, one forward per token."""
+    cache = out.past_key_values
+    token = out.logits[:, -1:].argmax(-1)
+    _sync(torch, device)
+    start = time.perf_counter()
+    with torch.no_grad():
+        for _ in range(steps):
+            step = model(input_ids=token, past_key_values=cache, use_cache=True)
+            cache = step.past_key_values
+            token = step.logits[:, -1:].argmax(-1)
+    _sync(torch, device)
+    return steps * token.shape[0] / (time.perf_counter() - start)
+
+
+class StaticDecoder:
+    """CUDA decode with a StaticCache sized for the longest context, so torch.compile (mode reduce-overhead, i.e.
+    CUDA graphs) compiles one graph per model, not per context. Decode rate = (K − 1) steps ÷ (t(K) − t(1)):
+    generate() also prefills, and the difference cancels it."""
+
+    def __init__(self, torch: Any, model: Any, max_len: int, batch: int, compile: bool) -> None:
+        from transformers import StaticCache
+
+        self.torch = torch
+        self.model = model
+        self.compile = compile
+        self.cache = StaticCache(config=model.config, max_cache_len=max_len)
+        self.warm = False
+
+    def _generate(self, ids: Any, new: int) -> float:
+        self.cache.reset()
+        self.torch.cuda.synchronize()
+        start = time.perf_counter()
+        with self.torch.no_grad():
+            self.model.generate(
+                input_ids=ids,
+                attention_mask=self.torch.ones_like(ids),
+                cache=self.cache,
+                max_new_tokens=new,
+                min_new_tokens=new,
+                do_sample=False,
+                disable_compile=not self.compile,
+                pad_token_id=0,
+            )
+        self.torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    def rate(self, ids: Any, steps: int) -> tuple[float, str]:
+        if not self.warm:
+            self._generate(ids[:, : min(ids.shape[1], 64)], 4)  # compile and capture graphs outside the clock
+            self.warm = True
+        one = min(self._generate(ids, 1), self._generate(ids, 1))  # the better of two: a first call pays set-up
+        many = self._generate(ids, steps)
+        compiled = getattr(self.model, "_compiled_call", None) is not None
+        mode = "static+compile" if compiled else "static"
+        if many <= one:  # noise swamped the decode (a tiny model): the whole call's rate, a lower bound
+            return steps * ids.shape[0] / many, mode
+        return (steps - 1) * ids.shape[0] / (many - one), mode
+
+
+def run_transformers(req: ProbeRequest, ch: Channel) -> None:
+    ch.progress("importing torch and transformers")
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if req.device == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda: no CUDA device is visible to torch on this machine")
+    device = "cuda" if req.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
+    name, raw, origin = load_raw(req.model)
+    engine = engine_named("transformers")
+    spec_full = model_from_config(raw, name)
+    dtype = spec_full.dtype if req.dtype == "auto" else engine.kv_dtype(spec_full, req.dtype).name
+    torch_dtype = _torch_dtype(torch, dtype)
+    notes: list[str] = [f"config from {origin}"]
+    if device == "cpu" and torch.cuda.is_available() is False:
+        notes.append("no CUDA device: ran on CPU")
+    scaled, scale_notes = choose_scale(req, raw, torch, device, dtype, engine, name)
+    notes += scale_notes
+    weights_dir = local_weights(req.model) if req.weights == "auto" else None
+    if weights_dir and scaled.layers_to < scaled.layers_from:
+        notes.append(f"real weights in {weights_dir} not used: a scaled-down copy needs random weights")
+        weights_dir = None
+    spec = model_from_config(scaled.raw, name)
+    env = environment(torch, device)
+    if not env["flash_linear_attention"] and any("deltanet" in k for k in spec.layer_counts()):
+        notes.append("flash-linear-attention not installed: Gated DeltaNet runs transformers' torch fallback")
+    ch.send(
+        "setup",
+        model=name,
+        scale=scaled.note,
+        layers=spec.layer_counts(),
+        env=env,
+        device=device if device == "cpu" else f"cuda:0 ({env['gpu']})",
+    )
+
+    ch.progress(f"building the model ({scaled.note})")
+    torch.manual_seed(req.seed)
+    target = torch.device(device)
+    weights_label = RANDOM_LABEL
+    model = None
+    if weights_dir:
+        try:
+            model = AutoModelForCausalLM.from_pretrained(weights_dir, dtype=torch_dtype, device_map=device)
+            weights_label = f"real weights from {weights_dir}"
+        except Exception as err:  # a VLM checkpoint, an unknown layout: random weights still measure the cache
+            notes.append(f"real weights in {weights_dir} did not load ({type(err).__name__}): random weights")
+    if model is None:
+        with target:
+            model = AutoModelForCausalLM.from_config(text_config(scaled.raw), dtype=torch_dtype)
+    model.eval()
+    weights_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    ch.send("weights", weights=weights_label, weights_bytes=weights_bytes)
+
+    use_static = device == "cuda" and req.compile
+    decoder = None
+    if use_static:
+        try:
+            decoder = StaticDecoder(torch, model, max(req.contexts) + req.decode_steps + 1, req.batch, req.compile)
+        except Exception as err:  # an architecture StaticCache cannot hold: eager decode, said so
+            notes.append(f"static cache unavailable ({type(err).__name__}: {err}); decode eager")
+    kwargs = _prefill_kwargs(model)
+    for i, n in enumerate(req.contexts):
+        if req.debug == "crash" and i == 1:
+            os.kill(os.getpid(), signal.SIGKILL)  # tests: die as hard as an OOM kill would
+        ch.progress(f"context {n:,}: prefill")
+        predicted = engine.account(spec, n, req.batch, dtype).total
+        ids = torch.randint(0, spec.vocab_size, (req.batch, n), device=target)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        _sync(torch, device)
+        start = time.perf_counter()
+        with torch.no_grad():
+            out = model(input_ids=ids, use_cache=True, **kwargs)
+        _sync(torch, device)
+        prefill_s = time.perf_counter() - start
+        peak = torch.cuda.max_memory_allocated() if device == "cuda" else None
+        measured = cache_bytes(out.past_key_values)
+        pinned = pinned_bytes(out.past_key_values)
+        ch.progress(f"context {n:,}: decode {req.decode_steps} steps")
+        mode = "eager"
+        rate = None
+        if decoder is not None:
+            try:
+                del out
+                rate, mode = decoder.rate(ids, req.decode_steps)
+            except Exception as err:
+                notes.append(f"static decode failed at {n:,} ({type(err).__name__}: {err}); eager instead")
+                decoder = None
+                with torch.no_grad():
+                    out = model(input_ids=ids, use_cache=True, **kwargs)
+        if rate is None:
+            rate = decode_eager(torch, model, out, req.decode_steps, device)
+            del out
+        row = ContextResult(
+            context=n,
+            predicted_cache_bytes=predicted,
+            measured_cache_bytes=measured,
+            peak_bytes=peak,
+            peak_source=PEAK_CUDA if peak is not None else PEAK_CPU,
+            prefill_s=prefill_s,
+            prefill_tok_s=n * req.batch / prefill_s,
+            decode_tok_s=rate,
+            decode_mode=mode,
+            pinned_cache_bytes=pinned,
+        )
+        ch.send("context", row=row.to_dict())
+    if device == "cpu":
+        notes.append("CPU decode is eager (no CUDA graphs): its tok/s is framework-bound, not bandwidth-bound")
+    ch.send("done", weights=weights_label, notes=notes, env=env)
+
+
+_VLLM_DTYPES = {"auto": "auto", "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+_KV_TOKENS = re.compile(r"GPU KV cache size:\s*([\d,]+)\s*tokens")
+_CONCURRENCY = re.compile(r"Maximum concurrency for\s*([\d,]+)\s*tokens per request:\s*([\d.]+)x")
+_AVAILABLE = re.compile(r"Available KV cache memory:\s*([\d.]+)\s*(GiB|MiB|GB)")
+
+
+def parse_vllm_log(text: str) -> dict[str, Any]:
+    """KV capacity, maximum concurrency and free KV memory from vLLM's start-up log (last occurrence wins)."""
+    out: dict[str, Any] = {"kv_capacity_tokens": None, "max_concurrency": None, "concurrency_len": None}
+    out["available_kv_bytes"] = None
+    for m in _KV_TOKENS.finditer(text):
+        out["kv_capacity_tokens"] = int(m.group(1).replace(",", ""))
+    for m in _CONCURRENCY.finditer(text):
+        out["concurrency_len"] = int(m.group(1).replace(",", ""))
+        out["max_concurrency"] = float(m.group(2))
+    for m in _AVAILABLE.finditer(text):
+        scale = {"GiB": 1 << 30, "MiB": 1 << 20, "GB": 10**9}[m.group(2)]
+        out["available_kv_bytes"] = int(float(m.group(1)) * scale)
+    return out
+
+
+def vllm_prediction(spec: Any, context: int, kv_dtype: str) -> int | None:
+    """kvscope's vLLM cache bytes for one sequence, when that engine exists in this checkout."""
+    try:
+        return engine_named("vllm").account(spec, context, 1, kv_dtype).total
+    except (InputError, NotImplementedError):
+        return None
+
+
+def run_vllm(req: ProbeRequest, ch: Channel) -> None:
+    ch.progress("importing vllm")
+    import torch
+
+    try:
+        import vllm  # noqa: F401
+        from vllm import LLM, SamplingParams
+    except ImportError as err:
+        raise InputError(f"the vllm backend needs vllm (pip install -r requirements-gpu.txt): {err}") from None
+    if not torch.cuda.is_available():
+        raise InputError("the vllm backend needs a CUDA GPU; none is visible")
+    name, raw, origin = load_raw(req.model)
+    spec = model_from_config(raw, name)
+    weights_dir = local_weights(req.model) if req.weights == "auto" else None
+    env = environment(torch, "cuda")
+    notes = [f"config from {origin}"]
+    work = Path(tempfile.mkdtemp(prefix="kvscope-vllm-"))
+    if weights_dir is None:
+        (work / "model").mkdir()
+        (work / "model" / "config.json").write_text(json.dumps(raw))  # dummy weights need only the config
+        model_path, load_format, label = str(work / "model"), "dummy", RANDOM_LABEL
+    else:
+        model_path, load_format, label = str(weights_dir), "auto", f"real weights from {weights_dir}"
+    ch.send(
+        "setup",
+        model=name,
+        scale=f"full size ({len(spec.layers)} layers)",
+        layers=spec.layer_counts(),
+        env=env,
+        device=f"cuda:0 ({env['gpu']})",
+    )
+    max_len = max(req.contexts) + req.decode_steps
+    log_path = work / "vllm.log"
+    ch.progress(f"starting vLLM (max_model_len {max_len:,})")
+    # vLLM logs from its engine-core subprocess too: point fds 1 and 2 at a file both inherit, then parse it.
+    saved = os.dup(2)
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    try:
+        llm = LLM(
+            model=model_path,
+            max_model_len=max_len,
+            dtype=_VLLM_DTYPES[req.dtype],
+            kv_cache_dtype=req.kv_dtype,
+            tensor_parallel_size=req.tensor_parallel_size,
+            gpu_memory_utilization=req.gpu_memory_utilization,
+            load_format=load_format,
+            skip_tokenizer_init=True,
+            seed=req.seed,
+        )
+    finally:
+        os.dup2(saved, 2)
+        os.dup2(saved, 1)
+    parsed = parse_vllm_log(log_path.read_text(errors="replace"))
+    ch.progress(f"vLLM reports {parsed['kv_capacity_tokens']} KV tokens, concurrency {parsed['max_concurrency']}")
+    rng = torch.Generator().manual_seed(req.seed)
+
+    def timed(ids: list[int], new: int) -> float:
+        params = SamplingParams(max_tokens=new, min_tokens=new, ignore_eos=True, temperature=0.0, detokenize=False)
+        start = time.perf_counter()
+        llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)
+        return time.perf_counter() - start
+
+    for n in req.contexts:
+        ch.progress(f"context {n:,}: prefill + {req.decode_steps} decode steps in vLLM")
+        ids = torch.randint(0, spec.vocab_size, (n,), generator=rng).tolist()
+        one = timed(ids, 1)
+        many = timed(ids, req.decode_steps)
+        predicted = vllm_prediction(spec, n, req.kv_dtype)
+        at_max = vllm_prediction(spec, max_len, req.kv_dtype)
+        available = parsed["available_kv_bytes"]
+        row = ContextResult(
+            context=n,
+            predicted_cache_bytes=predicted,
+            measured_cache_bytes=None,
+            peak_bytes=None,
+            peak_source="vLLM reserves gpu_memory_utilization of the GPU up front",
+            prefill_s=one,
+            prefill_tok_s=n / one,
+            decode_tok_s=(req.decode_steps - 1) / max(many - one, 1e-9),
+            decode_mode="vllm",
+            kv_capacity_tokens=parsed["kv_capacity_tokens"],
+            max_concurrency=parsed["max_concurrency"],
+            predicted_max_concurrency=available / at_max if available and at_max else None,
+        )
+        ch.send("context", row=row.to_dict())
+    if vllm_prediction(spec, max_len, req.kv_dtype) is None:
+        notes.append("kvscope has no vLLM engine in this checkout: prediction left empty")
+    ch.send("done", weights=label, notes=notes, env=env)
+
+
+def main() -> int:
+    ch = Channel()
+    _watch_parent()
+    try:
+        req = ProbeRequest.from_dict(json.loads(sys.stdin.read()))
+        if req.debug.startswith("sleep:"):
+            ch.progress("debug: sleeping")
+            time.sleep(float(req.debug.split(":", 1)[1]))
+        (run_vllm if req.backend == "vllm" else run_transformers)(req, ch)
+    except InputError as err:
+        ch.send("error", message=str(err), kind="input")
+        return 2
+    except Exception as err:
+        import traceback
+
+        traceback.print_exc()
+        ch.send("error", message=f"{type(err).__name__}: {err}", kind="crash")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
