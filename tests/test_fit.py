@@ -1,0 +1,152 @@
+"""Fit a card: the solver's answers, the 8 GB story for Qwen3.5-9B, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from core.engines import engine_named
+from core.errors import InputError
+from core.fit import Setup, Solver, fit
+from core.gpus import Card, card_named
+from core.loading import load_model
+from core.whatif import all_full_attention
+from tests.test_cli import run_cli
+
+GIB = 1 << 30
+QWEN35 = load_model("Qwen/Qwen3.5-9B")
+SKELETON = all_full_attention(QWEN35)
+CONTEXTS = [8192, 32768, 131072, 262144]
+
+
+def eight_gb(model, engine="llama.cpp", **kw) -> Setup:
+    return Setup(model=model, engine=engine_named(engine), card=Card.custom(8), weights="q4_k_m", **kw)
+
+
+def test_skeleton_is_all_full_attention_with_the_same_attention_shape():
+    assert SKELETON.layer_counts() == {"full_attention": 32}
+    llama = engine_named("llama.cpp")
+    # 32 layers × (K + V) × 4 KV heads × 256 × f16 against 8 of them in the hybrid
+    assert llama.kv_bytes_per_token(SKELETON) == 32 * 2 * 4 * 256 * 2 == 4 * llama.kv_bytes_per_token(QWEN35)
+
+
+def test_eight_gb_table_hybrid_vs_skeleton_attention_cache_is_four_times_at_every_length():
+    hybrid, dense = fit(eight_gb(QWEN35), CONTEXTS), fit(eight_gb(SKELETON), CONTEXTS)
+    for h, d in zip(hybrid.rows, dense.rows, strict=True):
+        assert d.account.token_bytes == 4 * h.account.token_bytes
+        assert d.account.fixed_bytes == 0 and h.account.fixed_bytes > 0
+        # the whole cache ratio stays under 4 (the hybrid's fixed state) and climbs toward it
+        assert 3 < d.cache_bytes / h.cache_bytes < 4
+    ratios = [d.cache_bytes / h.cache_bytes for h, d in zip(hybrid.rows, dense.rows, strict=True)]
+    assert ratios == sorted(ratios)
+    # on an 8 GiB card with 4-bit weights the hybrid holds a 32K conversation, the dense skeleton does not
+    by_ctx = {r.context: r.fits for r in hybrid.rows}, {r.context: r.fits for r in dense.rows}
+    assert by_ctx[0][32768] and not by_ctx[1][32768]
+    assert hybrid.max_context > 3 * dense.max_context
+
+
+def test_eight_bit_kv_halves_attention_but_not_the_recurrent_state():
+    vllm = engine_named("vllm")
+    assert vllm.kv_bytes_per_token(QWEN35, "fp8") * 2 == vllm.kv_bytes_per_token(QWEN35, "bf16")
+    assert vllm.fixed_bytes_per_sequence(QWEN35, "fp8") == vllm.fixed_bytes_per_sequence(QWEN35, "bf16")
+    llama = engine_named("llama.cpp")
+    # q8_0 stores 34 bytes per 32 values: 17/32 of f16, not exactly half
+    assert llama.kv_bytes_per_token(QWEN35, "q8_0") * 32 == llama.kv_bytes_per_token(QWEN35, "f16") * 17
+    assert llama.fixed_bytes_per_sequence(QWEN35, "q8_0") == llama.fixed_bytes_per_sequence(QWEN35, "f16")
+
+
+def test_max_context_is_the_boundary():
+    for setup in (eight_gb(QWEN35), eight_gb(SKELETON), eight_gb(QWEN35, "transformers")):
+        solver = Solver(setup)
+        best = solver.max_context()
+        assert best < solver.limit
+        assert (best == 0 or solver.fits(best)) and not solver.fits(best + 1)
+
+
+def test_pipeline_split_halves_weights_and_cache_per_gpu():
+    one = fit(eight_gb(QWEN35), [32768]).rows[0]
+    two = fit(replace(eight_gb(QWEN35), gpus=2, pp=2), [32768]).rows[0]
+    assert two.weights_bytes == -(-one.weights_bytes // 2)
+    assert two.cache_bytes == -(-one.cache_bytes // 2)
+
+
+def test_vllm_fit_reports_what_the_startup_log_would():
+    budget, max_len = 20 * GIB, 40960
+    proc = run_cli(
+        "fit",
+        "Qwen/Qwen3-8B",
+        "--engine",
+        "vllm",
+        "--gpu",
+        "A100 80GB SXM4",
+        "--kv-cache-memory-bytes",
+        str(budget),
+        "--max-model-len",
+        str(max_len),
+        "--json",
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    blocks = budget // (36 * 16 * 8 * 256 * 2)
+    concurrency = blocks / (max_len // 16)
+    assert out["kv_budget_bytes"] == budget
+    assert out["vllm"]["num_blocks"] == blocks
+    assert out["vllm"]["kv_cache_tokens"] == int(concurrency * max_len)
+    assert out["vllm"]["log"].endswith(f"Maximum concurrency for 40,960 tokens per request: {concurrency:.2f}x")
+    for key in ("weights_bytes", "overhead_bytes", "kv_budget_bytes", "max_context"):
+        assert isinstance(out[key], int)
+    row = out["contexts"][0]
+    assert set(row) >= {"cache_bytes", "total_bytes", "fits", "max_concurrency"}
+
+
+def test_fit_cli_table_for_the_eight_gb_card():
+    proc = run_cli(
+        "fit",
+        "Qwen/Qwen3.5-9B",
+        "--gpu-mem-gib",
+        "8",
+        "--weights",
+        "Q4_K_M",
+        "--engine",
+        "llama.cpp",
+        "--context",
+        "8k",
+        "--context",
+        "32k",
+        "--context",
+        "128k",
+        "--context",
+        "256k",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "max context for one sequence" in proc.stdout and "GiB" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gpu-mem-gib", "0"], "must be positive"),
+        (["--gpu-mem-gib", "-8"], "must be positive"),
+        (["--gpu", "RTX 9999"], "unknown card"),
+        (["--gpu", "H100", "--engine", "vllm", "--gpus", "3"], "does not divide"),
+        (["--gpu", "H100", "--context", "1M"], "above the limit"),
+        (["--gpu", "H100", "--engine", "vllm", "--max-model-len", "1M"], "above"),
+        (["--gpu", "H100", "--weights", "q7_z"], "q7_z"),
+        ([], "give the card"),
+        (["--gpu", "H100", "--gpu-mem-gib", "8"], "give the card"),
+        (["--gpu", "H100", "--engine", "vllm", "--gpu-memory-utilization", "1.5"], "gpu_memory_utilization"),
+    ],
+)
+def test_bad_fit_input_gives_a_clear_message(args, message):
+    proc = run_cli("fit", "Qwen/Qwen3-8B", *args)
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_card_lookup_names_the_ambiguity():
+    with pytest.raises(InputError, match="ambiguous"):
+        card_named("4060")
+    assert card_named("h200").memory_bytes == 143771 << 20
