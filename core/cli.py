@@ -111,6 +111,7 @@ def build_setup(args: argparse.Namespace) -> Setup:
         gpu_memory_utilization=args.gpu_memory_utilization,
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         max_model_len=args.max_model_len,
+        gpu_layers=args.n_gpu_layers,
     )
 
 
@@ -241,6 +242,13 @@ def build_parser() -> argparse.ArgumentParser:
     fitp.add_argument("--gpu-memory-utilization", type=float, default=0.92, help="vLLM (default 0.92)")
     fitp.add_argument("--max-num-batched-tokens", type=_positive_int, help="vLLM (default 2048)")
     fitp.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=True, help="vLLM")
+    fitp.add_argument(
+        "--n-gpu-layers",
+        "-ngl",
+        type=int,
+        dest="n_gpu_layers",
+        help="llama.cpp: layers offloaded to the GPU (default: all)",
+    )
     fitp.add_argument("--json", action="store_true")
     fitp.set_defaults(run=cmd_fit, show=print_fit)
 

@@ -15,7 +15,7 @@ from core.gpus import Card
 from core.model import ModelSpec
 from core.overhead import Item, llamacpp_overhead, transformers_overhead, vllm_overhead
 from core.params import count_params
-from core.quant import default_format, weights_bytes
+from core.quant import default_format, tensor_bytes, weights_bytes
 from core.units import format_tokens
 
 TABLE_CONTEXTS = tuple(1 << k for k in range(12, 24))  # 4K … 8M, cut at the model's max
@@ -35,6 +35,7 @@ class Setup:
     gpu_memory_utilization: float = 0.92  # vLLM's default in 0.33
     kv_cache_memory_bytes: int | None = None  # vLLM: sets the KV budget directly
     max_model_len: int | None = None  # vLLM: defaults to the model's max
+    gpu_layers: int | None = None  # llama.cpp -ngl: layers on the GPU (None = all); the rest stay in system RAM
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,11 @@ def _validate(setup: Setup) -> None:
         raise InputError(f"gpu_memory_utilization must be in (0, 1], got {setup.gpu_memory_utilization}")
     if setup.kv_cache_memory_bytes is not None and setup.kv_cache_memory_bytes <= 0:
         raise InputError("kv_cache_memory_bytes must be positive")
+    if setup.gpu_layers is not None:
+        if not isinstance(setup.engine, LlamaCppEngine):
+            raise InputError("partial offload (-ngl / gpu_layers) is a llama.cpp setting; choose --engine llama.cpp")
+        if setup.gpu_layers < 0:
+            raise InputError(f"gpu_layers must be 0 or more, got {setup.gpu_layers}")
     if setup.pp > len(setup.model.layers):
         raise InputError(f"pipeline parallel {setup.pp} exceeds the model's {len(setup.model.layers)} layers")
 
@@ -118,18 +124,39 @@ class Solver:
         self.engine = engine
         self.format = setup.weights or default_format(setup.model)
         count = count_params(setup.model)
-        self.weights_total = weights_bytes(count, self.format, dtype_named(setup.model.dtype).block_bytes).total
+        dtype_bytes = dtype_named(setup.model.dtype).block_bytes
+        self.weights_total = weights_bytes(count, self.format, dtype_bytes).total
+        self.model = setup.model  # the part of the model whose cache lives on the GPUs
+        if isinstance(engine, LlamaCppEngine):
+            self.weights_total, self.model = self._llamacpp_offload(count, dtype_bytes)
         self.weights = -(-self.weights_total // setup.gpus)
         util = setup.gpu_memory_utilization if isinstance(engine, VllmEngine) else 1.0
         self.usable = int(setup.card.memory_bytes * util)
         self.limit = context_limit(setup)
+
+    def _llamacpp_offload(self, count, dtype_bytes: int) -> tuple[int, ModelSpec]:
+        """llama.cpp keeps the token embedding in system RAM, puts the first -ngl layers (and, once every layer is
+        offloaded, the output layer) on the GPU, and keeps each layer's KV beside that layer."""
+        layers = self.setup.model.layers
+        ngl = len(layers) + 1 if self.setup.gpu_layers is None else self.setup.gpu_layers
+        on_gpu = 0
+        for tensor, size in tensor_bytes(count, self.format, dtype_bytes):
+            if tensor.layer is not None:
+                on_gpu += size if tensor.layer < ngl else 0
+            elif tensor.category != "embedding":
+                on_gpu += size if ngl > len(layers) else 0
+        kept = layers[: min(ngl, len(layers))]
+        name = self.setup.model.name + (f" ({len(kept)} of {len(layers)} layers on GPU)" if ngl <= len(layers) else "")
+        return on_gpu, self.setup.model.with_layers(kept, name=name)
 
     # cache is split across pipeline stages (layers) and, for vLLM, across TP ranks inside the engine's pages
     def _layer_split(self) -> int:
         return self.setup.pp
 
     def account(self, context: int) -> CacheAccount:
-        return self.engine.account(self.setup.model, context, 1, self.setup.kv_dtype)
+        if not self.model.layers:
+            return CacheAccount(self.model.name, self.engine.name, self.setup.kv_dtype, context, 1, ())
+        return self.engine.account(self.model, context, 1, self.setup.kv_dtype)
 
     def cache(self, context: int) -> int:
         return -(-self.account(context).total // self._layer_split())
@@ -227,6 +254,12 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
     vllm = None
     if isinstance(solver.engine, VllmEngine):
         vllm = solver.vllm_capacity(solver.limit)
+    if isinstance(solver.engine, LlamaCppEngine):
+        off = "" if setup.gpu_layers is None else f" -ngl {setup.gpu_layers}:"
+        notes.append(
+            f"llama.cpp{off} {len(solver.model.layers)} of {len(setup.model.layers)} layers on the GPU; "
+            "the token embedding table stays in system RAM"
+        )
     if rows and rows[0].weights_bytes > solver.usable:
         notes.append("the weights alone exceed the card's usable memory")
     return Fit(

@@ -150,3 +150,22 @@ def test_card_lookup_names_the_ambiguity():
     with pytest.raises(InputError, match="ambiguous"):
         card_named("4060")
     assert card_named("h200").memory_bytes == 143771 << 20
+
+
+def test_llamacpp_partial_offload_keeps_the_rest_in_ram():
+    from core.params import count_params
+    from core.quant import tensor_bytes
+
+    setup = replace(eight_gb(QWEN35), gpu_layers=16)
+    row = fit(setup, [32768]).rows[0]
+    tensors = tensor_bytes(count_params(QWEN35), "q4_k_m", 2)
+    assert row.weights_bytes == sum(b for t, b in tensors if t.layer is not None and t.layer < 16)
+    # layers 3, 7, 11, 15 are the full-attention ones among the first 16; 12 Gated DeltaNet states go along
+    llama = engine_named("llama.cpp")
+    cells = 32768
+    assert row.cache_bytes == 4 * cells * 2 * 4 * 256 * 2 + 12 * llama.fixed_bytes_per_sequence(QWEN35) // 24
+    full = fit(eight_gb(QWEN35), [32768]).rows[0]
+    embedding = next(b for t, b in tensors if t.category == "embedding")
+    assert full.weights_bytes == sum(b for _, b in tensors) - embedding
+    with pytest.raises(InputError, match=r"llama\.cpp setting"):
+        Solver(replace(setup, engine=engine_named("vllm")))

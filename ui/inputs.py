@@ -111,6 +111,15 @@ def _hardware_inputs() -> None:
         help="fp8 on vLLM, q8_0 on llama.cpp; transformers keeps K/V in the compute dtype",
     )
     st.selectbox("KV dtype", kv_options, key="in_kv")
+    if engine == "llama.cpp":
+        st.number_input(
+            "GPU layers (-ngl; -1 = all)",
+            min_value=-1,
+            max_value=100_000,
+            step=1,
+            key="in_ngl",
+            help="Layers offloaded to the GPU; the others and their KV stay in system RAM",
+        )
     st.text_input("Context (tokens)", key="in_ctx_text", help="e.g. 8192, 32k, 128K")
     try:
         st.session_state["in_ctx"] = parse_tokens(st.session_state["in_ctx_text"])

@@ -33,6 +33,7 @@ class Inputs:
     kv: str = "auto"
     engine: str = "llama.cpp"
     ctx: int = 32768
+    ngl: int = -1  # llama.cpp -ngl: layers on the GPU; -1 = all
     layers: int = 0  # what-if edits; 0 = as the config says
     kvh: int = 0
     hd: int = 0
@@ -77,6 +78,11 @@ def _check(key: str, value: str):
         if not 0 < gib <= 100_000:
             raise InputError("GPU memory out of range")
         return gib
+    if key == "ngl":
+        n = int(value)
+        if not -1 <= n <= 100_000:
+            raise InputError("ngl out of range")
+        return n
     if key in ("gpus", "layers", "kvh", "hd", "win"):
         n = int(value)
         if not (0 <= n <= 1 << 24) or (key == "gpus" and not 1 <= n <= 1024):
