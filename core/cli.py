@@ -17,6 +17,7 @@ from core.gpus import Card, card_named
 from core.loading import load_model
 from core.probe import add_probe_parser
 from core.units import format_bytes, format_tokens, parse_tokens
+from core.weightfiles import read_weights
 
 DEFAULT_CONTEXTS = (4096, 32768, 131072)
 
@@ -112,6 +113,7 @@ def build_setup(args: argparse.Namespace) -> Setup:
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         max_model_len=args.max_model_len,
         gpu_layers=args.n_gpu_layers,
+        weights_file=read_weights(args.weights_file) if args.weights_file else None,
     )
 
 
@@ -235,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--weights", help="weight format, e.g. bf16, fp8, int4-awq, mxfp4, Q4_K_M (default: the checkpoint's)"
     )
     fitp.add_argument("--kv-dtype", default="auto")
+    fitp.add_argument("--weights-file", help="exact sizes from a .gguf, .safetensors (file or folder) or Hub repo id")
     fitp.add_argument("--engine", default="transformers", choices=sorted(ENGINES))
     fitp.add_argument("--context", type=_tokens, action="append", help="tokens, e.g. 32k (repeatable)")
     fitp.add_argument("--kv-cache-memory-bytes", type=_positive_int, help="vLLM: KV budget per GPU in bytes")

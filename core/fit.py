@@ -17,6 +17,7 @@ from core.overhead import Item, llamacpp_overhead, transformers_overhead, vllm_o
 from core.params import count_params
 from core.quant import default_format, tensor_bytes, weights_bytes
 from core.units import format_tokens
+from core.weightfiles import WeightFile
 
 TABLE_CONTEXTS = tuple(1 << k for k in range(12, 24))  # 4K … 8M, cut at the model's max
 SSM_CONTEXT_LIMIT = 1 << 24  # pure state-space models have no position limit; search stops here
@@ -35,6 +36,7 @@ class Setup:
     gpu_memory_utilization: float = 0.92  # vLLM's default in 0.33
     kv_cache_memory_bytes: int | None = None  # vLLM: sets the KV budget directly
     max_model_len: int | None = None  # vLLM: defaults to the model's max
+    weights_file: WeightFile | None = None  # exact sizes from a real checkpoint replace the estimate
     gpu_layers: int | None = None  # llama.cpp -ngl: layers on the GPU (None = all); the rest stay in system RAM
 
 
@@ -127,6 +129,9 @@ class Solver:
         dtype_bytes = dtype_named(setup.model.dtype).block_bytes
         self.weights_total = weights_bytes(count, self.format, dtype_bytes).total
         self.model = setup.model  # the part of the model whose cache lives on the GPUs
+        if setup.weights_file is not None:
+            self.format = f"{setup.weights_file.kind} file"
+            self.weights_total = setup.weights_file.total_bytes
         if isinstance(engine, LlamaCppEngine):
             self.weights_total, self.model = self._llamacpp_offload(count, dtype_bytes)
         self.weights = -(-self.weights_total // setup.gpus)
@@ -139,12 +144,15 @@ class Solver:
         offloaded, the output layer) on the GPU, and keeps each layer's KV beside that layer."""
         layers = self.setup.model.layers
         ngl = len(layers) + 1 if self.setup.gpu_layers is None else self.setup.gpu_layers
-        on_gpu = 0
-        for tensor, size in tensor_bytes(count, self.format, dtype_bytes):
-            if tensor.layer is not None:
-                on_gpu += size if tensor.layer < ngl else 0
-            elif tensor.category != "embedding":
-                on_gpu += size if ngl > len(layers) else 0
+        if self.setup.weights_file is not None:
+            on_gpu = self.setup.weights_file.bytes_on_gpu(ngl, len(layers))
+        else:
+            on_gpu = 0
+            for tensor, size in tensor_bytes(count, self.format, dtype_bytes):
+                if tensor.layer is not None:
+                    on_gpu += size if tensor.layer < ngl else 0
+                elif tensor.category != "embedding":
+                    on_gpu += size if ngl > len(layers) else 0
         kept = layers[: min(ngl, len(layers))]
         name = self.setup.model.name + (f" ({len(kept)} of {len(layers)} layers on GPU)" if ngl <= len(layers) else "")
         return on_gpu, self.setup.model.with_layers(kept, name=name)
