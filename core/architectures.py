@@ -122,7 +122,8 @@ def mamba2(c: Cfg) -> Mamba2:
     )
 
 
-def falcon_h1_mamba(c: Cfg) -> Mamba2:
+def mamba2_prefixed(c: Cfg) -> Mamba2:
+    """Falcon-H1 and Granite-4.0-H name their Mamba2 fields mamba_*; Falcon-H1 may set the inner width directly."""
     inner = c.int("mamba_d_ssm") if c.has("mamba_d_ssm") else _expanded(c, "mamba_expand")
     return Mamba2(
         c.int("mamba_n_heads"),
@@ -131,17 +132,6 @@ def falcon_h1_mamba(c: Cfg) -> Mamba2:
         c.int("mamba_n_groups"),
         c.int("mamba_d_conv"),
         intermediate=inner,
-    )
-
-
-def granite_mamba(c: Cfg) -> Mamba2:
-    return Mamba2(
-        c.int("mamba_n_heads"),
-        c.int("mamba_d_head"),
-        c.int("mamba_d_state"),
-        c.int("mamba_n_groups"),
-        c.int("mamba_d_conv"),
-        intermediate=_expanded(c, "mamba_expand"),
     )
 
 
@@ -180,32 +170,30 @@ class Arch:
 
 
 DENSE = Arch()
+# plain and sliding-window attention (which layers slide comes from layer_types / sliding_window)
+DENSE_TYPES = (
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "phi3",
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "gemma3_text",
+    "gpt_oss",
+    "llama4",
+    "llama4_text",
+    "olmo2",
+    "olmo3",
+    "granite",
+    "cohere2",
+)
 ARCHITECTURES: dict[str, Arch] = {
-    # plain and sliding-window attention (which layers slide comes from layer_types / sliding_window)
-    **dict.fromkeys(
-        [
-            "llama",
-            "mistral",
-            "mixtral",
-            "qwen2",
-            "qwen2_moe",
-            "qwen3",
-            "qwen3_moe",
-            "phi3",
-            "gemma",
-            "gemma2",
-            "gemma3",
-            "gemma3_text",
-            "gpt_oss",
-            "llama4",
-            "llama4_text",
-            "olmo2",
-            "olmo3",
-            "granite",
-            "cohere2",
-        ],
-        DENSE,
-    ),
+    **dict.fromkeys(DENSE_TYPES, DENSE),
     **dict.fromkeys(["deepseek_v2", "deepseek_v3", "kimi_k2"], Arch(attention=mla)),
     **dict.fromkeys(
         ["qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next"], Arch(state=gated_deltanet)
@@ -213,8 +201,8 @@ ARCHITECTURES: dict[str, Arch] = {
     **dict.fromkeys(["mamba", "falcon_mamba"], Arch(state=mamba1)),
     "jamba": Arch(state=jamba_mamba),
     "mamba2": Arch(state=mamba2),
-    "falcon_h1": Arch(state=falcon_h1_mamba),
-    "granitemoehybrid": Arch(state=granite_mamba),
+    "falcon_h1": Arch(state=mamba2_prefixed),
+    "granitemoehybrid": Arch(state=mamba2_prefixed),
     "nemotron_h": Arch(state=nemotron_mamba),
     "zamba2": Arch(state=zamba2_mamba),
     **dict.fromkeys(["lfm2", "lfm2_moe"], Arch(state=short_conv)),

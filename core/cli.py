@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from core.argtypes import positive_int, tokens
 from core.config import parse_json, resolve
 from core.engines import ENGINES, engine_named
 from core.engines.vllm_engine import VllmEngine
@@ -16,7 +17,8 @@ from core.fit import Setup, default_split, fit
 from core.gpus import Card, card_named
 from core.loading import load_model
 from core.probe import add_probe_parser
-from core.units import format_bytes, format_tokens, parse_tokens
+from core.report import table_records
+from core.units import format_bytes, format_tokens
 from core.weightfiles import read_weights
 
 DEFAULT_CONTEXTS = (4096, 32768, 131072)
@@ -137,19 +139,7 @@ def cmd_fit(args: argparse.Namespace) -> dict:
         "max_context": result.max_context,
         "context_limit": result.context_limit,
         "notes": list(result.notes),
-        "contexts": [
-            {
-                "context": r.context,
-                "cache_bytes": r.cache_bytes,
-                "weights_bytes": r.weights_bytes,
-                "overhead_bytes": r.overhead_bytes,
-                "total_bytes": r.total_bytes,
-                "headroom_bytes": r.headroom_bytes,
-                "fits": r.fits,
-                "max_concurrency": r.max_concurrency,
-            }
-            for r in result.rows
-        ],
+        "contexts": table_records(result),
     }
     if result.vllm is not None:
         out["vllm"] = {
@@ -196,23 +186,6 @@ def cmd_resolve(args: argparse.Namespace) -> dict:
     return resolve(parse_json(text, args.config))
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
-
-
-def _tokens(text: str) -> int:
-    try:
-        return parse_tokens(text)
-    except InputError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m core", description="kvscope: LLM cache and memory sizing")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -221,8 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("model", help="Hugging Face repo id, bundled preset, or path to a config.json")
     size.add_argument("--engine", default="transformers", choices=sorted(ENGINES))
     size.add_argument("--kv-dtype", default="auto")
-    size.add_argument("--context", type=_tokens, action="append", help="tokens, e.g. 32768 or 32k (repeatable)")
-    size.add_argument("--batch", type=_positive_int, default=1)
+    size.add_argument("--context", type=tokens, action="append", help="tokens, e.g. 32768 or 32k (repeatable)")
+    size.add_argument("--batch", type=positive_int, default=1)
     size.add_argument("--json", action="store_true")
     size.set_defaults(run=cmd_size, show=print_size)
 
@@ -230,20 +203,20 @@ def build_parser() -> argparse.ArgumentParser:
     fitp.add_argument("model", help="Hugging Face repo id, bundled preset, or path to a config.json")
     fitp.add_argument("--gpu", help="card name, e.g. 'RTX 4090', H100, 'A100 40GB'")
     fitp.add_argument("--gpu-mem-gib", type=float, help="memory of one GPU in GiB, instead of --gpu")
-    fitp.add_argument("--gpus", type=_positive_int, default=1)
-    fitp.add_argument("--tp", type=_positive_int, help="tensor parallel size (vLLM)")
-    fitp.add_argument("--pp", type=_positive_int, help="pipeline parallel size / layer split")
+    fitp.add_argument("--gpus", type=positive_int, default=1)
+    fitp.add_argument("--tp", type=positive_int, help="tensor parallel size (vLLM)")
+    fitp.add_argument("--pp", type=positive_int, help="pipeline parallel size / layer split")
     fitp.add_argument(
         "--weights", help="weight format, e.g. bf16, fp8, int4-awq, mxfp4, Q4_K_M (default: the checkpoint's)"
     )
     fitp.add_argument("--kv-dtype", default="auto")
     fitp.add_argument("--weights-file", help="exact sizes from a .gguf, .safetensors (file or folder) or Hub repo id")
     fitp.add_argument("--engine", default="transformers", choices=sorted(ENGINES))
-    fitp.add_argument("--context", type=_tokens, action="append", help="tokens, e.g. 32k (repeatable)")
-    fitp.add_argument("--kv-cache-memory-bytes", type=_positive_int, help="vLLM: KV budget per GPU in bytes")
-    fitp.add_argument("--max-model-len", type=_tokens, help="vLLM: longest request")
+    fitp.add_argument("--context", type=tokens, action="append", help="tokens, e.g. 32k (repeatable)")
+    fitp.add_argument("--kv-cache-memory-bytes", type=positive_int, help="vLLM: KV budget per GPU in bytes")
+    fitp.add_argument("--max-model-len", type=tokens, help="vLLM: longest request")
     fitp.add_argument("--gpu-memory-utilization", type=float, default=0.92, help="vLLM (default 0.92)")
-    fitp.add_argument("--max-num-batched-tokens", type=_positive_int, help="vLLM (default 2048)")
+    fitp.add_argument("--max-num-batched-tokens", type=positive_int, help="vLLM (default 2048)")
     fitp.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=True, help="vLLM")
     fitp.add_argument(
         "--n-gpu-layers",

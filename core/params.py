@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from core.architectures import Cfg, head_dim
+from core.architectures import DENSE_TYPES, Cfg, head_dim
 from core.errors import InputError
 from core.model import ModelSpec
 
@@ -647,30 +647,7 @@ def _minimax(m: _Model) -> None:
 
 
 BUILDERS: dict[str, Callable[[_Model], None]] = {
-    **dict.fromkeys(
-        [
-            "llama",
-            "mistral",
-            "mixtral",
-            "qwen2",
-            "qwen2_moe",
-            "qwen3",
-            "qwen3_moe",
-            "phi3",
-            "gemma",
-            "gemma2",
-            "gemma3",
-            "gemma3_text",
-            "gpt_oss",
-            "llama4",
-            "llama4_text",
-            "olmo2",
-            "olmo3",
-            "granite",
-            "cohere2",
-        ],
-        _decoder,
-    ),
+    **dict.fromkeys(DENSE_TYPES, _decoder),
     **dict.fromkeys(["deepseek_v2", "deepseek_v3", "kimi_k2"], _deepseek),
     **dict.fromkeys(["qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next"], _gated_deltanet),
     **dict.fromkeys(["mamba", "falcon_mamba"], _mamba),

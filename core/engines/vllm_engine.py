@@ -161,10 +161,9 @@ class VllmEngine(Engine):
         if isinstance(part, GatedDeltaNet):
             channels = 2 * part.num_k_heads * part.k_head_dim + part.num_v_heads * part.v_head_dim
             heads = self._shard(part.num_v_heads, "linear_num_value_heads")
-            return (
-                self._shard(channels, "the conv channels") * conv.bytes_for(keep(part.conv_kernel))
-                + heads * part.v_head_dim * ssm.bytes_for(part.k_head_dim)
-            )
+            return self._shard(channels, "the conv channels") * conv.bytes_for(
+                keep(part.conv_kernel)
+            ) + heads * part.v_head_dim * ssm.bytes_for(part.k_head_dim)
         if isinstance(part, Mamba1):
             inner = self._shard(part.intermediate, "the Mamba inner width")
             return inner * conv.bytes_for(keep(part.d_conv)) + inner * ssm.bytes_for(part.d_state)
@@ -199,8 +198,11 @@ class VllmEngine(Engine):
                     else:
                         out.append(Page("full_attention", "full", per_token))
                 elif part.state_tensors():
-                    out.append(Page(part.kind, "state", state=self._state_bytes(part, storage),
-                                    mamba2=isinstance(part, Mamba2)))
+                    out.append(
+                        Page(
+                            part.kind, "state", state=self._state_bytes(part, storage), mamba2=isinstance(part, Mamba2)
+                        )
+                    )
         return out
 
     # --- layout --------------------------------------------------------------------------------------------------
@@ -236,7 +238,7 @@ class VllmEngine(Engine):
         for p in pages:
             buckets[p] = buckets.get(p, 0) + 1
         if len(buckets) == 1:
-            (page, count), = buckets.items()
+            ((page, count),) = buckets.items()
             return Plan(block, page_bytes, (Group(page, count),), count)
         smallest, largest = min(buckets.values()), max(buckets.values())
         size = largest if largest < smallest * 1.5 else smallest
@@ -297,6 +299,6 @@ class VllmEngine(Engine):
                     fixed_bytes_total=old.fixed_bytes_total + line.fixed_bytes_total,
                 )
             lines[line.label] = line
-        return CacheAccount(model.name, self.name, self.kv_dtype(model, kv_dtype).name, context, batch,
-                            tuple(lines.values()))
-
+        return CacheAccount(
+            model.name, self.name, self.kv_dtype(model, kv_dtype).name, context, batch, tuple(lines.values())
+        )

@@ -6,29 +6,13 @@ import argparse
 import sys
 from typing import Any
 
+from core.argtypes import positive_int, tokens
 from core.errors import InputError
 from core.probe.request import BACKENDS, DEVICES, ProbeRequest
 from core.probe.runner import run_probe
-from core.units import format_bytes, format_tokens, parse_tokens
+from core.units import format_bytes, format_tokens
 
 DEFAULT_CONTEXT = 4096
-
-
-def _tokens(text: str) -> int:
-    try:
-        return parse_tokens(text)
-    except InputError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
 
 
 def _progress(msg: dict[str, Any]) -> None:
@@ -115,11 +99,11 @@ def add_probe_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("model", help="Hugging Face repo id, bundled preset, config.json path or checkpoint folder")
     p.add_argument("--backend", default="transformers", choices=BACKENDS)
     p.add_argument("--device", default="auto", choices=DEVICES)
-    p.add_argument("--context", type=_tokens, action="append", help="tokens, e.g. 4096 or 32k (repeatable)")
-    p.add_argument("--decode-steps", type=_positive, default=32)
+    p.add_argument("--context", type=tokens, action="append", help="tokens, e.g. 4096 or 32k (repeatable)")
+    p.add_argument("--decode-steps", type=positive_int, default=32)
     p.add_argument(
         "--scale-layers",
-        type=_positive,
+        type=positive_int,
         default=None,
         help="probe a copy with about N layers (same kinds, widths and kind mix)",
     )
@@ -132,7 +116,7 @@ def add_probe_parser(sub: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--dtype", default="auto", choices=("auto", "bf16", "fp16", "fp32"))
     p.add_argument("--kv-dtype", default="auto", help="vLLM kv_cache_dtype (auto, fp8, ...)")
-    p.add_argument("--tensor-parallel-size", type=_positive, default=1)
+    p.add_argument("--tensor-parallel-size", type=positive_int, default=1)
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_probe, show=print_probe)
