@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from core.architectures import DENSE_TYPES, Cfg, head_dim
+from core.architectures import ARCHITECTURES, DENSE_TYPES, Cfg, head_dim
 from core.errors import InputError
+from core.layers import GatedDeltaNet, LayerKind, Mamba1, Mamba2
 from core.model import ModelSpec
 
 CATEGORIES = ("embedding", "lm_head", "linear", "experts", "router", "other")
@@ -159,20 +160,17 @@ class _Model:
         )
         self.experts("ffn_down_exps", self.h, inter, n, top_k, bias)
 
-    def mamba2(
-        self,
-        heads: int,
-        inner: int,
-        groups: int,
-        state: int,
-        kernel: int,
-        *,
-        conv_bias: bool,
-        proj_bias: bool,
-        out_bias: bool,
-        gated_norm: bool,
-    ) -> None:
-        conv_dim = inner + 2 * groups * state
+    def state_layer(self) -> LayerKind:
+        """The architecture's constant-state layer, with its shape read once by core.architectures."""
+        arch = ARCHITECTURES.get(self.c.model_type) or ARCHITECTURES[str(self.c.data.get("_top_model_type"))]
+        assert arch.state is not None
+        return arch.state(self.c)
+
+    def mamba2(self, *, conv_bias: bool, proj_bias: bool, out_bias: bool, gated_norm: bool) -> None:
+        layer = self.state_layer()
+        assert isinstance(layer, Mamba2)
+        heads, inner, kernel = layer.heads, layer.intermediate, layer.d_conv
+        conv_dim = inner + 2 * layer.n_groups * layer.d_state
         self.vec("ssm_dt_bias", heads)
         self.vec("ssm_a", heads)
         self.vec("ssm_d", heads)
@@ -184,7 +182,10 @@ class _Model:
             self.norm("ssm_norm", inner)
         self.mat("ssm_out", self.h, inner, out_bias)
 
-    def mamba1(self, inner: int, state: int, kernel: int, dt_rank: int, *, conv_bias: bool, proj_bias: bool) -> None:
+    def mamba1(self, dt_rank: int, *, conv_bias: bool, proj_bias: bool) -> None:
+        layer = self.state_layer()
+        assert isinstance(layer, Mamba1)
+        inner, state, kernel = layer.intermediate, layer.d_state, layer.d_conv
         self.vec("ssm_a", inner * state)
         self.vec("ssm_d", inner)
         self.vec("ssm_conv1d", inner * kernel)
@@ -334,22 +335,22 @@ def _deepseek(m: _Model) -> None:
 
 def _gated_deltanet(m: _Model) -> None:
     c = m.c
-    key_dim = c.int("linear_num_key_heads") * c.int("linear_key_head_dim")
-    v_heads = c.int("linear_num_value_heads")
-    value_dim = v_heads * c.int("linear_value_head_dim")
-    conv_dim = 2 * key_dim + value_dim
+    gdn = m.state_layer()
+    assert isinstance(gdn, GatedDeltaNet)
+    v_heads, value_dim = gdn.num_v_heads, gdn.num_v_heads * gdn.v_head_dim
+    conv_dim = 2 * gdn.num_k_heads * gdn.k_head_dim + value_dim
     m.embeddings()
     for i, kind in m.blocks():
         if kind == "linear_attention":
             m.vec("ssm_dt_bias", v_heads)
             m.vec("ssm_a", v_heads)
-            m.vec("ssm_conv1d", conv_dim * c.int("linear_conv_kernel_dim"))
+            m.vec("ssm_conv1d", conv_dim * gdn.conv_kernel)
             # Qwen3-Next fuses q,k,v,z and b,a; Qwen3.5 keeps them apart: same parameters either way.
             m.mat("attn_qkv", conv_dim, m.h)
             m.mat("attn_gate", value_dim, m.h)
             m.mat("ssm_beta", v_heads, m.h)
             m.mat("ssm_alpha", v_heads, m.h)
-            m.norm("ssm_norm", c.int("linear_value_head_dim"))
+            m.norm("ssm_norm", gdn.v_head_dim)
             m.mat("ssm_out", m.h, value_dim)
         else:
             m.gqa(q_mult=2, bias=m.attention_bias(), qk_norm="head")  # q_proj also yields the output gate
@@ -365,14 +366,10 @@ def _gated_deltanet(m: _Model) -> None:
 
 def _mamba(m: _Model) -> None:
     c = m.c
-    inner = c.int("intermediate_size")
     m.embeddings()
     for _ in m.blocks():
         m.norm("attn_norm")
         m.mamba1(
-            inner,
-            c.int("state_size"),
-            c.int("conv_kernel"),
             c.int("time_step_rank"),
             conv_bias=_flag(c, "use_conv_bias", True),
             proj_bias=_flag(c, "use_bias"),
@@ -383,16 +380,10 @@ def _mamba(m: _Model) -> None:
 
 def _mamba2(m: _Model) -> None:
     c = m.c
-    inner = int(c.num("expand", 2) * m.h)
     m.embeddings()
     for _ in m.blocks():
         m.norm("attn_norm")
         m.mamba2(
-            c.int("num_heads"),
-            inner,
-            c.int("n_groups"),
-            c.int("state_size"),
-            c.int("conv_kernel"),
             conv_bias=_flag(c, "use_conv_bias", True),
             proj_bias=_flag(c, "use_bias"),
             out_bias=_flag(c, "use_bias"),
@@ -406,7 +397,7 @@ def _jamba(m: _Model) -> None:
     c = m.c
     period, offset = c.int("expert_layer_period", default=2), _count(c, "expert_layer_offset", 1)
     n_experts = c.int("num_experts", "num_local_experts", default=1)
-    inner, dt_rank = c.int("mamba_expand") * m.h, c.int("mamba_dt_rank")
+    dt_rank = c.int("mamba_dt_rank")
     m.embeddings()
     for i, kind in m.blocks():
         if kind == "full_attention":
@@ -414,9 +405,6 @@ def _jamba(m: _Model) -> None:
         else:
             state = c.int("mamba_d_state")
             m.mamba1(
-                inner,
-                state,
-                c.int("mamba_d_conv"),
                 dt_rank,
                 conv_bias=_flag(c, "mamba_conv_bias", True),
                 proj_bias=_flag(c, "mamba_proj_bias"),
@@ -438,16 +426,10 @@ def _jamba(m: _Model) -> None:
 def _falcon_h1(m: _Model) -> None:
     """Every Falcon-H1 layer runs attention and Mamba-2 side by side, then an MLP."""
     c = m.c
-    inner = c.int("mamba_d_ssm") if c.has("mamba_d_ssm") else int(c.num("mamba_expand", 2) * m.h)
     m.embeddings()
     for _ in m.blocks():
         m.mlp(c.int("intermediate_size"), _flag(c, "mlp_bias"))
         m.mamba2(
-            c.int("mamba_n_heads"),
-            inner,
-            c.int("mamba_n_groups"),
-            c.int("mamba_d_state"),
-            c.int("mamba_d_conv"),
             conv_bias=_flag(c, "mamba_conv_bias", True),
             proj_bias=_flag(c, "mamba_proj_bias"),
             out_bias=_flag(c, "projectors_bias"),
@@ -463,7 +445,6 @@ def _falcon_h1(m: _Model) -> None:
 def _granite_hybrid(m: _Model) -> None:
     c = m.c
     n_experts = _count(c, "num_local_experts", 0)
-    inner = int(c.num("mamba_expand", 2) * m.h)
     m.embeddings()
     for _, kind in m.blocks():
         m.norm("attn_norm")
@@ -478,11 +459,6 @@ def _granite_hybrid(m: _Model) -> None:
             m.gqa(bias=m.attention_bias())
         else:
             m.mamba2(
-                c.int("mamba_n_heads"),
-                inner,
-                c.int("mamba_n_groups"),
-                c.int("mamba_d_state"),
-                c.int("mamba_d_conv"),
                 conv_bias=_flag(c, "mamba_conv_bias", True),
                 proj_bias=_flag(c, "mamba_proj_bias"),
                 out_bias=_flag(c, "mamba_proj_bias"),
@@ -496,17 +472,11 @@ def _nemotron_h(m: _Model) -> None:
     """One mixer per layer: Mamba-2, attention, a plain (non-gated, ReLU²) MLP, or an MoE."""
     c = m.c
     mlp_bias = _flag(c, "mlp_bias")
-    heads, dim = c.int("mamba_num_heads"), c.int("mamba_head_dim")
     m.embeddings()
     for _, kind in m.blocks():
         m.norm("attn_norm")
         if kind == "linear_attention":
             m.mamba2(
-                heads,
-                heads * dim,
-                c.int("n_groups"),
-                c.int("ssm_state_size"),
-                c.int("conv_kernel"),
                 conv_bias=_flag(c, "use_conv_bias", True),
                 proj_bias=_flag(c, "use_bias"),
                 out_bias=_flag(c, "use_bias"),
@@ -539,7 +509,6 @@ def _zamba2(m: _Model) -> None:
     weights are counted once) through its own linear projection. Each shared block holds LoRA-style adapters for the
     hybrid layers that use it."""
     c = m.c
-    inner = int(c.num("mamba_expand", 2) * m.h)
     hybrids = [i for i, t in enumerate(_layer_types(c)) if t == "hybrid"]
     blocks = c.int("num_mem_blocks", default=1)
     attn_width, inter, rank = 2 * m.h, c.int("intermediate_size"), c.int("adapter_rank", default=128)
@@ -551,11 +520,6 @@ def _zamba2(m: _Model) -> None:
     m.embeddings()
     for i, kind in m.blocks():
         m.mamba2(
-            c.int("n_mamba_heads"),
-            inner,
-            c.int("mamba_ngroups"),
-            c.int("mamba_d_state"),
-            c.int("mamba_d_conv"),
             conv_bias=True,
             proj_bias=bias,
             out_bias=bias,
