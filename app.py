@@ -12,7 +12,7 @@ from core.units import GIB, format_bytes, format_tokens
 from ui.charts import breakdown
 from ui.inputs import share_box, sidebar
 
-st.set_page_config(page_title="kvscope — fit a card", page_icon="📐", layout="wide")
+st.set_page_config(page_title="kvscope — fit a card", page_icon=":material/memory:", layout="wide")
 inputs, model, setup = sidebar()
 
 

@@ -13,7 +13,7 @@ from core.whatif import all_full_attention
 from ui.charts import bars, curves
 from ui.inputs import sidebar
 
-st.set_page_config(page_title="kvscope — hybrid vs dense", page_icon="📐", layout="wide")
+st.set_page_config(page_title="kvscope — hybrid vs dense", page_icon=":material/memory:", layout="wide")
 inputs, model, setup = sidebar()
 st.title("Hybrid vs dense")
 

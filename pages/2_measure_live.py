@@ -17,7 +17,7 @@ from ui.charts import curves
 from ui.inputs import sidebar
 from ui.state import unpack_config
 
-st.set_page_config(page_title="kvscope — measure live", page_icon="📐", layout="wide")
+st.set_page_config(page_title="kvscope — measure live", page_icon=":material/memory:", layout="wide")
 inputs, model, setup = sidebar()
 st.title("Measure live")
 st.caption(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from core.units import GIB
+from core.units import GIB, format_tokens
 
 COLORS = {"weights": "#64748b", "attention cache": "#2563eb", "fixed state": "#f59e0b", "overhead": "#a855f7"}
 
@@ -53,7 +53,8 @@ def curves(
         )
     if hline:
         fig.add_hline(y=hline[0], line_dash="dot", annotation_text=hline[1])
-    fig.update_xaxes(type="log", title="context (tokens)")
+    ticks = sorted({x for xs, _ in series.values() for x in xs})
+    fig.update_xaxes(type="log", title="context (tokens)", tickvals=ticks, ticktext=[format_tokens(t) for t in ticks])
     fig.update_yaxes(title=y_title, type="log" if log_y else "linear")
     fig.update_layout(height=380, margin={"t": 30, "b": 10}, legend={"orientation": "h", "y": 1.12})
     return fig

@@ -131,9 +131,9 @@ def sidebar() -> tuple[Inputs, ModelSpec, Setup]:
     """Draw the shared inputs; return them with the model and the fit setup they describe."""
     _init_from_url()
     with st.sidebar:
-        st.page_link("app.py", label="Fit a card", icon="🧮")
-        st.page_link("pages/1_hybrid_vs_dense.py", label="Hybrid vs dense", icon="📈")
-        st.page_link("pages/2_measure_live.py", label="Measure live", icon="🔬")
+        st.page_link("app.py", label="Fit a card", icon=":material/calculate:")
+        st.page_link("pages/1_hybrid_vs_dense.py", label="Hybrid vs dense", icon=":material/show_chart:")
+        st.page_link("pages/2_measure_live.py", label="Measure live", icon=":material/speed:")
         st.divider()
         _model_inputs()
         _hardware_inputs()
