@@ -59,7 +59,7 @@ shown = pd.DataFrame(
         "overhead (GiB)": frame["overhead_bytes"] / GIB,
         "total (GiB)": frame["total_bytes"] / GIB,
         "headroom (GiB)": frame["headroom_bytes"] / GIB,
-        "memory used": frame["memory_used"],
+        "memory used": frame["memory_used"] * 100,
         "fits": frame["fits"],
         "concurrency": frame["max_concurrency"],
     }
@@ -69,9 +69,10 @@ st.dataframe(
     hide_index=True,
     width="stretch",
     column_config={
-        "memory used": st.column_config.ProgressColumn("memory used", min_value=0.0, max_value=1.0, format="percent"),
+        "memory used": st.column_config.ProgressColumn("memory used", min_value=0.0, max_value=100.0, format="%.1f%%"),
         **{c: st.column_config.NumberColumn(c, format="%.3f") for c in shown.columns if "GiB" in c},
-        "concurrency": st.column_config.NumberColumn("concurrency", format="%.2f"),
+        # vLLM reports a fractional concurrency; the other engines run whole sequences
+        "concurrency": st.column_config.NumberColumn("concurrency", format="%.2f" if result.vllm else "%d"),
     },
 )
 st.caption("Per GPU. Binary units: 1 GiB = 2³⁰ bytes. Concurrency = requests of that length that fit at once.")

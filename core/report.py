@@ -18,7 +18,7 @@ def table_records(fit: Fit) -> list[dict]:
             "overhead_bytes": r.overhead_bytes,
             "total_bytes": r.total_bytes,
             "headroom_bytes": r.headroom_bytes,
-            "memory_used": min(r.total_bytes / fit.usable_bytes, 9.99) if fit.usable_bytes else 9.99,
+            "memory_used": min(r.total_bytes / fit.usable_bytes, 9.99) if fit.usable_bytes else 9.99,  # fraction
             "fits": r.fits,
             "max_concurrency": r.max_concurrency,
         }

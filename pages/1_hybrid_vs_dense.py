@@ -47,6 +47,11 @@ except InputError as err:
     st.error(str(err))
     st.stop()
 base = all_series[0]
+if base.fixed_bytes == 0 and all(layer.grows for layer in model.layers):
+    st.info(
+        f"{model.name} is dense: every layer keeps full K/V, so its all-full-attention skeleton is itself. "
+        "Pick a hybrid (e.g. Qwen/Qwen3.5-9B) to see the difference, or add comparators above."
+    )
 
 st.subheader("Cache per sequence")
 st.plotly_chart(

@@ -14,6 +14,8 @@ def breakdown(rows: list[dict]) -> go.Figure:
     fig = go.Figure()
     labels = [r["label"] for r in rows]
     for part, color in COLORS.items():
+        if not any(r[part] for r in rows):
+            continue  # e.g. no fixed state in a dense model
         fig.add_bar(
             name=part,
             x=labels,
@@ -22,7 +24,9 @@ def breakdown(rows: list[dict]) -> go.Figure:
             hovertemplate="%{x}: %{y:.3f} GiB<extra>" + part + "</extra>",
         )
     if rows:
-        fig.add_hline(y=rows[0]["usable"] / GIB, line_dash="dash", annotation_text="usable memory")
+        fig.add_hline(
+            y=rows[0]["usable"] / GIB, line_dash="dash", annotation_text="usable memory", annotation_position="top left"
+        )
     fig.update_layout(
         barmode="stack",
         yaxis_title="GiB per GPU",
@@ -55,15 +59,24 @@ def curves(
         fig.add_hline(y=hline[0], line_dash="dot", annotation_text=hline[1])
     ticks = sorted({x for xs, _ in series.values() for x in xs})
     fig.update_xaxes(type="log", title="context (tokens)", tickvals=ticks, ticktext=[format_tokens(t) for t in ticks])
-    fig.update_yaxes(title=y_title, type="log" if log_y else "linear")
+    fig.update_yaxes(title=y_title, type="log" if log_y else "linear", dtick=1 if log_y else None)
     fig.update_layout(height=380, margin={"t": 30, "b": 10}, legend={"orientation": "h", "y": 1.12})
     return fig
 
 
-def bars(x: list[str], series: dict[str, list[float]], y_title: str) -> go.Figure:
+def bars(x: list[str], series: dict[str, list[float]], y_title: str, cap: int | None = None) -> go.Figure:
+    """Grouped bars; a zero is labelled "doesn't fit" and a bar at `cap` "max" so neither reads as missing data."""
     fig = go.Figure()
     for name, ys in series.items():
-        fig.add_bar(x=x, y=ys, name=name, hovertemplate="%{x}: %{y:,}<extra>" + name + "</extra>")
+        labels = ["doesn't fit" if not y else "max" if cap and y >= cap else "" for y in ys]
+        fig.add_bar(
+            x=x,
+            y=ys,
+            name=name,
+            text=labels,
+            textposition="outside",
+            hovertemplate="%{x}: %{y:,}<extra>" + name + "</extra>",
+        )
     fig.update_layout(
         barmode="group",
         yaxis_title=y_title,
