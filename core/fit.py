@@ -263,11 +263,9 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
     if isinstance(solver.engine, VllmEngine):
         vllm = solver.vllm_capacity(solver.limit)
     if isinstance(solver.engine, LlamaCppEngine):
-        off = "" if setup.gpu_layers is None else f" -ngl {setup.gpu_layers}:"
-        notes.append(
-            f"llama.cpp{off} {len(solver.model.layers)} of {len(setup.model.layers)} layers on the GPU; "
-            "the token embedding table stays in system RAM"
-        )
+        n, on_gpu = len(setup.model.layers), len(solver.model.layers)
+        where = f"all {n} layers" if setup.gpu_layers is None else f"-ngl {setup.gpu_layers}: {on_gpu} of {n} layers"
+        notes.append(f"llama.cpp: {where} on the GPU; the token embedding table stays in system RAM")
     if rows and rows[0].weights_bytes > solver.usable:
         notes.append("the weights alone exceed the card's usable memory")
     return Fit(
