@@ -101,9 +101,25 @@ st.plotly_chart(
         [f"{g:g} GiB" for g in CARD_SIZES_GIB],
         {s.name: r for s, r in zip(all_series, reach, strict=True)},
         "max tokens, one sequence",
+        cap=context_limit(setup),
     ),
     width="stretch",
 )
+with st.expander("How is this computed?"):
+    st.markdown(
+        "\n".join(
+            f"- **{s.name}**: cache(n) = {s.kv_bytes_per_token:,} B/token × tokens held + {s.fixed_bytes:,} B of "
+            "fixed state per sequence (tokens held: n, or the window on sliding layers, rounded to the engine's "
+            "blocks or cells)"
+            for s in all_series
+        )
+    )
+    st.markdown(
+        "Ratio = the comparator's cache ÷ this model's cache at the same n; its asymptote is the ratio of the "
+        "per-token rates. Concurrency and longest context come from the same solver as *Fit a card* (weights, "
+        "overhead and the engine's rules on this card); a card-size bar is the longest single sequence that fits, "
+        "capped at the model's maximum context."
+    )
 st.caption(
     f"Same engine ({setup.engine.name}), weights ({inputs.weights}) and KV dtype for every model. "
     f"Contexts run from 1K to {format_tokens(context_limit(setup))}."
