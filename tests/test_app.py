@@ -158,3 +158,16 @@ print("torch" in sys.modules, "transformers" in sys.modules)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[-2:] == ["False", "False"]
+
+
+def test_llamacpp_gpu_layers_input_reaches_the_solver():
+    at = app({"model": "Qwen/Qwen3.5-9B", "engine": "llama.cpp", "ngl": "16", "gib": "4"})
+    assert at.number_input(key="in_ngl").value == 16
+    inputs = Inputs(model="Qwen/Qwen3.5-9B", engine="llama.cpp", gib=4.0)
+    model = load_model(inputs.model)
+    setup = Setup(
+        model=model, engine=engine_named("llama.cpp"), card=Card.custom(4), weights=inputs.weights, gpu_layers=16
+    )
+    row = fit(setup, [32768]).rows[0]
+    assert metrics(at)["Cache at this context"] == format_bytes(row.cache_bytes)
+    assert any("-ngl 16: 16 of 32 layers" in i.value for i in at.info)

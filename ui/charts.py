@@ -48,6 +48,8 @@ def curves(
 ) -> go.Figure:
     fig = go.Figure()
     for name, (xs, ys) in series.items():
+        if log_y:  # zero (nothing fits) has no place on a log axis: leave a gap instead
+            ys = [y if y and y > 0 else None for y in ys]
         fig.add_scatter(
             x=xs,
             y=ys,

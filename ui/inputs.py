@@ -167,6 +167,7 @@ def setup_for(inputs: Inputs, model: ModelSpec) -> Setup:
     engine = engine_named(inputs.engine)
     card = Card.custom(inputs.gib) if inputs.card == CUSTOM_CARD else card_named(inputs.card)
     tp, pp = default_split(engine, inputs.gpus)
+    offload = inputs.ngl if inputs.engine == "llama.cpp" and inputs.ngl >= 0 else None
     return Setup(
         model=model,
         engine=engine,
@@ -176,6 +177,7 @@ def setup_for(inputs: Inputs, model: ModelSpec) -> Setup:
         pp=pp,
         weights=inputs.weights,
         kv_dtype=inputs.kv,
+        gpu_layers=offload,
     )
 
 
