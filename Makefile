@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum < requirements.txt | cut -d' ' -f1)
 PORT ?= 8501
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run test lint bench clean presets
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -29,3 +29,7 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) tests/artifacts .pytest_cache
+
+# Re-resolve the bundled presets after changing them or upgrading transformers (tests/test_presets.py checks).
+presets: setup
+	$(PY) -m core.preset_cache

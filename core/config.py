@@ -143,20 +143,27 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
 _CACHE_DIR = Path(os.environ.get("KVSCOPE_CACHE", Path.home() / ".cache" / "kvscope")) / "resolved"
 
 
-def _cache_key(raw: dict[str, Any]) -> str:
+def cache_key(raw: dict[str, Any]) -> str:
     from importlib.metadata import version
 
     blob = json.dumps(raw, sort_keys=True, default=str) + version("transformers")
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
+# Bundled presets ship already resolved (written by `make presets`, checked by tests/test_presets.py), so the app's
+# first render needs no child process. The key includes transformers' version: after an upgrade they are recomputed.
+SHIPPED_DIR = Path(__file__).resolve().parent / "presets" / "resolved"
+
+
 def resolve_isolated(raw: dict[str, Any], timeout: float = 120) -> dict[str, Any]:
     """`resolve` run in a child process (transformers pulls in torch) and cached on disk by content."""
-    path = _CACHE_DIR / f"{_cache_key(raw)}.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        pass
+    key = cache_key(raw)
+    for folder in (SHIPPED_DIR, _CACHE_DIR):
+        try:
+            return json.loads((folder / f"{key}.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            pass
+    path = _CACHE_DIR / f"{key}.json"
     proc = subprocess.run(
         [sys.executable, "-m", "core", "resolve", "-"],
         input=json.dumps(raw),

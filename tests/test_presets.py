@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from core.config import SHIPPED_DIR, cache_key, resolve
 from core.engines import engine_named
 from core.loading import load_model, presets
 from tests.conftest import ROOT
@@ -49,3 +52,23 @@ def test_layer_layouts(repo_id, counts):
 def test_deepseek_v3_mla_latent_is_576_wide():
     spec = load_model("deepseek-ai/DeepSeek-V3")
     assert engine_named("transformers").kv_bytes_per_token(spec) == 61 * (512 + 64) * 2
+
+
+@pytest.mark.parametrize("repo_id", sorted(presets()))
+def test_shipped_resolution_is_what_transformers_gives_now(repo_id):
+    """core/presets/resolved/ lets the app skip a child process; `make presets` rewrites it when this fails."""
+    raw = json.loads(presets()[repo_id].read_text())
+    shipped = SHIPPED_DIR / f"{cache_key(raw)}.json"
+    assert shipped.is_file(), f"no shipped resolution for {repo_id}: run `make presets`"
+    assert json.loads(shipped.read_text()) == json.loads(json.dumps(resolve(raw))), "stale: run `make presets`"
+
+
+def test_app_resolution_of_a_preset_needs_no_child_process(monkeypatch):
+    import core.config
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a child process was started for a bundled preset")
+
+    monkeypatch.setattr(core.config.subprocess, "run", refuse)
+    raw = json.loads(presets()["Qwen/Qwen3.5-9B"].read_text())
+    assert core.config.resolve_isolated(raw)["layer_types"].count("full_attention") == 8
