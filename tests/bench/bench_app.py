@@ -127,7 +127,12 @@ def bench_cold_start(repeats: int) -> dict[str, list[dict[str, float]]]:
                     cache = BENCH_TMP / f"cache-cold-{i}" if state == "cold" else warm
                     out[label].append(first_render(browser, cache, watch))
                     if state == "cold" and i == 0:
-                        shutil.copytree(cache, warm)  # what the first start resolved, for the warm starts
+                        # what the first start resolved, for the warm starts; bundled presets ship resolved, so
+                        # the default view may have written nothing at all
+                        if cache.exists():
+                            shutil.copytree(cache, warm)
+                        else:
+                            warm.mkdir(parents=True, exist_ok=True)
         finally:
             browser.close()
     return out
