@@ -44,3 +44,11 @@ def test_recurrent_state_is_f32_with_d_conv_minus_one_columns_whatever_the_kv_ty
 def test_mla_keeps_only_the_latent():
     model = load_model("deepseek-ai/DeepSeek-V3")
     assert LLAMA.kv_bytes_per_token(model) == 61 * 576 * 2
+
+
+def test_mistral_ggufs_have_no_sliding_window():
+    model = load_model("mistralai/Mistral-7B-v0.1")  # sliding_window 4096 in its config
+    per_cell = 32 * 2 * 8 * 128 * 2
+    assert LLAMA.account(model, 32768).total == 32768 * per_cell
+    # transformers honours the window
+    assert engine_named("transformers").account(model, 32768).total == 4095 * per_cell

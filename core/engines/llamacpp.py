@@ -4,7 +4,8 @@ ggml/src/ggml-common.h).
 - K and V are rows of kv_heads × head_dim per cell, each row stored in the cache type: f16 by default; q8_0 is
   34 B per 32 values, q4_0 18 B per 32 (a quantised V needs flash attention, which recent builds turn on).
 - Cells are padded to 256 (the flash-attention padding); each parallel sequence is its own stream of cells.
-- Sliding-window layers keep min(cells, pad(n_swa + n_ubatch)) cells per stream unless --swa-full.
+- Sliding-window layers keep min(cells, pad(n_swa + n_ubatch)) cells per stream unless --swa-full; Mistral and
+  Mixtral GGUFs carry no window, so theirs is a full cache.
 - MLA keeps only the 576-wide latent as K; V is read from it.
 - Recurrent layers (Mamba, Gated DeltaNet, short conv) keep conv (d_conv − 1 columns) and state in f32 whatever
   the KV type, one slot per sequence.
@@ -15,16 +16,32 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from core.dtypes import FP16, FP32, CacheDtype
-from core.engines.base import Engine
+from core.engines.base import CacheAccount, Engine
 from core.errors import InputError
-from core.layers import LayerKind, LightningAttention, Storage
+from core.layers import FullAttention, LayerKind, LightningAttention, SlidingWindow, Storage
 from core.model import ModelSpec
 
 CELL_PAD = 256
+# Architectures whose GGUF conversion drops the sliding window: Mistral and Mixtral load as plain "llama", so
+# llama.cpp keeps every token on every layer for them.
+NO_SWA = frozenset({"mistral", "mixtral"})
 
 
 def pad(n: int, to: int) -> int:
     return -(-n // to) * to
+
+
+def as_llamacpp_sees(model: ModelSpec) -> ModelSpec:
+    if model.model_type not in NO_SWA:
+        return model
+    return model.with_layers(
+        tuple(
+            FullAttention(layer.kv_heads, layer.head_dim, layer.v_head_dim)
+            if isinstance(layer, SlidingWindow)
+            else layer
+            for layer in model.layers
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -50,6 +67,9 @@ class LlamaCppEngine(Engine):
         if any(isinstance(p, LightningAttention) for layer in model.layers for p in layer.parts()):
             raise InputError(f"{model.name}: llama.cpp has no lightning-attention (MiniMax-Text-01) cache to model")
         return Storage(kv=self.kv_dtype(model, kv_dtype), conv=FP32, ssm=FP32, linear=FP32, conv_columns_dropped=1)
+
+    def account(self, model: ModelSpec, context: int, batch: int = 1, kv_dtype: str = "auto") -> CacheAccount:
+        return super().account(as_llamacpp_sees(model), context, batch, kv_dtype)
 
     def cells(self, context: int) -> int:
         return pad(context, CELL_PAD)
