@@ -122,7 +122,9 @@ class Solver:
         self.setup = setup
         engine = setup.engine
         if isinstance(engine, VllmEngine):
-            engine = engine.with_options(tensor_parallel=setup.tp, pipeline_parallel=setup.pp)
+            engine = engine.with_options(
+                tensor_parallel=setup.tp, pipeline_parallel=setup.pp, gdn_flashinfer=setup.card.hopper
+            )
         self.engine = engine
         self.format = setup.weights or default_format(setup.model)
         count = count_params(setup.model)

@@ -25,6 +25,11 @@ class Card:
     unified_memory: bool = False
     basis: str = ""  # where memory_bytes comes from, shown to the user
 
+    @property
+    def hopper(self) -> bool:
+        """SM90 parts, where some engines pick other kernels (vLLM's FlashInfer GDN prefill)."""
+        return any(tag in self.name for tag in ("H100", "H200", "GH200"))
+
     @classmethod
     def custom(cls, gib: float) -> Card:
         if not gib > 0:

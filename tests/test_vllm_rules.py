@@ -131,3 +131,28 @@ def test_mamba_ssm_cache_dtype_defaults():
     assert (
         VLLM.with_options(mamba_ssm_cache_dtype="float32").storage(load_model("ai21labs/Jamba-v0.1")).ssm.name == "fp32"
     )
+
+
+def test_hopper_gdn_checkpoints_realign_blocks_and_add_one_per_request():
+    """On Hopper vLLM's auto GDN prefill backend is FlashInfer: blocks align to 64 tokens and, with prefix caching,
+    each GDN group keeps one more (checkpoint) block per request."""
+    model = load_model("Qwen/Qwen3.5-9B")
+    engine = VLLM.with_options(gdn_flashinfer=True)
+    state = (2 * 16 * 128 + 32 * 128) * 3 * 2 + 32 * 128 * 128 * 4
+    block = 64 * cdiv(state, 64 * 4096)
+    assert block == 576 and engine.plan(model).block_size == 576
+    cap = engine.capacity(model, 20 * GIB, 262144)
+    assert cap.blocks_per_request == cdiv(262144, 576) + 3 * 3
+    assert cap.num_blocks == 20 * GIB // (8 * 576 * 4096)
+    # without prefix caching there are no checkpoints and the Ampere layout returns
+    assert engine.with_options(prefix_caching=False).plan(model).block_size == 528
+
+
+def test_the_solver_picks_the_hopper_rules_from_the_card():
+    from core.fit import Setup, Solver
+    from core.gpus import card_named
+
+    model = load_model("Qwen/Qwen3.5-9B")
+    for card, block in (("H100", 576), ("A100 80GB SXM4", 528)):
+        solver = Solver(Setup(model=model, engine=VLLM, card=card_named(card)))
+        assert solver.engine.plan(model).block_size == block

@@ -17,6 +17,7 @@ vllm/v1/core/kv_cache_planning.py, kv_cache_utils.py, vllm/platforms/interface.p
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from core.dtypes import FP32, CacheDtype, dtype_named
@@ -39,6 +40,7 @@ from core.model import ModelSpec
 
 KERNEL_BLOCK = 16  # FlashAttention's kernel block (MultipleOf(16)) on Ampere/Hopper
 MLA_KERNEL_BLOCK = 128  # TRT-LLM/FlashInfer MLA decode kernels need 128-token alignment in hybrid models
+GDN_CHECKPOINT_ALIGNMENT = 64  # FLASHINFER_GDN_CHECKPOINT_ALIGNMENT in vllm/v1/attention/backends/gdn_attn.py
 
 
 def cdiv(a: int, b: int) -> int:
@@ -54,6 +56,9 @@ class VllmOptions:
     async_scheduling: bool = True
     prefix_caching: bool = True
     mamba_ssm_cache_dtype: str = "auto"
+    # vLLM's "auto" GDN prefill backend is FlashInfer on Hopper, which exports prefill checkpoints aligned to 64
+    # tokens; elsewhere (e.g. Ampere) it is Triton, which exports none.
+    gdn_flashinfer: bool = False
     num_speculative_tokens: int = 0
 
 
@@ -66,7 +71,7 @@ class Page:
     per_token: int = 0  # attention bytes per token (0 for state)
     state: int = 0  # state bytes per sequence, unpadded (0 for attention)
     window: int = 0
-    mamba2: bool = False
+    checkpoint: bool = False  # exports a prefill checkpoint: one more block per request with prefix caching
 
 
 @dataclass(frozen=True)
@@ -180,6 +185,11 @@ class VllmEngine(Engine):
             return heads * part.head_dim * storage.linear.bytes_for(part.head_dim)
         raise InputError(f"vLLM rules for {part.kind} layers are not modelled")
 
+    def _checkpoints(self, part: LayerKind) -> bool:
+        if not self.options.prefix_caching:
+            return False
+        return isinstance(part, Mamba2) or (isinstance(part, GatedDeltaNet) and self.options.gdn_flashinfer)
+
     def pages(self, model: ModelSpec, kv_dtype: str) -> list[Page]:
         storage = self.storage(model, kv_dtype)
         out: list[Page] = []
@@ -200,7 +210,10 @@ class VllmEngine(Engine):
                 elif part.state_tensors():
                     out.append(
                         Page(
-                            part.kind, "state", state=self._state_bytes(part, storage), mamba2=isinstance(part, Mamba2)
+                            part.kind,
+                            "state",
+                            state=self._state_bytes(part, storage),
+                            checkpoint=self._checkpoints(part),
                         )
                     )
         return out
@@ -221,6 +234,8 @@ class VllmEngine(Engine):
             align = max(KERNEL_BLOCK, block)
             if any(p.label == "mla" for p in attn):
                 align = max(align, MLA_KERNEL_BLOCK)
+            if any(p.checkpoint and p.label == "gated_deltanet" for p in states):
+                align = math.lcm(align, GDN_CHECKPOINT_ALIGNMENT)
             needed = align * cdiv(state_max, align * per_token)
             needed = KERNEL_BLOCK * cdiv(needed, KERNEL_BLOCK)
             block = max(block, needed)
@@ -260,7 +275,7 @@ class VllmEngine(Engine):
             return min(cdiv(tokens, block), cdiv(min(page.window + in_flight, max_model_len), block))
         spec = self.options.num_speculative_tokens
         if self.options.prefix_caching:
-            return 2 + spec + (1 if page.mamba2 else 0)
+            return 2 + spec + (1 if page.checkpoint else 0)
         return 1 + spec
 
     def capacity(self, model: ModelSpec, kv_budget: int, max_model_len: int, kv_dtype: str = "auto") -> Capacity:
