@@ -156,3 +156,18 @@ def test_the_solver_picks_the_hopper_rules_from_the_card():
     for card, block in (("H100", 576), ("A100 80GB SXM4", 528)):
         solver = Solver(Setup(model=model, engine=VLLM, card=card_named(card)))
         assert solver.engine.plan(model).block_size == block
+
+
+def test_a_published_hybrid_startup_log_is_reproduced_to_the_token():
+    """A vLLM boot log published in github.com/mitchross/talos-argocd-proxmox pull request #1995: a 64-layer Qwen
+    hybrid (16 full-attention layers, 4 KV heads × 256; the Qwen3.5-27B shape), TP=2 on two RTX 3090s (Ampere:
+    Triton GDN, no checkpoints), fp8 KV, prefix caching, max_num_batched_tokens 8192, a 2 × 4.99 GiB KV pool, block
+    size 1568. It logged "GPU KV cache size: 302,921 tokens" and "Maximum concurrency for 131,072 tokens per
+    request: 2.31x". The pool is only known to 0.01 GiB, so every budget in that range is tried."""
+    model = load_model("Qwen/Qwen3.5-27B")
+    engine = VLLM.with_options(tensor_parallel=2, max_num_batched_tokens=8192)
+    assert engine.plan(model, "fp8").block_size == 1568
+    for gib in (4.985, 4.99, 4.9949):
+        cap = engine.capacity(model, int(gib * GIB), 131072, "fp8")
+        assert cap.kv_cache_tokens == 302_921
+        assert round(cap.max_concurrency, 2) == 2.31
