@@ -52,3 +52,13 @@ def test_mistral_ggufs_have_no_sliding_window():
     assert LLAMA.account(model, 32768).total == 32768 * per_cell
     # transformers honours the window
     assert engine_named("transformers").account(model, 32768).total == 4095 * per_cell
+
+
+def test_the_swa_cache_stays_f16_under_a_quantised_cache_type():
+    model = load_model("openai/gpt-oss-20b")
+    row = 8 * 64
+    q8 = LLAMA.account(model, 131072, kv_dtype="q8_0")
+    full_line = next(line for line in q8.lines if line.label == "full_attention")
+    swa_line = next(line for line in q8.lines if line.label.startswith("sliding_window"))
+    assert full_line.bytes_per_token == 2 * (row // 32) * 34
+    assert swa_line.bytes_per_token == 2 * row * 2

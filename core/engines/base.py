@@ -63,6 +63,10 @@ class Engine:
     def tokens_held(self, layer: LayerKind, context: int) -> int:
         raise NotImplementedError
 
+    def layer_storage(self, layer: LayerKind, storage: Storage) -> Storage:
+        """The rules for one layer; engines that store some layers differently override this."""
+        return storage
+
     def kv_dtype(self, model: ModelSpec, kv_dtype: str) -> CacheDtype:
         """The KV storage type a `--kv-dtype` choice means for this engine ('auto' = the model's dtype)."""
         choice = kv_dtype.strip().lower()
@@ -75,11 +79,11 @@ class Engine:
     def kv_bytes_per_token(self, model: ModelSpec, kv_dtype: str = "auto") -> int:
         """Bytes one more token adds across all growing layers (windows not yet full)."""
         storage = self.storage(model, kv_dtype)
-        return sum(layer.bytes_per_token(storage) for layer in model.layers)
+        return sum(layer.bytes_per_token(self.layer_storage(layer, storage)) for layer in model.layers)
 
     def fixed_bytes_per_sequence(self, model: ModelSpec, kv_dtype: str = "auto") -> int:
         storage = self.storage(model, kv_dtype)
-        return sum(layer.fixed_bytes(storage) for layer in model.layers)
+        return sum(layer.fixed_bytes(self.layer_storage(layer, storage)) for layer in model.layers)
 
     def account(self, model: ModelSpec, context: int, batch: int = 1, kv_dtype: str = "auto") -> CacheAccount:
         if context <= 0 or batch <= 0:
@@ -91,9 +95,10 @@ class Engine:
         lines = []
         for label, layers in grouped.items():
             first = layers[0]
-            per_token = first.bytes_per_token(storage)
+            rules = self.layer_storage(first, storage)
+            per_token = first.bytes_per_token(rules)
             held = self.tokens_held(first, context) if first.grows else 0
-            fixed = first.fixed_bytes(storage)
+            fixed = first.fixed_bytes(rules)
             lines.append(
                 KindLine(
                     label=label,

@@ -6,6 +6,7 @@ ggml/src/ggml-common.h).
 - Cells are padded to 256 (the flash-attention padding); each parallel sequence is its own stream of cells.
 - Sliding-window layers keep min(cells, pad(n_swa + n_ubatch)) cells per stream unless --swa-full; Mistral and
   Mixtral GGUFs carry no window, so theirs is a full cache.
+- The SWA cache is not quantised: it stays F16 under a q8_0/q4_0 cache type (since llama.cpp PR 21277).
 - MLA keeps only the 576-wide latent as K; V is read from it.
 - Recurrent layers (Mamba, Gated DeltaNet, short conv) keep conv (d_conv − 1 columns) and state in f32 whatever
   the KV type, one slot per sequence.
@@ -70,6 +71,12 @@ class LlamaCppEngine(Engine):
 
     def account(self, model: ModelSpec, context: int, batch: int = 1, kv_dtype: str = "auto") -> CacheAccount:
         return super().account(as_llamacpp_sees(model), context, batch, kv_dtype)
+
+    def layer_storage(self, layer: LayerKind, storage: Storage) -> Storage:
+        # llama.cpp keeps the small SWA cache in F16 whatever -ctk/-ctv say (ggml-org/llama.cpp pull request 21277)
+        if layer.token_cap is not None and storage.kv.block_elems > 1:
+            return replace(storage, kv=FP16)
+        return storage
 
     def cells(self, context: int) -> int:
         return pad(context, CELL_PAD)
