@@ -14,7 +14,7 @@ from core.errors import InputError
 from core.gpus import Card
 from core.model import ModelSpec
 from core.overhead import Item, llamacpp_overhead, transformers_overhead, vllm_overhead
-from core.params import count_params
+from core.params import ParamCount, count_params
 from core.quant import default_format, tensor_bytes, weights_bytes
 from core.units import format_tokens
 from core.weightfiles import WeightFile
@@ -141,7 +141,7 @@ class Solver:
         self.usable = int(setup.card.memory_bytes * util)
         self.limit = context_limit(setup)
 
-    def _llamacpp_offload(self, count, dtype_bytes: int) -> tuple[int, ModelSpec]:
+    def _llamacpp_offload(self, count: ParamCount, dtype_bytes: int) -> tuple[int, ModelSpec]:
         """llama.cpp keeps the token embedding in system RAM, puts the first -ngl layers (and, once every layer is
         offloaded, the output layer) on the GPU, and keeps each layer's KV beside that layer."""
         layers = self.setup.model.layers
