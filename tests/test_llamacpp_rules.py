@@ -62,3 +62,28 @@ def test_the_swa_cache_stays_f16_under_a_quantised_cache_type():
     swa_line = next(line for line in q8.lines if line.label.startswith("sliding_window"))
     assert full_line.bytes_per_token == 2 * (row // 32) * 34
     assert swa_line.bytes_per_token == 2 * row * 2
+
+
+def test_logged_llamacpp_sizes_for_gemma3_270m_are_reproduced():
+    """unslothai/unsloth pull request 7530 read llama.cpp's own allocation log for gemma-3-270m (18 layers, every
+    6th global, 1 KV head × 256, window 512): n_ctx 1024 over 4 slots → 1024 cells, 18.0 MiB; over 3 slots →
+    1536 cells, 27.0 MiB (each slot's 342 tokens pad to 512 cells)."""
+    from core.loading import model_from_config
+
+    raw = {
+        "model_type": "gemma3_text",
+        "num_hidden_layers": 18,
+        "hidden_size": 640,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "head_dim": 256,
+        "sliding_window": 512,
+        "sliding_window_pattern": 6,
+        "vocab_size": 262144,
+        "intermediate_size": 2048,
+    }
+    model = model_from_config(raw, "gemma-3-270m")
+    assert model.layer_counts() == {"sliding_window": 15, "full_attention": 3}
+    mib = 1 << 20
+    assert LLAMA.account(model, 1024 // 4, batch=4).total == 18 * mib
+    assert LLAMA.account(model, -(-1024 // 3), batch=3).total == 27 * mib
