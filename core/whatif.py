@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from core.architectures import ARCHITECTURES, Cfg
 from core.errors import InputError
-from core.layers import MLA, FullAttention, LayerKind
+from core.layers import MLA, FullAttention, LayerKind, NoCache, SlidingWindow
 from core.model import ModelSpec
 
 
@@ -26,6 +27,45 @@ def all_full_attention(model: ModelSpec, attention: LayerKind | None = None) -> 
     return model.with_layers(tuple(layer for _ in model.layers), name=f"{model.name} (all {len(model.layers)} full)")
 
 
+PATTERN_LETTERS = {"F": "full attention", "S": "sliding window", "L": "linear/state", "N": "no cache"}
+
+
+def _state_of(model: ModelSpec) -> LayerKind:
+    """The model's constant-state layer: one of its own, else the one its architecture defines."""
+    for layer in model.layers:
+        for part in layer.parts():
+            if part.state_tensors() and not part.grows:
+                return part
+    arch = ARCHITECTURES.get(model.model_type)
+    if arch is None or arch.state is None:
+        raise InputError(f"{model.name} ({model.model_type}) has no linear/state layer kind to put at 'L'")
+    return arch.state(Cfg(model.config))
+
+
+def patterned(model: ModelSpec, pattern: str, window: int | None = None) -> tuple[LayerKind, ...]:
+    """Layers from a repeating pattern such as 'LLLF' (F full, S sliding, L the model's state layer, N none)."""
+    letters = pattern.strip().upper()
+    bad = sorted(set(letters) - set(PATTERN_LETTERS))
+    if not letters or bad:
+        raise InputError(
+            f"layer pattern {pattern!r} must use only "
+            + ", ".join(f"{k} ({v})" for k, v in PATTERN_LETTERS.items())
+            + (f"; found {', '.join(bad)}" if bad else "")
+        )
+    kinds: dict[str, LayerKind] = {"N": NoCache()}
+    if "F" in letters or "S" in letters:
+        kinds["F"] = attention_of(model)
+    if "S" in letters:
+        base = kinds["F"]
+        size = window or next((lay.token_cap for lay in model.layers if lay.token_cap), None)
+        if not isinstance(base, FullAttention) or not size:
+            raise InputError("a sliding layer (S) needs GQA attention and a window: set the sliding window too")
+        kinds["S"] = SlidingWindow(base.kv_heads, base.head_dim, base.v_head_dim, window=size)
+    if "L" in letters:
+        kinds["L"] = _state_of(model)
+    return tuple(kinds[letters[i % len(letters)]] for i in range(len(model.layers)))
+
+
 def edited(
     model: ModelSpec,
     *,
@@ -33,13 +73,16 @@ def edited(
     kv_heads: int | None = None,
     head_dim: int | None = None,
     window: int | None = None,
+    pattern: str | None = None,
 ) -> ModelSpec:
-    """The model with its attention shape or depth changed; the layer pattern repeats to the new depth."""
+    """The model with its depth, layer pattern or attention shape changed; the pattern repeats to the depth."""
     layers = list(model.layers)
     if num_layers is not None:
         if not 0 < num_layers <= 10_000:
             raise InputError(f"layer count must be 1 … 10,000, got {num_layers}")
         layers = [layers[i % len(layers)] for i in range(num_layers)]
+    if pattern:
+        layers = list(patterned(model.with_layers(tuple(layers)), pattern, window))
 
     def change(layer: LayerKind) -> LayerKind:
         if isinstance(layer, FullAttention):

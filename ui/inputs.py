@@ -88,6 +88,13 @@ def _model_inputs() -> None:
         st.number_input("KV heads", min_value=0, max_value=4096, step=1, key="in_kvh")
         st.number_input("Head dim", min_value=0, max_value=4096, step=1, key="in_hd")
         st.number_input("Sliding window", min_value=0, max_value=1 << 24, step=256, key="in_win")
+        st.text_input(
+            "Layer pattern",
+            key="in_pat",
+            placeholder="e.g. LLLF",
+            help="Repeats over the layers: F full attention, S sliding window, L the model's linear/state "
+            "layer, N no cache. Empty keeps the config's.",
+        )
 
 
 def _hardware_inputs() -> None:
@@ -148,13 +155,14 @@ def sidebar() -> tuple[Inputs, ModelSpec, Setup]:
         st.error(f"{err} — showing {DEFAULT_MODEL} instead.")
         model = _spec(DEFAULT_MODEL, "")
     try:
-        if inputs.layers or inputs.kvh or inputs.hd or inputs.win:
+        if inputs.layers or inputs.kvh or inputs.hd or inputs.win or inputs.pat:
             model = edited(
                 model,
                 num_layers=inputs.layers or None,
                 kv_heads=inputs.kvh or None,
                 head_dim=inputs.hd or None,
                 window=inputs.win or None,
+                pattern=inputs.pat or None,
             )
         setup = setup_for(inputs, model)
     except InputError as err:

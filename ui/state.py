@@ -38,6 +38,7 @@ class Inputs:
     kvh: int = 0
     hd: int = 0
     win: int = 0
+    pat: str = ""  # what-if layer pattern, e.g. LLLF
     cmp: str = "Qwen/Qwen3-8B"  # comparators on the hybrid-vs-dense page, comma separated
 
 
@@ -102,6 +103,10 @@ def _check(key: str, value: str):
         return value
     if key == "ctx":
         return parse_tokens(value)
+    if key == "pat":
+        if len(value) > 64 or set(value.upper()) - set("FSLN"):
+            raise InputError("a layer pattern uses only the letters F, S, L and N")
+        return value.upper()
     if key == "cmp":
         names = [n for n in value.split(",") if n]
         if len(names) > 4 or any(n not in presets() for n in names):
