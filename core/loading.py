@@ -51,13 +51,13 @@ def fetch_hub_config(repo_id: str) -> dict[str, Any]:
         raise InputError(f"{repo_id} is gated: accept its licence on the Hub and set HF_TOKEN") from None
     except RepositoryNotFoundError:
         raise InputError(f"no Hugging Face repo {repo_id!r} (or it is private: set HF_TOKEN)") from None
-    except EntryNotFoundError:
-        raise InputError(f"{repo_id} has no config.json; upload one instead") from None
-    except LocalEntryNotFoundError:
+    except LocalEntryNotFoundError:  # before EntryNotFoundError: it is a subclass
         raise InputError(
             f"{repo_id}: the Hub cannot be reached (offline or HF_HUB_OFFLINE=1) and its config.json is not in the "
             "local Hugging Face cache; pick a bundled preset or upload the config.json"
         ) from None
+    except EntryNotFoundError:
+        raise InputError(f"{repo_id} has no config.json; upload one instead") from None
     except (HfHubHTTPError, OSError) as err:
         raise InputError(f"{repo_id}: could not fetch config.json ({err})") from None
     return parse_json(Path(path).read_bytes(), f"{repo_id}/config.json")

@@ -171,3 +171,13 @@ def test_llamacpp_gpu_layers_input_reaches_the_solver():
     row = fit(setup, [32768]).rows[0]
     assert metrics(at)["Cache at this context"] == format_bytes(row.cache_bytes)
     assert any("-ngl 16: 16 of 32 layers" in i.value for i in at.info)
+
+
+def test_hub_mode_offline_falls_back_to_the_bundled_copy_and_says_so():
+    at = app({"model": "Qwen/Qwen3-8B"})
+    at.radio(key="in_source").set_value("Hub").run()
+    assert not at.exception
+    warning = " ".join(w.value for w in at.warning)
+    assert "bundled preset" in warning and "Hub cannot be reached" in warning
+    result, _ = expected(Inputs(model="Qwen/Qwen3-8B"))
+    assert metrics(at)["Max context, one sequence"] == format_tokens(result.max_context)

@@ -77,7 +77,7 @@ def test_config_path_and_sliding_window_cap(tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["size", "no/such-model"], "no/such-model"),
+        (["size", "no/such-model"], "no/such-model: the Hub cannot be reached"),
         (["size", "Qwen/Qwen3-8B", "--kv-dtype", "q3_k"], "KV dtype"),
         (["size", "Qwen/Qwen3-8B", "--engine", "tgi"], "invalid choice"),
         (["size", "Qwen/Qwen3-8B", "--context", "-5"], "positive"),

@@ -23,11 +23,13 @@ EIGHT_BIT_KV = {"vllm": "fp8", "llama.cpp": "q8_0"}
 
 
 @st.cache_data(show_spinner="Reading the model config…", max_entries=64)
-def _spec(source: str, packed: str) -> ModelSpec:
+def _spec(source: str, packed: str, hub: bool) -> tuple[ModelSpec, str]:
+    """The model and where its config came from. With `hub`, the Hub is asked first and a bundled copy is the
+    fallback when it cannot be reached."""
     if packed:
-        return model_from_config(unpack_config(packed), "uploaded config.json", isolated=True)
-    name, raw, _ = load_raw(source, prefer_hub=source not in presets())
-    return model_from_config(raw, name, isolated=True)
+        return model_from_config(unpack_config(packed), "uploaded config.json", isolated=True), "uploaded config.json"
+    name, raw, origin = load_raw(source, prefer_hub=hub)
+    return model_from_config(raw, name, isolated=True), origin
 
 
 def _init_from_url() -> None:
@@ -150,10 +152,14 @@ def sidebar() -> tuple[Inputs, ModelSpec, Setup]:
     inputs = _current()
     st.query_params.from_dict(to_query(inputs))
     try:
-        model = _spec(inputs.model.strip() or DEFAULT_MODEL, inputs.config)
+        hub = st.session_state.get("in_source") == "Hub" or inputs.model not in presets()
+        model, origin = _spec(inputs.model.strip() or DEFAULT_MODEL, inputs.config, hub)
+        if origin.startswith("bundled preset ("):
+            st.warning(f"{inputs.model}: using the {origin}")
+        st.sidebar.caption(f"Config: {origin}")
     except InputError as err:
         st.error(f"{err} — showing {DEFAULT_MODEL} instead.")
-        model = _spec(DEFAULT_MODEL, "")
+        model, _ = _spec(DEFAULT_MODEL, "", False)
     try:
         if inputs.layers or inputs.kvh or inputs.hd or inputs.win or inputs.pat:
             model = edited(
