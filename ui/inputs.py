@@ -22,7 +22,7 @@ from ui.state import CUSTOM_CARD, DEFAULTS, Inputs, from_query, pack_config, to_
 EIGHT_BIT_KV = {"vllm": "fp8", "llama.cpp": "q8_0"}
 
 
-@st.cache_data(show_spinner="Reading the model config…", max_entries=64)
+@st.cache_data(show_spinner="Reading the model config…", max_entries=64, ttl=3600)  # Hub configs can change
 def _spec(source: str, packed: str, hub: bool) -> tuple[ModelSpec, str]:
     """The model and where its config came from. With `hub`, the Hub is asked first and a bundled copy is the
     fallback when it cannot be reached."""
