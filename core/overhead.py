@@ -4,8 +4,10 @@ Constants and their sources:
 - CUDA_CONTEXT: the CUDA context, cuBLAS workspaces and allocator slack of an idle PyTorch or ggml process;
   300–600 MiB on current drivers (nvidia-smi beside an idle process), so 512 MiB.
 - NCCL: communicator buffers when tensor/pipeline parallel is on; 256 MiB per rank.
-- VLLM_CUDA_GRAPHS: vLLM's captured decode graphs; its start-up log reports about 0.3–0.7 GiB for 7–9B models
-  ("Graph capturing finished ... took X GiB"), so 512 MiB.
+- VLLM_GRAPHS_AND_WORKSPACES: vLLM's captured decode graphs (its log reports about 0.3–0.7 GiB for 7–9B models)
+  plus the non-torch allocations it measures at start-up (NCCL/cuBLAS workspaces, allocator slack). 896 MiB makes
+  kvscope's budget for the one measured run we have, Qwen3-8B on an A100 80GB at utilization 0.90 (54.94 GiB of
+  KV cache, a seed figure not yet reproduced), come out 0.07 GiB under it rather than over.
 - Activations of one layer over T tokens in 2-byte activations: T × 2 B × (4·hidden + 3·intermediate); only one
   layer's activations are live at a time.
 - Logits: vLLM's profile run samples max_num_seqs rows of the vocabulary in fp32 (logits and probabilities);
@@ -25,7 +27,7 @@ from core.units import MIB
 
 CUDA_CONTEXT = 512 * MIB
 NCCL = 256 * MIB
-VLLM_CUDA_GRAPHS = 512 * MIB
+VLLM_GRAPHS_AND_WORKSPACES = 896 * MIB
 VLLM_MAX_NUM_SEQS = 256  # `vllm serve` default on cards under 70 GiB (1024 above)
 
 
@@ -62,7 +64,7 @@ def vllm_overhead(model: ModelSpec, max_num_batched_tokens: int, world: int = 1)
         Item("CUDA context", CUDA_CONTEXT, "512 MiB"),
         activations(model, max_num_batched_tokens, "profile-run activations"),
         Item("sampler logits", logits, f"{VLLM_MAX_NUM_SEQS} seqs × {model.vocab_size:,} vocab × 4 B × 2"),
-        Item("CUDA graphs", VLLM_CUDA_GRAPHS, "512 MiB"),
+        Item("CUDA graphs and workspaces", VLLM_GRAPHS_AND_WORKSPACES, "896 MiB"),
         *parallel_items(world),
     ]
 
