@@ -196,6 +196,11 @@ class _Model:
         self.mat("ssm_dt", inner, dt_rank, bias=True)
         self.mat("ssm_out", self.h, inner, proj_bias)
 
+    def finish(self) -> None:
+        """The final norm and the output head (nothing new when it is tied to the embeddings)."""
+        self.norm("output_norm")
+        self.lm_head(_flag(self.c, "tie_word_embeddings"))
+
     def embeddings(self) -> None:
         self.add("token_embd", "embedding", self.c.int("vocab_size"), self.h)
 
@@ -256,8 +261,7 @@ def _decoder(m: _Model) -> None:
             m.norm("post_attention_norm")
             m.norm("post_ffw_norm")
         _ffn(m, i, mlp_bias)
-    m.norm("output_norm")
-    m.lm_head(_flag(c, "tie_word_embeddings"))
+    m.finish()
 
 
 def _ffn(m: _Model, i: int, mlp_bias: bool = False) -> None:
@@ -326,15 +330,13 @@ def _deepseek(m: _Model) -> None:
             m.mlp(c.int("intermediate_size"), _flag(c, "mlp_bias"))
         m.norm("attn_norm")
         m.norm("ffn_norm")
-    m.norm("output_norm")
-    m.lm_head(_flag(c, "tie_word_embeddings"))
+    m.finish()
 
 
 # ---------------------------------------------------------------- Gated DeltaNet hybrids (Qwen3.5, Qwen3-Next)
 
 
 def _gated_deltanet(m: _Model) -> None:
-    c = m.c
     gdn = m.state_layer()
     assert isinstance(gdn, GatedDeltaNet)
     v_heads, value_dim = gdn.num_v_heads, gdn.num_v_heads * gdn.v_head_dim
@@ -357,8 +359,7 @@ def _gated_deltanet(m: _Model) -> None:
         _ffn(m, i)
         m.norm("attn_norm")
         m.norm("ffn_norm")
-    m.norm("output_norm")
-    m.lm_head(_flag(c, "tie_word_embeddings"))
+    m.finish()
 
 
 # ---------------------------------------------------------------- state-space models and their hybrids
@@ -374,8 +375,7 @@ def _mamba(m: _Model) -> None:
             conv_bias=_flag(c, "use_conv_bias", True),
             proj_bias=_flag(c, "use_bias"),
         )
-    m.norm("output_norm")
-    m.lm_head(_flag(c, "tie_word_embeddings"))
+    m.finish()
 
 
 def _mamba2(m: _Model) -> None:
@@ -389,8 +389,7 @@ def _mamba2(m: _Model) -> None:
             out_bias=_flag(c, "use_bias"),
             gated_norm=True,
         )
-    m.norm("output_norm")
-    m.lm_head(_flag(c, "tie_word_embeddings"))
+    m.finish()
 
 
 def _jamba(m: _Model) -> None:
@@ -419,8 +418,7 @@ def _jamba(m: _Model) -> None:
             m.mlp(c.int("intermediate_size"))
         m.norm("attn_norm")
         m.norm("ffn_norm")
-    m.norm("output_norm")
-    m.lm_head(_flag(c, "tie_word_embeddings"))
+    m.finish()
 
 
 def _falcon_h1(m: _Model) -> None:
@@ -438,8 +436,7 @@ def _falcon_h1(m: _Model) -> None:
         m.gqa(bias=m.attention_bias())
         m.norm("attn_norm")
         m.norm("ffn_norm")
-    m.norm("output_norm")
-    m.lm_head(_flag(c, "tie_word_embeddings"))
+    m.finish()
 
 
 def _granite_hybrid(m: _Model) -> None:
@@ -464,8 +461,7 @@ def _granite_hybrid(m: _Model) -> None:
                 out_bias=_flag(c, "mamba_proj_bias"),
                 gated_norm=True,
             )
-    m.norm("output_norm")
-    m.lm_head(_flag(c, "tie_word_embeddings"))
+    m.finish()
 
 
 def _nemotron_h(m: _Model) -> None:
@@ -500,8 +496,7 @@ def _nemotron_h(m: _Model) -> None:
                 m.mat("ffn_latent_out", m.h, latent, mlp_bias)
         else:
             raise InputError(f"nemotron_h: unknown layer type {kind!r}")
-    m.norm("output_norm")
-    m.lm_head(_flag(c, "tie_word_embeddings"))
+    m.finish()
 
 
 def _zamba2(m: _Model) -> None:
@@ -606,8 +601,7 @@ def _minimax(m: _Model) -> None:
         m.norm("attn_norm")
         m.norm("ffn_norm")
         _ffn(m, i)
-    m.norm("output_norm")
-    m.lm_head(_flag(c, "tie_word_embeddings"))
+    m.finish()
 
 
 BUILDERS: dict[str, Callable[[_Model], None]] = {
