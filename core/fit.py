@@ -129,11 +129,12 @@ class Solver:
         self.format = setup.weights or default_format(setup.model)
         count = count_params(setup.model)
         dtype_bytes = dtype_named(setup.model.dtype).block_bytes
-        self.weights_total = weights_bytes(count, self.format, dtype_bytes).total
         self.model = setup.model  # the part of the model whose cache lives on the GPUs
         if setup.weights_file is not None:
             self.format = f"{setup.weights_file.kind} file"
             self.weights_total = setup.weights_file.total_bytes
+        else:
+            self.weights_total = weights_bytes(count, self.format, dtype_bytes).total
         if isinstance(engine, LlamaCppEngine):
             self.weights_total, self.model = self._llamacpp_offload(count, dtype_bytes)
         self.weights = -(-self.weights_total // setup.gpus)

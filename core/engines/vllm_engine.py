@@ -29,10 +29,7 @@ from core.layers import (
     FullAttention,
     GatedDeltaNet,
     LayerKind,
-    LightningAttention,
-    Mamba1,
     Mamba2,
-    ShortConv,
     SlidingWindow,
     Storage,
 )
@@ -161,29 +158,16 @@ class VllmEngine(Engine):
         return n // tp
 
     def _state_bytes(self, part: LayerKind, storage: Storage) -> int:
-        keep = lambda d_conv: d_conv - storage.conv_columns_dropped  # noqa: E731 — columns vLLM keeps
-        conv, ssm = storage.conv, storage.ssm
-        if isinstance(part, GatedDeltaNet):
-            channels = 2 * part.num_k_heads * part.k_head_dim + part.num_v_heads * part.v_head_dim
-            heads = self._shard(part.num_v_heads, "linear_num_value_heads")
-            return self._shard(channels, "the conv channels") * conv.bytes_for(
-                keep(part.conv_kernel)
-            ) + heads * part.v_head_dim * ssm.bytes_for(part.k_head_dim)
-        if isinstance(part, Mamba1):
-            inner = self._shard(part.intermediate, "the Mamba inner width")
-            return inner * conv.bytes_for(keep(part.d_conv)) + inner * ssm.bytes_for(part.d_state)
-        if isinstance(part, Mamba2):
-            tp = self.options.tensor_parallel
-            groups = part.n_groups + (0 if part.n_groups % tp == 0 else tp - part.n_groups)  # groups follow heads
-            channels = self._shard(part.intermediate + 2 * groups * part.d_state, "the Mamba2 conv channels")
-            heads = self._shard(part.heads, "the Mamba2 heads")
-            return channels * conv.bytes_for(keep(part.d_conv)) + heads * part.head_dim * ssm.bytes_for(part.d_state)
-        if isinstance(part, ShortConv):
-            return self._shard(part.hidden, "hidden_size") * conv.bytes_for(keep(part.l_cache))
-        if isinstance(part, LightningAttention):
-            heads = self._shard(part.heads, "the lightning-attention heads")
-            return heads * part.head_dim * storage.linear.bytes_for(part.head_dim)
-        raise InputError(f"vLLM rules for {part.kind} layers are not modelled")
+        """The layer's own state tensors (core.layers), each split over tensor parallel along its first axis
+        (channels or heads), as mamba_utils.py shards them."""
+        tp = self.options.tensor_parallel
+        if isinstance(part, Mamba2) and part.n_groups % tp:
+            # extra_groups_for_head_shards: groups are replicated so every head shard has its own
+            part = replace(part, n_groups=tp)
+        return sum(
+            replace(t, shape=(self._shard(t.shape[0], f"the {part.kind} {t.name} width"), *t.shape[1:])).bytes(storage)
+            for t in part.state_tensors()
+        )
 
     def _checkpoints(self, part: LayerKind) -> bool:
         if not self.options.prefix_caching:
@@ -198,9 +182,7 @@ class VllmEngine(Engine):
                 if isinstance(part, MLA):
                     out.append(Page("mla", "full", per_token=part.bytes_per_token(storage)))
                 elif isinstance(part, FullAttention):
-                    kv = self._kv_heads_per_rank(part.kv_heads)
-                    rows = (kv * part.head_dim, kv * (part.v_head_dim or part.head_dim))
-                    per_token = sum(storage.kv.bytes_for(r) for r in rows)
+                    per_token = replace(part, kv_heads=self._kv_heads_per_rank(part.kv_heads)).bytes_per_token(storage)
                     if isinstance(part, SlidingWindow):
                         out.append(Page(f"sliding_window [{part.window:,}]", "sliding", per_token, window=part.window))
                     elif isinstance(part, ChunkedAttention):
