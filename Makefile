@@ -3,8 +3,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum < requirements.txt | cut -d' ' -f1)
 PORT ?= 8501
+ENGINES_VENV ?= .venv-engines
+ENGINES_STAMP := $(ENGINES_VENV)/.installed-$(shell cat requirements-engines.txt tests/engines/install.sh | cksum | cut -d' ' -f1)
 
-.PHONY: setup run test lint bench clean presets
+.PHONY: setup engines run test lint bench clean presets
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -13,11 +15,18 @@ $(STAMP): requirements.txt
 
 setup: $(STAMP)
 
+# The real engines that referee kvscope's rules (tests/engines/): vLLM's CPU build and llama.cpp, in their own venv.
+$(ENGINES_STAMP): requirements-engines.txt tests/engines/install.sh
+	bash tests/engines/install.sh $(ENGINES_VENV)
+	@rm -f $(ENGINES_VENV)/.installed-* && touch $@
+
+engines: $(ENGINES_STAMP)
+
 # Starts the explorer on the bundled default model (Qwen/Qwen3.5-9B); no network needed.
 run: setup
 	$(PY) -m streamlit run app.py --server.port $(PORT)
 
-test: setup
+test: setup engines
 	$(PY) -m ruff check .
 	$(PY) -m pytest
 
@@ -28,7 +37,7 @@ bench: setup
 	$(PY) tests/bench/bench_app.py
 
 clean:
-	rm -rf $(VENV) tests/artifacts .pytest_cache
+	rm -rf $(VENV) $(ENGINES_VENV) tests/artifacts .pytest_cache
 
 # Re-resolve the bundled presets after changing them or upgrading transformers (tests/test_presets.py checks).
 presets: setup

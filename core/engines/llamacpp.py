@@ -48,7 +48,8 @@ def as_llamacpp_sees(model: ModelSpec) -> ModelSpec:
 @dataclass(frozen=True)
 class LlamaCppOptions:
     n_ubatch: int = 512
-    swa_full: bool = False
+    swa_full: bool = False  # --swa-full: sliding layers keep the whole context
+    kv_unified: bool = False  # --kv-unified: all sequences share one stream of cells
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ def cdiv(a: int, b: int) -> int:
 
 @dataclass(frozen=True)
 class VllmOptions:
+    platform: str = "cuda"  # "cuda" | "cpu": the CPU backend has its own block sizes and defaults
     block_size: int = 16
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
