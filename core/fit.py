@@ -10,6 +10,7 @@ from core.engines.base import CacheAccount
 from core.engines.hf_transformers import TransformersEngine
 from core.engines.llamacpp import LlamaCppEngine
 from core.engines.vllm_engine import Capacity, VllmEngine
+from core.engines.vllm_pipeline import fullest_stage_fraction, pipeline_capacity
 from core.errors import InputError
 from core.gpus import Card
 from core.model import ModelSpec
@@ -169,8 +170,15 @@ class Solver:
             return CacheAccount(self.model.name, self.engine.name, self.setup.kv_dtype, context, 1, ())
         return self.engine.account(self.model, context, 1, self.setup.kv_dtype)
 
+    def per_gpu(self, account: CacheAccount) -> int:
+        """A sequence's cache on the fullest GPU: vLLM's fullest pipeline stage, else an even share of the layers."""
+        if isinstance(self.engine, VllmEngine) and self.setup.pp > 1:
+            stage, whole = fullest_stage_fraction(self.engine, self.model, self.setup.kv_dtype)
+            return -(-account.total * stage // whole)
+        return -(-account.total // self._layer_split())
+
     def cache(self, context: int) -> int:
-        return -(-self.account(context).total // self._layer_split())
+        return self.per_gpu(self.account(context))
 
     def overhead(self, context: int) -> tuple[Item, ...]:
         model, world = self.setup.model, self.setup.gpus
@@ -195,9 +203,10 @@ class Solver:
 
     def vllm_capacity(self, max_model_len: int) -> Capacity:
         assert isinstance(self.engine, VllmEngine)
-        # each pipeline stage holds 1/pp of the layers, so its pool serves pp× the model-wide budget
-        budget = max(0, self.budget(max_model_len)) * self.setup.pp
-        return self.engine.capacity(self.setup.model, budget, max_model_len, self.setup.kv_dtype)
+        # every stage has the same budget per GPU; the stage with the most cache per block decides
+        budget = max(0, self.budget(max_model_len))
+        stages = [budget] * self.setup.pp
+        return pipeline_capacity(self.engine, self.setup.model, stages, max_model_len, self.setup.kv_dtype)
 
     def concurrency(self, context: int) -> float:
         if isinstance(self.engine, VllmEngine):
@@ -224,7 +233,7 @@ class Solver:
 
     def row(self, context: int) -> Row:
         account = self.account(context)
-        cache = -(-account.total // self._layer_split())
+        cache = self.per_gpu(account)
         overhead = self.overhead(context)
         total = self.weights + sum(i.bytes for i in overhead) + cache
         concurrency = self.concurrency(context)
