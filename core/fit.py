@@ -17,7 +17,8 @@ from core.model import ModelSpec
 from core.overhead import Item, llamacpp_overhead, transformers_overhead, vllm_overhead
 from core.params import ParamCount, count_params
 from core.quant import default_format, tensor_bytes, weights_bytes
-from core.units import format_tokens
+from core.units import format_bytes, format_tokens
+from core.vllm_mxfp4 import Kernel, kernel_for, loading_growth
 from core.weightfiles import WeightFile
 
 TABLE_CONTEXTS = tuple(1 << k for k in range(12, 24))  # 4K … 8M, cut at the model's max
@@ -128,6 +129,8 @@ class Solver:
             )
         self.engine = engine
         self.format = setup.weights or default_format(setup.model)
+        self.kernel: Kernel | None = None
+        self.relaid = 0  # bytes vLLM's MoE kernel layout adds to the checkpoint's MXFP4 experts
         count = count_params(setup.model)
         dtype_bytes = dtype_named(setup.model.dtype).block_bytes
         self.model = setup.model  # the part of the model whose cache lives on the GPUs
@@ -136,6 +139,10 @@ class Solver:
             self.weights_total = setup.weights_file.total_bytes
         else:
             self.weights_total = weights_bytes(count, self.format, dtype_bytes).total
+            if isinstance(engine, VllmEngine) and self.format == "mxfp4":
+                self.kernel = kernel_for(setup.card, engine.options.platform)
+                self.relaid = loading_growth(setup.model.config, self.kernel)
+                self.weights_total += self.relaid
         if isinstance(engine, LlamaCppEngine):
             self.weights_total, self.model = self._llamacpp_offload(count, dtype_bytes)
         self.weights = -(-self.weights_total // setup.gpus)
@@ -278,6 +285,11 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
         n, on_gpu = len(setup.model.layers), len(solver.model.layers)
         where = f"all {n} layers" if setup.gpu_layers is None else f"-ngl {setup.gpu_layers}: {on_gpu} of {n} layers"
         notes.append(f"llama.cpp: {where} on the GPU; the token embedding table stays in system RAM")
+    if solver.kernel is not None and solver.relaid:
+        notes.append(
+            f"vLLM re-lays the MXFP4 experts for its {solver.kernel.name} MoE kernel (padding, bias dtype): "
+            f"+{format_bytes(solver.relaid)} over the checkpoint"
+        )
     if rows and rows[0].weights_bytes > solver.usable:
         notes.append("the weights alone exceed the card's usable memory")
     return Fit(
