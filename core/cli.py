@@ -6,11 +6,13 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 from core.argtypes import positive_int, tokens
 from core.config import parse_json, resolve
-from core.engines import ENGINES, engine_named
+from core.engines import ENGINES, Engine, engine_named
+from core.engines.llamacpp import LlamaCppEngine
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
 from core.fit import Setup, default_split, fit
@@ -32,7 +34,7 @@ def _contexts(values: list[int] | None, model_max: int | None) -> list[int]:
 
 def cmd_size(args: argparse.Namespace) -> dict:
     model = load_model(args.model)
-    engine = engine_named(args.engine)
+    engine = build_engine(args)
     contexts = _contexts(args.context, model.max_context)
     accounts = [engine.account(model, n, args.batch, args.kv_dtype) for n in contexts]
     storage = engine.storage(model, args.kv_dtype)
@@ -40,6 +42,7 @@ def cmd_size(args: argparse.Namespace) -> dict:
         "model": model.name,
         "model_type": model.model_type,
         "engine": engine.name,
+        "engine_options": engine_options(engine),
         "kv_dtype": accounts[0].kv_dtype,
         "state_dtypes": {"conv": storage.conv.name, "ssm": storage.ssm.name, "linear": storage.linear.name},
         "batch": args.batch,
@@ -85,14 +88,42 @@ def print_size(out: dict) -> None:
         )
 
 
-def build_engine(args: argparse.Namespace):
+def build_engine(args: argparse.Namespace) -> Engine:
+    """The engine with the options given on the command line; each flag only applies to its own engine."""
     engine = engine_named(args.engine)
     if isinstance(engine, VllmEngine):
-        engine = engine.with_options(
+        return engine.with_options(
             max_num_batched_tokens=args.max_num_batched_tokens or engine.options.max_num_batched_tokens,
             prefix_caching=args.prefix_caching,
+            platform=args.platform,
         )
+    if isinstance(engine, LlamaCppEngine):
+        changes = {"swa_full": args.swa_full, "kv_unified": args.kv_unified}
+        return engine.with_options(**{k: v for k, v in changes.items() if v is not None})
     return engine
+
+
+def engine_options(engine: Engine) -> dict:
+    options = getattr(engine, "options", None)
+    return asdict(options) if options is not None else {}
+
+
+def add_engine_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine", default="transformers", choices=sorted(ENGINES))
+    vllm = p.add_argument_group("vLLM")
+    vllm.add_argument("--platform", choices=("cuda", "cpu"), default="cuda", help="vLLM backend (default cuda)")
+    vllm.add_argument("--max-num-batched-tokens", type=positive_int, help="vLLM (default 2048)")
+    vllm.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=True, help="vLLM")
+    llama = p.add_argument_group("llama.cpp")
+    llama.add_argument(
+        "--swa-full", action=argparse.BooleanOptionalAction, default=None, help="llama.cpp: full-size SWA cache"
+    )
+    llama.add_argument(
+        "--kv-unified",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="llama.cpp: one cell buffer shared by all sequences",
+    )
 
 
 def build_setup(args: argparse.Namespace) -> Setup:
@@ -125,6 +156,7 @@ def cmd_fit(args: argparse.Namespace) -> dict:
     out = {
         "model": setup.model.name,
         "engine": setup.engine.name,
+        "engine_options": engine_options(setup.engine),
         "card": setup.card.name,
         "card_memory_bytes": setup.card.memory_bytes,
         "gpus": setup.gpus,
@@ -192,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     size = sub.add_parser("size", help="per-layer cache account of a model")
     size.add_argument("model", help="Hugging Face repo id, bundled preset, or path to a config.json")
-    size.add_argument("--engine", default="transformers", choices=sorted(ENGINES))
+    add_engine_options(size)
     size.add_argument("--kv-dtype", default="auto")
     size.add_argument("--context", type=tokens, action="append", help="tokens, e.g. 32768 or 32k (repeatable)")
     size.add_argument("--batch", type=positive_int, default=1)
@@ -211,13 +243,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fitp.add_argument("--kv-dtype", default="auto")
     fitp.add_argument("--weights-file", help="exact sizes from a .gguf, .safetensors (file or folder) or Hub repo id")
-    fitp.add_argument("--engine", default="transformers", choices=sorted(ENGINES))
+    add_engine_options(fitp)
     fitp.add_argument("--context", type=tokens, action="append", help="tokens, e.g. 32k (repeatable)")
     fitp.add_argument("--kv-cache-memory-bytes", type=positive_int, help="vLLM: KV budget per GPU in bytes")
     fitp.add_argument("--max-model-len", type=tokens, help="vLLM: longest request")
     fitp.add_argument("--gpu-memory-utilization", type=float, default=0.92, help="vLLM (default 0.92)")
-    fitp.add_argument("--max-num-batched-tokens", type=positive_int, help="vLLM (default 2048)")
-    fitp.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=True, help="vLLM")
     fitp.add_argument(
         "--n-gpu-layers",
         "-ngl",
