@@ -11,9 +11,7 @@ from pathlib import Path
 
 from core.argtypes import positive_int, tokens
 from core.config import parse_json, resolve
-from core.engines import ENGINES, Engine, engine_named
-from core.engines.llamacpp import LlamaCppEngine
-from core.engines.vllm_engine import VllmEngine
+from core.engines import ENGINES, Engine, configured
 from core.errors import InputError
 from core.fit import Setup, default_split, fit
 from core.gpus import Card, card_named
@@ -90,17 +88,14 @@ def print_size(out: dict) -> None:
 
 def build_engine(args: argparse.Namespace) -> Engine:
     """The engine with the options given on the command line; each flag only applies to its own engine."""
-    engine = engine_named(args.engine)
-    if isinstance(engine, VllmEngine):
-        return engine.with_options(
-            max_num_batched_tokens=args.max_num_batched_tokens or engine.options.max_num_batched_tokens,
-            prefix_caching=args.prefix_caching,
-            platform=args.platform,
-        )
-    if isinstance(engine, LlamaCppEngine):
-        changes = {"swa_full": args.swa_full, "kv_unified": args.kv_unified}
-        return engine.with_options(**{k: v for k, v in changes.items() if v is not None})
-    return engine
+    return configured(
+        args.engine,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        prefix_caching=args.prefix_caching,
+        platform=args.platform,
+        swa_full=args.swa_full,
+        kv_unified=args.kv_unified,
+    )
 
 
 def engine_options(engine: Engine) -> dict:

@@ -8,7 +8,7 @@ from dataclasses import asdict, fields, replace
 import streamlit as st
 
 from core.config import parse_json
-from core.engines import ENGINES, engine_named
+from core.engines import ENGINES, configured
 from core.errors import InputError
 from core.fit import Setup, default_split
 from core.gpus import Card, card_named, cards
@@ -17,7 +17,17 @@ from core.model import ModelSpec
 from core.quant import FORMATS
 from core.units import format_tokens, parse_tokens
 from core.whatif import edited
-from ui.state import CUSTOM_CARD, DEFAULTS, Inputs, from_query, pack_config, to_query, unpack_config
+from ui.state import (
+    CUSTOM_CARD,
+    DEFAULTS,
+    PLATFORMS,
+    SWITCH,
+    Inputs,
+    from_query,
+    pack_config,
+    to_query,
+    unpack_config,
+)
 
 EIGHT_BIT_KV = {"vllm": "fp8", "llama.cpp": "q8_0"}
 
@@ -120,7 +130,28 @@ def _hardware_inputs() -> None:
         help="fp8 on vLLM, q8_0 on llama.cpp; transformers keeps K/V in the compute dtype",
     )
     st.selectbox("KV dtype", kv_options, key="in_kv")
+    if engine == "vllm":
+        st.selectbox(
+            "vLLM platform",
+            PLATFORMS,
+            key="in_plat",
+            help="CUDA GPUs, or vLLM's CPU backend (Xeon serving): other block sizes and state dtypes",
+        )
     if engine == "llama.cpp":
+        st.radio(
+            "Sliding-window cache (--swa-full)",
+            list(SWITCH),
+            key="in_swa",
+            horizontal=True,
+            help="on: sliding layers keep the whole context; off: only the window (+ a batch); auto: default",
+        )
+        st.radio(
+            "Unified KV buffer (--kv-unified)",
+            list(SWITCH),
+            key="in_kvu",
+            horizontal=True,
+            help="on: all sequences share one buffer of cells; off: one stream per sequence; auto: default",
+        )
         st.number_input(
             "GPU layers (-ngl; -1 = all)",
             min_value=-1,
@@ -178,7 +209,9 @@ def sidebar() -> tuple[Inputs, ModelSpec, Setup]:
 
 
 def setup_for(inputs: Inputs, model: ModelSpec) -> Setup:
-    engine = engine_named(inputs.engine)
+    engine = configured(
+        inputs.engine, platform=inputs.plat, swa_full=SWITCH[inputs.swa], kv_unified=SWITCH[inputs.kvu]
+    )
     card = Card.custom(inputs.gib) if inputs.card == CUSTOM_CARD else card_named(inputs.card)
     tp, pp = default_split(engine, inputs.gpus)
     offload = inputs.ngl if inputs.engine == "llama.cpp" and inputs.ngl >= 0 else None

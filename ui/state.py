@@ -20,6 +20,8 @@ from core.units import format_tokens, parse_tokens
 
 CUSTOM_CARD = "custom"
 MAX_SHARED_CONFIG = 16_000  # characters of compressed config in a link
+SWITCH = {"auto": None, "on": True, "off": False}  # an engine option: its default, or forced on/off
+PLATFORMS = ("cuda", "cpu")
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,9 @@ class Inputs:
     engine: str = "llama.cpp"
     ctx: int = 32768
     ngl: int = -1  # llama.cpp -ngl: layers on the GPU; -1 = all
+    swa: str = "auto"  # llama.cpp --swa-full: auto (the front end's default), on, off
+    kvu: str = "auto"  # llama.cpp --kv-unified: auto, on, off
+    plat: str = "cuda"  # vLLM platform: cuda or cpu
     layers: int = 0  # what-if edits; 0 = as the config says
     kvh: int = 0
     hd: int = 0
@@ -103,6 +108,14 @@ def _check(key: str, value: str):
         return value
     if key == "ctx":
         return parse_tokens(value)
+    if key in ("swa", "kvu"):
+        if value not in SWITCH:
+            raise InputError(f"use one of {', '.join(SWITCH)}")
+        return value
+    if key == "plat":
+        if value not in PLATFORMS:
+            raise InputError(f"use one of {', '.join(PLATFORMS)}")
+        return value
     if key == "pat":
         if len(value) > 64 or set(value.upper()) - set("FSLN"):
             raise InputError("a layer pattern uses only the letters F, S, L and N")

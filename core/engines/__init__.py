@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from core.engines.base import CacheAccount, Engine, KindLine
 from core.engines.hf_transformers import TransformersEngine
 from core.engines.llamacpp import LlamaCppEngine
@@ -18,4 +20,16 @@ def engine_named(name: str) -> Engine:
         raise InputError(f"unknown engine {name!r}; choose one of: {', '.join(ENGINES)}") from None
 
 
-__all__ = ["ENGINES", "CacheAccount", "Engine", "KindLine", "engine_named"]
+def configured(name: str, **options: object) -> Engine:
+    """The engine with those `options` it has; None keeps its default and options of other engines are ignored,
+    so one set of choices (the command line's, the app's) serves every engine."""
+    engine = engine_named(name)
+    own = getattr(engine, "options", None)
+    if own is None:
+        return engine
+    known = {f.name for f in fields(own)}
+    chosen = {key: value for key, value in options.items() if value is not None and key in known}
+    return engine.with_options(**chosen) if chosen else engine  # type: ignore[attr-defined]
+
+
+__all__ = ["ENGINES", "CacheAccount", "Engine", "KindLine", "configured", "engine_named"]

@@ -1,0 +1,57 @@
+"""The engine options in the explorer: chosen in the sidebar, carried in the link, applied to core's answer."""
+
+from __future__ import annotations
+
+from core.engines import configured
+from core.fit import Setup, context_limit, fit, table_contexts
+from core.gpus import Card
+from core.loading import load_model
+from core.units import format_bytes
+from tests.test_app import app, metrics
+
+GEMMA = "google/gemma-3-4b-it"
+
+
+def _cache_shown(params: dict[str, str]) -> str:
+    at = app(params)
+    assert not at.exception, [e.value for e in at.exception]
+    return metrics(at)["Cache at this context"]
+
+
+def _cache_expected(engine, model_name: str = GEMMA, ctx: int = 32768) -> str:
+    setup = Setup(model=load_model(model_name), engine=engine, card=Card.custom(8.0), weights="q4_k_m")
+    result = fit(setup, sorted(set(table_contexts(context_limit(setup))) | {ctx}))
+    return format_bytes(next(r for r in result.rows if r.context == ctx).cache_bytes)
+
+
+def test_swa_full_from_the_link_reaches_the_llamacpp_rules():
+    on = _cache_shown({"model": GEMMA, "swa": "on"})
+    off = _cache_shown({"model": GEMMA, "swa": "off"})
+    assert on == _cache_expected(configured("llama.cpp", swa_full=True))
+    assert off == _cache_expected(configured("llama.cpp", swa_full=False))
+    assert on != off
+
+
+def test_swa_radio_changes_the_view_and_the_link():
+    at = app({"model": GEMMA})
+    at.radio(key="in_swa").set_value("on").run()
+    assert not at.exception
+    assert at.query_params["swa"] == "on"
+    assert metrics(at)["Cache at this context"] == _cache_expected(configured("llama.cpp", swa_full=True))
+
+
+def test_vllm_platform_is_offered_only_for_vllm_and_carried_in_the_link():
+    at = app({"model": "Qwen/Qwen3-8B", "engine": "vllm", "weights": "bf16", "plat": "cpu"})
+    assert not at.exception
+    assert at.selectbox(key="in_plat").value == "cpu"
+    assert at.query_params["plat"] == "cpu"
+    assert not [w for w in at.warning if "plat" in w.value]
+    llama = app({"model": "Qwen/Qwen3-8B"})
+    assert "in_plat" not in [s.key for s in llama.selectbox]
+
+
+def test_bad_option_values_in_a_link_are_named_and_ignored():
+    at = app({"swa": "maybe", "plat": "tpu"})
+    assert not at.exception
+    text = " ".join(w.value for w in at.warning)
+    assert "swa=" in text and "plat=" in text
