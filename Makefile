@@ -6,7 +6,7 @@ PORT ?= 8501
 ENGINES_VENV ?= .venv-engines
 ENGINES_STAMP := $(ENGINES_VENV)/.installed-$(shell cat requirements-engines.txt tests/engines/install.sh | cksum | cut -d' ' -f1)
 
-.PHONY: setup engines run test lint bench clean presets
+.PHONY: setup engines browser run test lint bench clean presets
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -22,11 +22,26 @@ $(ENGINES_STAMP): requirements-engines.txt tests/engines/install.sh
 
 engines: $(ENGINES_STAMP)
 
+# Debian's Chromium for the real-browser tests: installed with apt when missing and we are root; otherwise one
+# line saying how, and a failing exit (a skipped browser test must not pass for green).
+CHROMIUM ?= /usr/bin/chromium
+USER_ID ?= $(shell id -u)
+browser:
+	@test -x $(CHROMIUM) || { \
+	  if [ "$(USER_ID)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian's chromium for the browser tests"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null; \
+	  else \
+	    echo "the browser tests need Chromium at $(CHROMIUM): run 'sudo apt-get install chromium fonts-liberation' (or set CHROMIUM=/path/to/chromium)"; \
+	    exit 1; \
+	  fi; }
+
 # Starts the explorer on the bundled default model (Qwen/Qwen3.5-9B); no network needed.
 run: setup
 	$(PY) -m streamlit run app.py --server.port $(PORT)
 
-test: setup engines
+test: setup engines browser
 	$(PY) -m ruff check .
 	$(PY) -m pytest
 
