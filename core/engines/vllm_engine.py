@@ -376,15 +376,26 @@ class VllmEngine(Engine):
         return Plan(block, page_bytes, tuple(groups), size, self.prefix_caching(model))
 
     def blocks_for(
-        self, plan: Plan, group: Group, tokens: int, max_model_len: int, in_flight: int | None = None
+        self,
+        plan: Plan,
+        group: Group,
+        tokens: int,
+        max_model_len: int,
+        in_flight: int | None = None,
+        admission: bool = False,
     ) -> int:
+        """Blocks one request of `tokens` holds in this group; `admission`: what vLLM reserves per request when it
+        sizes the pool at start-up (max_memory_usage_bytes), which can exceed what a short request holds."""
         page, block = group.page, plan.block_size
         if in_flight is None:
             in_flight = self.in_flight_tokens()
         if page.kind == "full":
             return cdiv(tokens, block)
         if page.kind == "sliding":
-            return min(cdiv(tokens, block), cdiv(min(page.window - 1 + in_flight, max_model_len), block) + 1)
+            # SlidingWindowSpec.max_admission_blocks_per_request: +1 because the window may start mid-block. The
+            # start-up capacity uses it as is, even when ⌈L/block⌉ is smaller (admission=True).
+            window_blocks = cdiv(min(page.window - 1 + in_flight, max_model_len), block) + 1
+            return window_blocks if admission else min(cdiv(tokens, block), window_blocks)
         if page.kind == "chunked":
             return min(cdiv(tokens, block), cdiv(min(page.window + in_flight, max_model_len), block))
         spec = self.options.num_speculative_tokens
@@ -397,7 +408,9 @@ class VllmEngine(Engine):
         plan = self.plan(model, kv_dtype)
         num_blocks = kv_budget // plan.bytes_per_block
         in_flight = self.in_flight_tokens(model, max_model_len)
-        per_request = sum(self.blocks_for(plan, g, max_model_len, max_model_len, in_flight) for g in plan.groups)
+        per_request = sum(
+            self.blocks_for(plan, g, max_model_len, max_model_len, in_flight, admission=True) for g in plan.groups
+        )
         concurrency = num_blocks / per_request
         if _version_tuple(self.options.version) >= GROUP_AWARE_TOKENS_SINCE:
             tokens = int(concurrency * max_model_len)
