@@ -96,6 +96,7 @@ CASES = [
     Case("qwen3.5 ssm bfloat16", QWEN35, mamba_ssm_cache_dtype="bfloat16"),
     Case("qwen3.5 big state L=1000", QWEN35_BIG, max_model_len=1000),
     Case("qwen3.5 big state block 64", QWEN35_BIG, max_model_len=1000, block_size=64),
+    Case("qwen3.5 big state block 16 (user)", QWEN35_BIG, max_model_len=1000, block_size=16),
     Case("qwen3.5 big state fp8", QWEN35_BIG, max_model_len=1000, kv_cache_dtype="fp8"),
     Case("qwen3-next L=512", QWEN3_NEXT, max_model_len=512),
     Case("granite-4.0-h L=500", GRANITE),
