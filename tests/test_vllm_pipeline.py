@@ -34,7 +34,8 @@ def test_layers_split_like_vllm_get_pp_indices():
 
 
 def _deepseek_v2_lite_engine() -> tuple[VllmEngine, object]:
-    engine = VllmEngine().with_options(tensor_parallel=2, pipeline_parallel=2, block_size=16)
+    # the log's vLLM (0.9.x) printed the pool as num_blocks // groups × block_size
+    engine = VllmEngine().with_options(tensor_parallel=2, pipeline_parallel=2, block_size=16, version="0.9")
     return engine, load_model("deepseek-ai/DeepSeek-V2-Lite")
 
 
@@ -46,6 +47,7 @@ def test_published_deepseek_v2_lite_pp2_log_is_reproduced():
     low = pipeline_capacity(engine, model, [int(12.125 * GIB), int(11.325 * GIB)], 1024)
     high = pipeline_capacity(engine, model, [int(12.135 * GIB), int(11.335 * GIB)], 1024)
     assert low.num_blocks <= LOGGED_BLOCKS <= high.num_blocks
+    assert low.kv_cache_tokens <= 807_792 <= high.kv_cache_tokens
     assert low.blocks_per_request == 1024 // 16
     assert round(LOGGED_BLOCKS / low.blocks_per_request, 2) == LOGGED_CONCURRENCY
     # the 13-layer stage alone would have afforded more blocks: the 14-layer stage decides

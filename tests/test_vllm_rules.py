@@ -171,3 +171,60 @@ def test_a_published_hybrid_startup_log_is_reproduced_to_the_token():
         cap = engine.capacity(model, int(gib * GIB), 131072, "fp8")
         assert cap.kv_cache_tokens == 302_921
         assert round(cap.max_concurrency, 2) == 2.31
+
+
+# --- the CPU backend (vllm/platforms/cpu.py); the real engine referees these in tests/engines/test_vllm_engine.py
+
+
+def test_cpu_block_size_defaults_to_128_and_cpu_mla_forces_16():
+    cpu = VLLM.with_options(platform="cpu")
+    dense = load_model("Qwen/Qwen3-8B")
+    assert VLLM.plan(dense).block_size == 16 and cpu.plan(dense).block_size == 128
+    assert cpu.with_options(block_size=64).plan(dense).block_size == 64  # a user's block size is kept
+    mla = load_model("deepseek-ai/DeepSeek-V3")
+    assert cpu.with_options(block_size=64).plan(mla).block_size == 16  # the reference CPU MLA kernel: 16 only
+    assert not cpu.plan(mla).prefix_caching and VLLM.plan(mla).prefix_caching
+    assert cpu.with_options(cpu_amx=True, block_size=64).plan(mla).block_size == 64  # AMX MLA has no such limit
+
+
+def test_cpu_keeps_one_batch_in_flight_for_sliding_windows():
+    model = load_model("openai/gpt-oss-20b")  # 12 sliding (128) + 12 full layers
+    max_len = 131072
+    cpu = VLLM.with_options(platform="cpu", async_scheduling=True)  # the CPU backend forces async off anyway
+    cap = cpu.capacity(model, 8 * GIB, max_len)
+    assert cap.blocks_per_request == max_len // 128 + cdiv(min(128 - 1 + 2048, max_len), 128) + 1
+
+
+def test_cpu_stores_recurrent_states_in_fp32_and_aligns_hybrid_blocks_to_32():
+    model = load_model("Qwen/Qwen3.5-9B")
+    cpu = VLLM.with_options(platform="cpu", mamba_ssm_cache_dtype="bfloat16")
+    assert cpu.storage(model).ssm.name == "bf16"  # a GDN model may keep a 16-bit state on CPU
+    jamba = load_model("ai21labs/Jamba-v0.1")
+    assert VLLM.storage(jamba).ssm.name == "bf16"
+    assert VLLM.with_options(platform="cpu").storage(jamba).ssm.name == "fp32"
+    assert VLLM.with_options(platform="cpu", cpu_avx512_bf16=False).storage(jamba).ssm.name == "bf16"
+    # Qwen3.5-9B: state (fp32) over a 4 KiB/token attention page; block ≥ 128, a multiple of 128 (the default)
+    state = (2 * 16 * 128 + 32 * 128) * 3 * 2 + 32 * 128 * 128 * 4
+    per_token = 4 * (256 + 256) * 2
+    assert VLLM.with_options(platform="cpu").plan(model).block_size == 128 * cdiv(state, 128 * per_token)
+    # with a user block size of 16 the CPU kernel's multiple of 32 decides, where CUDA's 16 would
+    user16 = VLLM.with_options(platform="cpu", block_size=16).plan(model).block_size
+    assert user16 == 32 * cdiv(state, 32 * per_token) != 16 * cdiv(state, 16 * per_token)
+
+
+# --- versions: what "KV cache size: N tokens" means
+
+
+def test_kv_cache_size_tokens_follow_the_chosen_vllm_version():
+    model = load_model("Qwen/Qwen3.5-9B")  # 4 groups of 8 layers (1 attention + 3 GDN)
+    budget, max_len = 20 * GIB, 262144
+    new = VLLM.with_options(version="0.33").capacity(model, budget, max_len)
+    old = VLLM.with_options(version="0.20").capacity(model, budget, max_len)
+    assert (old.num_blocks, old.max_concurrency) == (new.num_blocks, new.max_concurrency)
+    assert new.kv_cache_tokens == int(new.num_blocks / new.blocks_per_request * max_len)
+    assert old.kv_cache_tokens == new.num_blocks // 4 * 528  # before 0.21: blocks shared evenly over 4 groups
+    dense = load_model("Qwen/Qwen3-8B")  # one group, L a multiple of 16: both formulas agree
+    a, b = (VLLM.with_options(version=v).capacity(dense, budget, 40960) for v in ("0.20", "0.33"))
+    assert a.kv_cache_tokens == b.kv_cache_tokens == a.num_blocks * 16
+    with pytest.raises(InputError, match=r"MAJOR\.MINOR"):
+        VLLM.with_options(version="latest").capacity(dense, budget, 40960)

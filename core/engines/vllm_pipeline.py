@@ -69,10 +69,7 @@ def pipeline_capacity(
     if len(stage_budgets) != len(per_block):
         raise InputError(f"{len(per_block)} pipeline stages need {len(per_block)} budgets, got {len(stage_budgets)}")
     num_blocks = min(budget // size for budget, size in zip(stage_budgets, per_block, strict=True) if size)
-    plan = engine.plan(model, kv_dtype)
-    per_request = sum(engine.blocks_for(plan, g, max_model_len, max_model_len) for g in plan.groups)
-    concurrency = num_blocks / per_request
-    return Capacity(num_blocks, per_request, concurrency, int(concurrency * max_model_len))
+    return engine.capacity_of(model, num_blocks, max_model_len, kv_dtype)
 
 
 def fullest_stage_fraction(engine: VllmEngine, model: ModelSpec, kv_dtype: str = "auto") -> tuple[int, int]:
