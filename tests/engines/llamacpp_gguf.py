@@ -23,6 +23,15 @@ def build_checkpoint(raw: dict, folder: Path) -> None:
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.save_pretrained(folder)
+    # transformers 5 saves some fields in its own newer spelling (Granite-4.0-H's layer_types as "linear_attention",
+    # Nemotron-H without hybrid_override_pattern); the converter reads the spelling checkpoints ship, so the raw
+    # config's own fields go back on top.
+    saved = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(saved | raw, indent=1))
+    # Gemma 3's converter trims the embedding to the tokenizer's vocabulary (conversion/gemma.py): give it one of the
+    # model's own size, so nothing is trimmed.
+    vocab = {f"t{i}": i for i in range(config.vocab_size)}
+    (folder / "tokenizer.json").write_text(json.dumps({"model": {"vocab": vocab}, "added_tokens": []}))
 
 
 def without_vocab(model_class: type) -> type:
@@ -30,8 +39,12 @@ def without_vocab(model_class: type) -> type:
 
     def set_vocab(self) -> None:
         self._set_vocab_none()
+        # with no token list, libllama sizes the embedding from this key (llama-vocab.cpp, "adding N dummy tokens")
+        self.gguf_writer.add_vocab_size(self.find_hparam(["vocab_size"]))
 
     attrs = {"set_vocab": set_vocab, "model_arch": model_class.model_arch}
+    if model_class.supports_mtp_export:
+        attrs["no_mtp"] = True  # --no-mtp: the tiny checkpoints have no MTP block (Qwen3.5/Next would assert on it)
     return type(model_class.__name__, (model_class,), attrs)
 
 
@@ -60,7 +73,7 @@ def main() -> None:
             build_checkpoint(raw, folder)
             convert(folder, gguf)
         done[name] = str(gguf)
-    print(json.dumps(done))
+    print("\n" + json.dumps(done))
 
 
 if __name__ == "__main__":

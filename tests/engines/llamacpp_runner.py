@@ -135,10 +135,13 @@ def main() -> None:
     for name, path in job["models"].items():
         mparams = llama_cpp.llama_model_default_params()
         model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
+        mine = [case for case in job["cases"] if case["model"] == name]
         if not model:
-            raise SystemExit(f"libllama could not load {name} ({path}):\n{''.join(LOG)[-4000:]}")
+            error = f"libllama could not load {path}"
+            results += [{"id": case["id"], "error": error, "log": "".join(LOG)[-3000:]} for case in mine]
+            continue
         try:
-            results += [run_case(model, case) for case in job["cases"] if case["model"] == name]
+            results += [run_case(model, case) for case in mine]
         finally:
             llama_cpp.llama_model_free(model)
     print(json.dumps({"cases": results}))
