@@ -31,5 +31,7 @@ def run_in_engines(args: list[str], timeout: float, env: dict[str, str] | None =
         [str(engines_python()), *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=ROOT
     )
     if proc.returncode != 0:
-        pytest.fail(f"{' '.join(args[:2])} failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
+        pytest.fail(
+            f"{' '.join(args[:2])} failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
+        )
     return proc

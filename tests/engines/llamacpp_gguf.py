@@ -1,6 +1,7 @@
 """Build tiny random-weight checkpoints and convert them with llama.cpp's own converter (run in the engines' venv).
 
-Reads JSON on stdin: {"out_dir": str, "models": {name: raw config.json dict}}; prints {name: gguf path} as JSON.
+Reads JSON from the file named by its argument (or stdin): {"tree": LLAMACPP_TREE, "out_dir": str, "models": {name:
+raw config.json dict}}; prints {name: gguf path} as JSON on its last line.
 
 The converter is imported from LLAMACPP_TREE (PYTHONPATH=<tree>/gguf-py:<tree>), never copied: only its vocab step is
 replaced, at run time, by a writer of `tokenizer.ggml.model = "none"`, which libllama loads as a model without a
@@ -63,7 +64,9 @@ def convert(folder: Path, out: Path) -> None:
 
 
 def main() -> None:
-    job = json.load(sys.stdin)
+    job = json.loads(Path(sys.argv[1]).read_text() if len(sys.argv) > 1 else sys.stdin.read())
+    # the same as PYTHONPATH=<tree>/gguf-py:<tree> (run_in_engines clears PYTHONPATH)
+    sys.path[:0] = [str(Path(job["tree"]) / "gguf-py"), job["tree"]]
     out_dir = Path(job["out_dir"])
     done = {}
     for name, raw in job["models"].items():

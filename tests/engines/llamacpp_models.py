@@ -7,7 +7,7 @@ Changes from `tiny_raw`, each because llama.cpp needs it:
   inner width is a multiple of 64 (conversion/granite.py).
 - Gated DeltaNet key and value heads of one width (16): llama.cpp sizes both from ssm_d_state
   (models/qwen35.cpp, qwen3next.cpp: `head_v_dim = hparams.ssm_d_state`); 2 key heads vs 4 value heads stay unequal.
-- LFM2 hidden 128: llama.cpp takes its attention head width as hidden / heads (no key_length in its GGUF).
+- LFM2 and Jamba hidden 128: llama.cpp takes its attention head width as hidden / heads (no key_length in its GGUF).
 - Nemotron-H's pattern "ME*E": with experts the converter picks NEMOTRON_H_MOE, whose MLP blocks are "E" (a "-"
   block would be read as Mamba2 and lack its tensors).
 - Gemma 3 comes twice: with llama.cpp's own pattern (every 6th layer global) and with kvscope's tiny pattern 3,
@@ -40,7 +40,7 @@ MODELS: dict[str, dict[str, Any]] = {
     "granite_h": tiny_raw("granitemoehybrid", hidden_size=128, mamba_d_head=32),
     "nemotron_h": tiny_raw("nemotron_h", mamba_num_heads=8, hybrid_override_pattern="ME*E", **_HD),
     "lfm2": tiny_raw("lfm2", hidden_size=128, **_HD),
-    "falcon_h1": tiny_raw("falcon_h1"),
-    "jamba": tiny_raw("jamba"),
+    "falcon_h1": tiny_raw("falcon_h1", **_HD),
+    "jamba": tiny_raw("jamba", hidden_size=128, **_HD),
     "mamba": tiny_raw("mamba"),
 }

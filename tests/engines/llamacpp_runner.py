@@ -1,9 +1,10 @@
 """Ask the real libllama what its cache holds (run in the engines' venv).
 
-Reads JSON on stdin: {"models": {name: gguf path}, "cases": [{"id", "model", "n_ctx", "n_seq_max", "n_ubatch",
-"n_batch", "type_k", "type_v", "flash_attn": "auto"|"on"|"off", "swa_full", "kv_unified"}]}. Each model is loaded
-once; each case creates a context, reads its memory object and frees the context. Prints one JSON line:
-{"cases": [{"id", "memory": class name, "caches": {role: {"k", "v", "total"} | {"r", "s", "total"}}, "log": [...]}]}
+Reads JSON from the file named by its argument (or stdin): {"models": {name: gguf path}, "cases": [{"id",
+"model", "n_ctx", "n_seq_max", "n_ubatch", "n_batch", "type_k", "type_v", "flash_attn": "auto"|"on"|"off",
+"swa_full", "kv_unified", "n_rs_seq"}]}. Each model is loaded once; each case creates a context, reads its memory
+object and frees the context. Prints one JSON line: {"cases": [{"id", "memory": class name, "caches": {role:
+{"k", "v", "total"} | {"r", "s", "p", "total"}}, "log": [...]}]}
 
 The bytes come from the library's own accounting, called through the C++ symbols libllama exports
 (`llama_kv_cache::size_k_bytes() const` etc., `this` as the first argument). The memory object's class is read from
@@ -16,18 +17,33 @@ from __future__ import annotations
 import ctypes
 import json
 import sys
+from pathlib import Path
 
 import llama_cpp
 
 LIB = llama_cpp.llama_cpp._lib
-TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0,
-         "f32": llama_cpp.GGML_TYPE_F32}
-FLASH = {"auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-         "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED}
+TYPES = {
+    "f16": llama_cpp.GGML_TYPE_F16,
+    "q8_0": llama_cpp.GGML_TYPE_Q8_0,
+    "q4_0": llama_cpp.GGML_TYPE_Q4_0,
+    "f32": llama_cpp.GGML_TYPE_F32,
+}
+FLASH = {
+    "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
 CLASSES = (
-    "llama_kv_cache", "llama_kv_cache_iswa", "llama_memory_recurrent", "llama_memory_hybrid",
-    "llama_memory_hybrid_iswa", "llama_kv_cache_dsa", "llama_kv_cache_dsa_iswa", "llama_kv_cache_msa",
-    "llama_kv_cache_dsv4", "llama_memory_hybrid_idx",
+    "llama_kv_cache",
+    "llama_kv_cache_iswa",
+    "llama_memory_recurrent",
+    "llama_memory_hybrid",
+    "llama_memory_hybrid_iswa",
+    "llama_kv_cache_dsa",
+    "llama_kv_cache_dsa_iswa",
+    "llama_kv_cache_msa",
+    "llama_kv_cache_dsv4",
+    "llama_memory_hybrid_idx",
 )
 
 
@@ -45,17 +61,26 @@ def method(cls: str, name: str, restype):
 
 TYPEINFO = {symbol_address(f"_ZTI{len(c)}{c}"): c for c in CLASSES}
 SIZE_T, PTR = ctypes.c_size_t, ctypes.c_void_p
-KV = {"k": method("llama_kv_cache", "size_k_bytes", SIZE_T), "v": method("llama_kv_cache", "size_v_bytes", SIZE_T),
-      "total": method("llama_kv_cache", "total_size", SIZE_T)}
-RS = {"r": method("llama_memory_recurrent", "size_r_bytes", SIZE_T),
-      "s": method("llama_memory_recurrent", "size_s_bytes", SIZE_T),
-      "p": method("llama_memory_recurrent", "size_p_bytes", SIZE_T),
-      "total": method("llama_memory_recurrent", "total_size", SIZE_T)}
+KV = {
+    "k": method("llama_kv_cache", "size_k_bytes", SIZE_T),
+    "v": method("llama_kv_cache", "size_v_bytes", SIZE_T),
+    "total": method("llama_kv_cache", "total_size", SIZE_T),
+}
+RS = {
+    "r": method("llama_memory_recurrent", "size_r_bytes", SIZE_T),
+    "s": method("llama_memory_recurrent", "size_s_bytes", SIZE_T),
+    "p": method("llama_memory_recurrent", "size_p_bytes", SIZE_T),
+    "total": method("llama_memory_recurrent", "total_size", SIZE_T),
+}
 ISWA = {"base": method("llama_kv_cache_iswa", "get_base", PTR), "swa": method("llama_kv_cache_iswa", "get_swa", PTR)}
-HYBRID = {"attn": method("llama_memory_hybrid", "get_mem_attn", PTR),
-          "recr": method("llama_memory_hybrid", "get_mem_recr", PTR)}
-HYBRID_ISWA = {"attn": method("llama_memory_hybrid_iswa", "get_mem_attn", PTR),
-               "recr": method("llama_memory_hybrid_iswa", "get_mem_recr", PTR)}
+HYBRID = {
+    "attn": method("llama_memory_hybrid", "get_mem_attn", PTR),
+    "recr": method("llama_memory_hybrid", "get_mem_recr", PTR),
+}
+HYBRID_ISWA = {
+    "attn": method("llama_memory_hybrid_iswa", "get_mem_attn", PTR),
+    "recr": method("llama_memory_hybrid_iswa", "get_mem_recr", PTR),
+}
 
 LOG: list[str] = []
 
@@ -97,8 +122,16 @@ def caches(mem: int) -> tuple[str, dict[str, dict[str, int]]]:
 
 
 def cache_log(lines: list[str]) -> list[str]:
-    keep = ("llama_kv_cache:", "llama_memory_recurrent:", "llama_kv_cache_iswa:", "llama_context: n_ctx",
-            "llama_context: n_ubatch", "llama_context: n_seq_max", "llama_context: kv_unified", "n_ctx_seq")
+    keep = (
+        "llama_kv_cache:",
+        "llama_memory_recurrent:",
+        "llama_kv_cache_iswa:",
+        "llama_context: n_ctx",
+        "llama_context: n_ubatch",
+        "llama_context: n_seq_max",
+        "llama_context: kv_unified",
+        "n_ctx_seq",
+    )
     return [line.rstrip() for line in "".join(lines).splitlines() if any(k in line for k in keep)]
 
 
@@ -113,6 +146,7 @@ def run_case(model, case: dict) -> dict:
     params.flash_attn_type = FLASH[case["flash_attn"]]
     params.swa_full = case["swa_full"]
     params.kv_unified = case["kv_unified"]
+    params.n_rs_seq = case["n_rs_seq"]
     params.n_threads = params.n_threads_batch = 1
     LOG.clear()
     ctx = llama_cpp.llama_init_from_model(model, params)
@@ -121,14 +155,19 @@ def run_case(model, case: dict) -> dict:
     try:
         mem = llama_cpp.llama_get_memory(ctx)
         cls, sizes = caches(mem)
-        return {"id": case["id"], "memory": cls, "caches": sizes, "n_ctx": llama_cpp.llama_n_ctx(ctx),
-                "log": cache_log(LOG)}
+        return {
+            "id": case["id"],
+            "memory": cls,
+            "caches": sizes,
+            "n_ctx": llama_cpp.llama_n_ctx(ctx),
+            "log": cache_log(LOG),
+        }
     finally:
         llama_cpp.llama_free(ctx)
 
 
 def main() -> None:
-    job = json.load(sys.stdin)
+    job = json.loads(Path(sys.argv[1]).read_text() if len(sys.argv) > 1 else sys.stdin.read())
     llama_cpp.llama_log_set(capture, ctypes.c_void_p(0))
     llama_cpp.llama_backend_init()
     results = []
