@@ -54,14 +54,80 @@ def test_mistral_ggufs_have_no_sliding_window():
     assert engine_named("transformers").account(model, 32768).total == 4095 * per_cell
 
 
-def test_the_swa_cache_stays_f16_under_a_quantised_cache_type():
+def test_the_swa_cache_keeps_the_requested_cache_type():
+    """llama-kv-cache-iswa.cpp builds the SWA cache with the same type_k/type_v as the base cache (PR 21277 kept it
+    F16 and was reverted by PR 21332); the referee's Gemma 3 / gpt-oss q8_0 and q4_0 cases show it."""
     model = load_model("openai/gpt-oss-20b")
     row = 8 * 64
     q8 = LLAMA.account(model, 131072, kv_dtype="q8_0")
     full_line = next(line for line in q8.lines if line.label == "full_attention")
     swa_line = next(line for line in q8.lines if line.label.startswith("sliding_window"))
     assert full_line.bytes_per_token == 2 * (row // 32) * 34
-    assert swa_line.bytes_per_token == 2 * row * 2
+    assert swa_line.bytes_per_token == 2 * (row // 32) * 34
+    assert q8.total == 12 * 2 * (row // 32) * 34 * (131072 + 768)
+
+
+def test_sequences_get_their_own_streams_unless_unified():
+    """n_ctx = batch × context split over n_seq_max streams (llama-context.cpp) or one shared stream (kv_unified);
+    the unified SWA cache holds n_swa per sequence plus one ubatch (llama-kv-cache-iswa.cpp)."""
+    model = load_model("openai/gpt-oss-20b")  # 12 sliding (window 128) + 12 full, 8 KV heads × 64
+    per_cell = 2 * 8 * 64 * 2
+    split = LLAMA.account(model, 8000, batch=4)
+    assert split.total == 12 * per_cell * 4 * (8192 + 768)
+    unified = LLAMA.with_options(kv_unified=True).account(model, 8000, batch=4)
+    # one stream of 4 × 8000 = 32000 cells (a multiple of 256); SWA pad(4 × 128 + 512) = 1024
+    assert unified.total == 12 * per_cell * 32000 + 12 * per_cell * 1024
+    caches = LLAMA.with_options(kv_unified=True).caches(model, 8000, batch=4)
+    assert [(c.role, c.cells, c.streams) for c in caches] == [("base", 32000, 1), ("swa", 1024, 1)]
+    odd = LLAMA.with_options(kv_unified=True).caches(model, 1000, batch=3)  # 3000 → 3072 cells
+    assert [(c.role, c.cells, c.streams) for c in odd] == [("base", 3072, 1), ("swa", 1024, 1)]
+
+
+def test_the_ubatch_is_capped_by_n_batch():
+    model = load_model("openai/gpt-oss-20b")
+    per_cell = 2 * 8 * 64 * 2
+    small = LLAMA.with_options(n_batch=64).account(model, 131072)
+    assert small.total == 12 * per_cell * (131072 + 256)  # pad(128 + 64, 256)
+
+
+def test_front_end_defaults():
+    from core.engines.llamacpp import FRONTENDS
+
+    assert FRONTENDS["llama-server"].options.kv_unified and FRONTENDS["llama-server"].n_parallel == 4
+    assert not FRONTENDS["llama-cli"].options.kv_unified and not FRONTENDS["llama-cli"].options.swa_full
+    assert FRONTENDS["library"].options.swa_full
+    model = load_model("openai/gpt-oss-20b")
+    per_cell = 2 * 8 * 64 * 2
+    assert type(LLAMA).frontend("library").account(model, 4096).total == 24 * per_cell * 4096
+
+
+def test_recurrent_rollback_snapshots_only_where_llama_cpp_keeps_them():
+    model = load_model("Qwen/Qwen3.5-9B")
+    per_seq = 24 * ((2 * 16 * 128 + 32 * 128) * 3 * 4 + 32 * 128 * 128 * 4)
+    account = LLAMA.with_options(n_rs_seq=3).account(model, 1000, batch=2)
+    assert account.fixed_bytes == 2 * 4 * per_seq
+    assert LLAMA.with_options(n_rs_seq=3).fixed_bytes_per_sequence(model) == 4 * per_seq
+
+
+def test_gemma3_and_llama4_windows_follow_llama_cpps_fixed_patterns():
+    from core.loading import model_from_config
+
+    raw = {
+        "model_type": "gemma3_text",
+        "num_hidden_layers": 8,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "sliding_window": 8,
+        "sliding_window_pattern": 2,  # transformers: every 2nd layer global; llama.cpp: every 6th
+        "vocab_size": 96,
+        "intermediate_size": 96,
+    }
+    model = model_from_config(raw, "gemma3-pattern-2")
+    assert model.layer_counts() == {"sliding_window": 4, "full_attention": 4}
+    caches = LLAMA.caches(model, 4096)
+    assert [(c.role, c.layers, c.cells) for c in caches] == [("base", 1, 4096), ("swa", 7, 768)]
 
 
 def test_logged_llamacpp_sizes_for_gemma3_270m_are_reproduced():

@@ -1,15 +1,32 @@
-"""llama.cpp's KV cache (read in src/llama-kv-cache.cpp, llama-kv-cache-iswa.cpp, llama-memory-recurrent.cpp and
-ggml/src/ggml-common.h).
+"""llama.cpp's cache, checked byte for byte against libllama from llama-cpp-python 0.3.36, which vendors
+ggml-org/llama.cpp@0c1e57098 (llama.cpp 0.5.0-dev; tests/engines/test_llamacpp_engine.py is the referee).
 
-- K and V are rows of kv_heads × head_dim per cell, each row stored in the cache type: f16 by default; q8_0 is
-  34 B per 32 values, q4_0 18 B per 32 (a quantised V needs flash attention, which recent builds turn on).
-- Cells are padded to 256 (the flash-attention padding); each parallel sequence is its own stream of cells.
-- Sliding-window layers keep min(cells, pad(n_swa + n_ubatch)) cells per stream unless --swa-full; Mistral and
-  Mixtral GGUFs carry no window, so theirs is a full cache.
-- The SWA cache is not quantised: it stays F16 under a q8_0/q4_0 cache type (since llama.cpp PR 21277).
-- MLA keeps only the 576-wide latent as K; V is read from it.
-- Recurrent layers (Mamba, Gated DeltaNet, short conv) keep conv (d_conv − 1 columns) and state in f32 whatever
-  the KV type, one slot per sequence.
+Read in src/llama-context.cpp, llama-model.cpp (create_memory), llama-kv-cache.cpp, llama-kv-cache-iswa.cpp,
+llama-memory-hybrid.cpp, llama-memory-recurrent.cpp, llama-hparams.cpp and ggml/src/ggml-common.h:
+
+- Memory objects: attention-only models get one `llama_kv_cache`; with sliding/chunked layers a
+  `llama_kv_cache_iswa` (a "base" cache for the full layers, an "swa" cache for the windowed ones); pure SSMs a
+  `llama_memory_recurrent`; hybrids a `llama_memory_hybrid` (an attention cache beside a recurrent one).
+- Cells and streams (llama-context.cpp: `n_ctx = GGML_PAD(n_ctx, 256)`; `n_ctx_seq = GGML_PAD(n_ctx / n_seq_max,
+  256)` unless unified; llama-kv-cache.cpp: `n_stream = unified ? 1 : n_seq_max`): every K/V tensor is
+  [row, cells, streams]. kvscope's `account(model, context, batch)` means `batch` sequences of `context` tokens each,
+  i.e. n_seq_max = batch and n_ctx = batch × context (what `llama-server -np batch -c batch×context` asks for). Split
+  across streams that is pad(context, 256) cells per sequence; with kv_unified one stream of pad(batch × context,
+  256) cells that all sequences share.
+- Windowed layers (llama-kv-cache-iswa.cpp): `size_swa = GGML_PAD(min(size_base, n_swa × (unified ? n_seq_max : 1)
+  + n_ubatch), 256)` cells per stream, or the base size with swa_full. n_ubatch is min(n_ubatch, n_batch, n_ctx)
+  (llama-context.cpp). The SWA cache has the requested -ctk/-ctv types like the base (PR 21277, which kept it F16,
+  was reverted by PR 21332).
+- K and V rows are kv_heads × head_dim in the cache type: f16 by default; q8_0 is 34 B per 32 values, q4_0 18 B per
+  32. A quantised V needs flash attention; with it off, V is stored transposed and every layer's V row is padded to
+  the widest one (llama-kv-cache.cpp, TAG_V_CACHE_VARIABLE).
+- MLA keeps only the latent + rope key as K (no V tensor at all: `has_v = !is_mla`).
+- Recurrent layers (Mamba, Gated DeltaNet, short conv) keep R = conv with d_conv − 1 columns and S = state, both
+  f32 whatever the KV type (create_memory passes GGML_TYPE_F32), in max(1, n_seq_max) slots, each with n_rs_seq
+  rollback snapshots on the architectures that support them (llm_arch_supports_rs_rollback).
+- Conversion and loading: Mistral and Mixtral GGUFs carry no window (they load as "llama"); Gemma 3 is global every
+  6th layer whatever its config says (models/gemma3.cpp: load_swa_pattern(ml, 6), the converter writes no pattern);
+  Llama 4's chunk is 8192 with every 4th layer global (models/llama4.cpp).
 """
 
 from __future__ import annotations
@@ -17,39 +34,134 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from core.dtypes import FP16, FP32, CacheDtype
-from core.engines.base import CacheAccount, Engine
+from core.engines.base import CacheAccount, Engine, KindLine, _cap_label
 from core.errors import InputError
-from core.layers import FullAttention, LayerKind, LightningAttention, SlidingWindow, Storage
-from core.model import ModelSpec
+from core.layers import (
+    ChunkedAttention,
+    FullAttention,
+    LayerKind,
+    LightningAttention,
+    SlidingWindow,
+    Storage,
+)
+from core.model import ModelSpec, kind_label
 
 CELL_PAD = 256
 # Architectures whose GGUF conversion drops the sliding window: Mistral and Mixtral load as plain "llama", so
 # llama.cpp keeps every token on every layer for them.
 NO_SWA = frozenset({"mistral", "mixtral"})
+# Window patterns llama.cpp fixes at load time, whatever the config's layer_types: (period, chunk or None).
+# The last layer of each period is global (llama-hparams.cpp set_swa_pattern: swa iff il % period < period - 1).
+FIXED_PATTERNS = {
+    "gemma3": (6, None),  # models/gemma3.cpp: load_swa_pattern(ml, 6); conversion/gemma.py writes no pattern
+    "gemma3_text": (6, None),
+    "llama4": (4, 8192),  # models/llama4.cpp: n_swa = 8192; load_swa_pattern(ml, 4)
+    "llama4_text": (4, 8192),
+}
+# llm_arch_supports_rs_rollback (src/llama-arch.cpp): where n_rs_seq snapshots are kept; elsewhere it is clamped to 0.
+RS_ROLLBACK = frozenset(
+    {"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "nemotron_h", "lfm2", "lfm2_moe"}
+)
 
 
 def pad(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
+def _windowed(layer: LayerKind) -> bool:
+    return isinstance(layer, (SlidingWindow, ChunkedAttention))
+
+
 def as_llamacpp_sees(model: ModelSpec) -> ModelSpec:
-    if model.model_type not in NO_SWA:
-        return model
-    return model.with_layers(
-        tuple(
-            FullAttention(layer.kv_heads, layer.head_dim, layer.v_head_dim)
-            if isinstance(layer, SlidingWindow)
-            else layer
-            for layer in model.layers
+    """The model's layers as libllama builds them from the converted GGUF."""
+    if model.model_type in NO_SWA:
+        return model.with_layers(
+            tuple(
+                FullAttention(layer.kv_heads, layer.head_dim, layer.v_head_dim) if _windowed(layer) else layer
+                for layer in model.layers
+            )
         )
-    )
+    fixed = FIXED_PATTERNS.get(model.model_type)
+    windows = [layer for layer in model.layers if _windowed(layer)]
+    if fixed is None or not windows:
+        return model
+    period, chunk = fixed
+    first = windows[0]
+    layers = []
+    for il, layer in enumerate(model.layers):
+        if not isinstance(layer, FullAttention):
+            layers.append(layer)
+            continue
+        full = FullAttention(layer.kv_heads, layer.head_dim, layer.v_head_dim)
+        if il % period == period - 1:
+            layers.append(full)
+        elif chunk is not None:
+            layers.append(ChunkedAttention(full.kv_heads, full.head_dim, full.v_head_dim, chunk=chunk))
+        else:
+            layers.append(SlidingWindow(full.kv_heads, full.head_dim, full.v_head_dim, window=first.token_cap or 0))
+    return model.with_layers(tuple(layers))
 
 
 @dataclass(frozen=True)
 class LlamaCppOptions:
-    n_ubatch: int = 512
+    """The context parameters that change the cache (llama_context_params; the CLI flags in brackets)."""
+
+    n_ubatch: int = 512  # -ub
     swa_full: bool = False  # --swa-full: sliding layers keep the whole context
     kv_unified: bool = False  # --kv-unified: all sequences share one stream of cells
+    n_batch: int = 2048  # -b; the ubatch is capped by it
+    flash_attn: bool = True  # -fa; "auto" counts as on when the cache is made (cparams.flash_attn = type != DISABLED)
+    n_rs_seq: int = 0  # recurrent rollback snapshots per slot (llama-server sets --draft-max for MTP/EAGLE3 drafts)
+
+
+@dataclass(frozen=True)
+class Frontend:
+    """What a llama.cpp front end passes when the user gives no flags."""
+
+    options: LlamaCppOptions
+    n_parallel: int  # sequences (slots) it decodes at once: kvscope's `batch`
+    source: str
+
+
+FRONTENDS: dict[str, Frontend] = {
+    "llama-cli": Frontend(
+        LlamaCppOptions(),
+        1,
+        "common/common.h:453-457 (n_batch 2048, n_ubatch 512, n_parallel 1), common.h:574-575 (swa_full false, "
+        "kv_unified false); tools/cli/cli.cpp parses them with LLAMA_EXAMPLE_CLI, which changes none of them",
+    ),
+    "llama-server": Frontend(
+        LlamaCppOptions(kv_unified=True),
+        4,
+        "common/arg.cpp:1403 (LLAMA_EXAMPLE_SERVER: n_parallel = -1, auto); tools/server/server.cpp:156-160 (auto → "
+        "n_parallel = 4 and kv_unified = true); giving -np N keeps kv_unified false (arg.cpp:1724, -kvu)",
+    ),
+    "library": Frontend(
+        LlamaCppOptions(swa_full=True),
+        1,
+        "src/llama-context.cpp:3755-3790 llama_context_default_params (n_ctx 512, n_batch 2048, n_ubatch 512, "
+        "n_seq_max 1, swa_full true, kv_unified false), what llama-cpp-python's Llama() starts from "
+        "(llama_cpp/llama.py: n_batch 512, flash_attn off, so a quantised V is refused there)",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class LlamaCppCache:
+    """One cache of llama.cpp's memory object, named as its accessors name it (get_base/get_swa, get_mem_attn/…)."""
+
+    role: str  # "kv" | "base" | "swa" | "attn" | "attn_base" | "attn_swa" | "recr"
+    layers: int  # layers holding tensors in this cache
+    cells: int  # attention: cells per stream; recurrent: slots (max(1, n_seq_max))
+    streams: int  # attention: streams; recurrent: rows per slot (1 + n_rs_seq snapshots)
+    k_bytes: int = 0
+    v_bytes: int = 0
+    r_bytes: int = 0
+    s_bytes: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.k_bytes + self.v_bytes + self.r_bytes + self.s_bytes
 
 
 @dataclass(frozen=True)
@@ -61,6 +173,13 @@ class LlamaCppEngine(Engine):
     def with_options(self, **changes) -> LlamaCppEngine:
         return replace(self, options=replace(self.options, **changes))
 
+    @classmethod
+    def frontend(cls, name: str) -> LlamaCppEngine:
+        try:
+            return cls(options=FRONTENDS[name].options)
+        except KeyError:
+            raise InputError(f"unknown llama.cpp front end {name!r}; choose one of: {', '.join(FRONTENDS)}") from None
+
     def kv_dtype(self, model: ModelSpec, kv_dtype: str) -> CacheDtype:
         # llama.cpp's cache defaults to f16 whatever the weights are
         return FP16 if kv_dtype.strip().lower() == "auto" else super().kv_dtype(model, kv_dtype)
@@ -68,23 +187,153 @@ class LlamaCppEngine(Engine):
     def storage(self, model: ModelSpec, kv_dtype: str = "auto") -> Storage:
         if any(isinstance(p, LightningAttention) for layer in model.layers for p in layer.parts()):
             raise InputError(f"{model.name}: llama.cpp has no lightning-attention (MiniMax-Text-01) cache to model")
-        return Storage(kv=self.kv_dtype(model, kv_dtype), conv=FP32, ssm=FP32, linear=FP32, conv_columns_dropped=1)
+        kv = self.kv_dtype(model, kv_dtype)
+        if kv.block_elems > 1 and not self.options.flash_attn:
+            raise InputError(f"llama.cpp refuses a quantised V cache ({kv.name}) without flash attention")
+        return Storage(kv=kv, conv=FP32, ssm=FP32, linear=FP32, conv_columns_dropped=1)
+
+    # --- geometry -----------------------------------------------------------------------------------------------
+
+    def streams(self, batch: int) -> int:
+        return 1 if self.options.kv_unified else batch
+
+    def cells(self, context: int, batch: int = 1) -> int:
+        """Cells per stream of the full-attention cache for `batch` sequences of `context` tokens."""
+        if self.options.kv_unified:
+            return pad(context * batch, CELL_PAD)
+        # n_ctx_seq = pad(pad(batch·context) / batch): the same as pad(context), since pad(b·c) ≤ b·pad(c)
+        return pad(pad(context * batch, CELL_PAD) // batch, CELL_PAD)
+
+    def ubatch(self, context: int, batch: int = 1) -> int:
+        return min(self.options.n_ubatch, self.options.n_batch, context * batch)
+
+    def window_cells(self, cap: int, context: int, batch: int = 1) -> int:
+        base = self.cells(context, batch)
+        if self.options.swa_full:
+            return base
+        seqs = batch if self.options.kv_unified else 1
+        return pad(min(base, cap * seqs + self.ubatch(context, batch)), CELL_PAD)
+
+    def tokens_held(self, layer: LayerKind, context: int, batch: int = 1) -> int:
+        cap = layer.token_cap
+        return self.cells(context, batch) if cap is None else self.window_cells(cap, context, batch)
+
+    def snapshots(self, model: ModelSpec) -> int:
+        return 1 + (self.options.n_rs_seq if model.model_type in RS_ROLLBACK else 0)
+
+    # --- bytes --------------------------------------------------------------------------------------------------
+
+    def _attention_parts(self, layer: LayerKind) -> list[LayerKind]:
+        return [p for p in layer.parts() if p.grows]
+
+    def _row_bytes(self, model: ModelSpec, part: LayerKind, kv: CacheDtype) -> tuple[int, int]:
+        """K and V bytes per cell of one attention part."""
+        rows = part.token_rows()
+        k = kv.bytes_for(rows[0])
+        if len(rows) < 2:  # MLA: the latent is K; there is no V tensor
+            return k, 0
+        v_row = rows[1]
+        if not self.options.flash_attn:  # V transposed: padded to the widest V row of the model
+            v_row = max(
+                (
+                    p.token_rows()[1]
+                    for layer in model.layers
+                    for p in self._attention_parts(layer)
+                    if len(p.token_rows()) > 1
+                ),
+                default=v_row,
+            )
+        return k, kv.bytes_for(v_row)
+
+    def caches(
+        self, model: ModelSpec, context: int, batch: int = 1, kv_dtype: str = "auto"
+    ) -> tuple[LlamaCppCache, ...]:
+        """The caches llama.cpp allocates for `batch` sequences of `context` tokens, in its memory object's order."""
+        if context <= 0 or batch <= 0:
+            raise InputError(f"context and batch must be positive (got context={context}, batch={batch})")
+        model = as_llamacpp_sees(model)
+        storage = self.storage(model, kv_dtype)
+        streams = self.streams(batch)
+        base_cells = self.cells(context, batch)
+        attn = [p for layer in model.layers for p in self._attention_parts(layer)]
+        recurrent = [layer for layer in model.layers if any(p.state_tensors() for p in layer.parts())]
+        windowed = [p for p in attn if p.token_cap is not None]
+        hybrid = bool(recurrent) and bool(attn)
+        prefix = "attn_" if hybrid else ""
+
+        def kv_cache(role: str, parts: list[LayerKind], cells: int) -> LlamaCppCache:
+            k = v = 0
+            for part in parts:
+                k_row, v_row = self._row_bytes(model, part, storage.kv)
+                k += k_row * cells * streams
+                v += v_row * cells * streams
+            return LlamaCppCache(role, len(parts), cells, streams, k_bytes=k, v_bytes=v)
+
+        out = []
+        if windowed:
+            caps = {p.token_cap for p in windowed}
+            if len(caps) > 1:
+                raise InputError(f"{model.name}: llama.cpp has one window size (n_swa) per model, not {sorted(caps)}")
+            swa_cells = self.window_cells(caps.pop() or 0, context, batch)
+            out.append(kv_cache(prefix + "base", [p for p in attn if p.token_cap is None], base_cells))
+            out.append(kv_cache(prefix + "swa", windowed, swa_cells))
+        elif attn:
+            out.append(kv_cache("attn" if hybrid else "kv", attn, base_cells))
+        if recurrent:
+            rows = self.snapshots(model)
+            slots = max(1, batch) * rows
+            r = s = 0
+            for layer in recurrent:
+                for part in layer.parts():
+                    for tensor in part.state_tensors():
+                        size = tensor.bytes(storage) * slots
+                        if tensor.role == "conv":
+                            r += size
+                        else:
+                            s += size
+            out.append(LlamaCppCache("recr", len(recurrent), max(1, batch), rows, r_bytes=r, s_bytes=s))
+        return tuple(out)
+
+    def memory_class(self, model: ModelSpec) -> str:
+        """The llama.cpp class of the memory object (llama-model.cpp, create_memory)."""
+        roles = {c.role for c in self.caches(model, 1)}
+        if "recr" in roles:
+            if "attn_swa" in roles:
+                return "llama_memory_hybrid_iswa"
+            return "llama_memory_hybrid" if "attn" in roles else "llama_memory_recurrent"
+        return "llama_kv_cache_iswa" if "swa" in roles else "llama_kv_cache"
+
+    def fixed_bytes_per_sequence(self, model: ModelSpec, kv_dtype: str = "auto") -> int:
+        return super().fixed_bytes_per_sequence(model, kv_dtype) * self.snapshots(model)
 
     def account(self, model: ModelSpec, context: int, batch: int = 1, kv_dtype: str = "auto") -> CacheAccount:
-        return super().account(as_llamacpp_sees(model), context, batch, kv_dtype)
+        """Per layer kind, the same bytes as `caches`. With kv_unified, tokens_held is the one shared stream's cells."""
+        if context <= 0 or batch <= 0:
+            raise InputError(f"context and batch must be positive (got context={context}, batch={batch})")
+        model = as_llamacpp_sees(model)
+        storage = self.storage(model, kv_dtype)
+        streams, slots = self.streams(batch), batch * self.snapshots(model)
+        grouped: dict[str, list[LayerKind]] = {}
+        for layer in model.layers:
+            grouped.setdefault(kind_label(layer) + _cap_label(layer), []).append(layer)
+        lines = []
+        for label, layers in grouped.items():
+            first = layers[0]
+            per_token = sum(sum(self._row_bytes(model, p, storage.kv)) for p in self._attention_parts(first))
+            held = self.tokens_held(first, context, batch) if first.grows else 0
+            fixed = first.fixed_bytes(storage) * self.snapshots(model)
+            lines.append(
+                KindLine(
+                    label=label,
+                    count=len(layers),
+                    bytes_per_token=per_token,
+                    tokens_held=held,
+                    fixed_bytes=fixed,
+                    token_bytes_total=len(layers) * per_token * held * streams,
+                    fixed_bytes_total=len(layers) * first.fixed_bytes(storage) * slots,
+                )
+            )
+        return CacheAccount(model.name, self.name, self.kv_dtype(model, kv_dtype).name, context, batch, tuple(lines))
 
-    def layer_storage(self, layer: LayerKind, storage: Storage) -> Storage:
-        # llama.cpp keeps the small SWA cache in F16 whatever -ctk/-ctv say (ggml-org/llama.cpp pull request 21277)
-        if layer.token_cap is not None and storage.kv.block_elems > 1:
-            return replace(storage, kv=FP16)
-        return storage
 
-    def cells(self, context: int) -> int:
-        return pad(context, CELL_PAD)
-
-    def tokens_held(self, layer: LayerKind, context: int) -> int:
-        cells = self.cells(context)
-        cap = layer.token_cap
-        if cap is None or self.options.swa_full:
-            return cells
-        return min(cells, pad(cap + self.options.n_ubatch, CELL_PAD))
+__all__ = ["FRONTENDS", "Frontend", "LlamaCppCache", "LlamaCppEngine", "LlamaCppOptions", "as_llamacpp_sees", "pad"]

