@@ -12,6 +12,8 @@ from pathlib import Path
 from core.argtypes import positive_int, tokens
 from core.config import parse_json, resolve
 from core.engines import ENGINES, Engine, configured
+from core.engines.llamacpp import DEFAULT_FRONTEND, FRONTENDS
+from core.engines.vllm_engine import VERSIONS, VllmOptions
 from core.errors import InputError
 from core.fit import Setup, default_split, fit
 from core.gpus import Card, card_named
@@ -41,6 +43,7 @@ def cmd_size(args: argparse.Namespace) -> dict:
         "model_type": model.model_type,
         "engine": engine.name,
         "engine_options": engine_options(engine),
+        "engine_rules": engine.rules_version,
         "kv_dtype": accounts[0].kv_dtype,
         "state_dtypes": {"conv": storage.conv.name, "ssm": storage.ssm.name, "linear": storage.linear.name},
         "batch": args.batch,
@@ -72,6 +75,7 @@ def cmd_size(args: argparse.Namespace) -> dict:
 
 def print_size(out: dict) -> None:
     print(f"{out['model']} ({out['model_type']}) on {out['engine']}, KV {out['kv_dtype']}, batch {out['batch']}")
+    print(f"rules: {out['engine_rules']}")
     print("layers: " + ", ".join(f"{n}× {k}" for k, n in out["layers"].items()))
     print(f"KV per token: {out['kv_bytes_per_token']:,} B ({format_bytes(out['kv_bytes_per_token'])})")
     fixed = out["fixed_bytes_per_sequence"]
@@ -90,9 +94,11 @@ def build_engine(args: argparse.Namespace) -> Engine:
     """The engine with the options given on the command line; each flag only applies to its own engine."""
     return configured(
         args.engine,
+        frontend=args.frontend,
         max_num_batched_tokens=args.max_num_batched_tokens,
         prefix_caching=args.prefix_caching,
         platform=args.platform,
+        version=args.vllm_version,
         swa_full=args.swa_full,
         kv_unified=args.kv_unified,
     )
@@ -107,9 +113,21 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", default="transformers", choices=sorted(ENGINES))
     vllm = p.add_argument_group("vLLM")
     vllm.add_argument("--platform", choices=("cuda", "cpu"), default="cuda", help="vLLM backend (default cuda)")
+    vllm.add_argument(
+        "--vllm-version",
+        choices=VERSIONS,
+        default=VllmOptions.version,
+        help=f"vLLM: whose 'KV cache size' log line to reproduce (default {VllmOptions.version})",
+    )
     vllm.add_argument("--max-num-batched-tokens", type=positive_int, help="vLLM (default 2048)")
     vllm.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=True, help="vLLM")
     llama = p.add_argument_group("llama.cpp")
+    llama.add_argument(
+        "--frontend",
+        choices=sorted(FRONTENDS),
+        default=DEFAULT_FRONTEND,
+        help=f"llama.cpp: whose defaults apply (default {DEFAULT_FRONTEND}); the flags below override them",
+    )
     llama.add_argument(
         "--swa-full", action=argparse.BooleanOptionalAction, default=None, help="llama.cpp: full-size SWA cache"
     )
@@ -152,6 +170,7 @@ def cmd_fit(args: argparse.Namespace) -> dict:
         "model": setup.model.name,
         "engine": setup.engine.name,
         "engine_options": engine_options(setup.engine),
+        "engine_rules": setup.engine.rules_version,
         "card": setup.card.name,
         "card_memory_bytes": setup.card.memory_bytes,
         "gpus": setup.gpus,
@@ -193,6 +212,7 @@ def print_fit(out: dict) -> None:
         f"overhead {format_bytes(out['overhead_bytes'])}, KV budget {format_bytes(out['kv_budget_bytes'])}"
     )
     print(f"max context for one sequence: {out['max_context']:,} tokens (limit {out['context_limit']:,})")
+    print(f"rules: {out['engine_rules']}")
     if "vllm" in out:
         print("vLLM would log: " + out["vllm"]["log"])
     for note in out["notes"]:

@@ -55,3 +55,19 @@ def test_bad_option_values_in_a_link_are_named_and_ignored():
     assert not at.exception
     text = " ".join(w.value for w in at.warning)
     assert "swa=" in text and "plat=" in text
+
+
+def test_llamacpp_front_end_defaults_apply_and_options_override_them():
+    library = _cache_shown({"model": GEMMA, "fe": "library"})
+    assert library == _cache_expected(configured("llama.cpp", frontend="library"))
+    # the library keeps a full-size sliding-window cache; forcing it off gives llama-cli's answer
+    forced = _cache_shown({"model": GEMMA, "fe": "library", "swa": "off"})
+    assert forced == _cache_expected(configured("llama.cpp", frontend="library", swa_full=False))
+    assert forced != library
+
+
+def test_the_sidebar_names_the_rules_each_engine_follows():
+    for engine in ("llama.cpp", "vllm", "transformers"):
+        at = app({"model": "Qwen/Qwen3-8B", "engine": engine, "weights": "bf16"})
+        captions = " ".join(c.value for c in at.sidebar.caption)
+        assert configured(engine).rules_version in captions

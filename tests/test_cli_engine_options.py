@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from core.engines.vllm_engine import VllmEngine
+from core.loading import load_model
 from tests.test_cli import run_cli
 
 
@@ -39,3 +41,27 @@ def test_unknown_platform_is_refused_with_the_choices():
     proc = run_cli("size", "Qwen/Qwen3-8B", "--engine", "vllm", "--platform", "tpu")
     assert proc.returncode == 2
     assert "cuda" in proc.stderr and "cpu" in proc.stderr
+
+
+def test_frontend_picks_llamacpp_defaults_and_flags_override_them():
+    library = _size("google/gemma-3-4b-it", "--engine", "llama.cpp", "--frontend", "library", "--context", "8k")
+    assert library["engine_options"]["swa_full"] is True
+    server = _size("google/gemma-3-4b-it", "--engine", "llama.cpp", "--frontend", "llama-server", "--context", "8k")
+    assert server["engine_options"]["kv_unified"] is True
+    forced = _size(
+        "google/gemma-3-4b-it", "--engine", "llama.cpp", "--frontend", "library", "--no-swa-full", "--context", "8k"
+    )
+    assert forced["engine_options"]["swa_full"] is False
+    assert forced["contexts"][0]["cache_bytes"] < library["contexts"][0]["cache_bytes"]
+
+
+def test_vllm_version_changes_the_logged_pool_size_for_hybrids():
+    # Qwen3.5-9B has 4 KV cache groups: before 0.21 vLLM printed num_blocks // 4 × block_size
+    args = ("fit", "Qwen/Qwen3.5-9B", "--engine", "vllm", "--gpu", "H100 80GB SXM5", "--json")
+    new = json.loads(run_cli(*args).stdout)["vllm"]
+    old = json.loads(run_cli(*args, "--vllm-version", "0.20").stdout)["vllm"]
+    assert new["num_blocks"] == old["num_blocks"]
+    assert new["kv_cache_tokens"] != old["kv_cache_tokens"]
+    plan = VllmEngine().with_options(gdn_flashinfer=True).plan(load_model("Qwen/Qwen3.5-9B"))  # H100: Hopper
+    assert len(plan.groups) == 4
+    assert old["kv_cache_tokens"] == old["num_blocks"] // 4 * plan.block_size

@@ -9,6 +9,8 @@ import streamlit as st
 
 from core.config import parse_json
 from core.engines import ENGINES, configured
+from core.engines.llamacpp import FRONTENDS
+from core.engines.vllm_engine import VERSIONS
 from core.errors import InputError
 from core.fit import Setup, default_split
 from core.gpus import Card, card_named, cards
@@ -130,6 +132,7 @@ def _hardware_inputs() -> None:
         help="fp8 on vLLM, q8_0 on llama.cpp; transformers keeps K/V in the compute dtype",
     )
     st.selectbox("KV dtype", kv_options, key="in_kv")
+    st.caption(f"Rules: {ENGINES[engine].rules_version}")
     if engine == "vllm":
         st.selectbox(
             "vLLM platform",
@@ -137,7 +140,20 @@ def _hardware_inputs() -> None:
             key="in_plat",
             help="CUDA GPUs, or vLLM's CPU backend (Xeon serving): other block sizes and state dtypes",
         )
+        st.selectbox(
+            "vLLM version (log line)",
+            VERSIONS,
+            key="in_vver",
+            help="Which release's 'KV cache size: N tokens' formula to reproduce; it changed in 0.21",
+        )
     if engine == "llama.cpp":
+        st.selectbox(
+            "llama.cpp front end",
+            list(FRONTENDS),
+            key="in_fe",
+            help="Whose defaults apply: llama-server (unified buffer), llama-cli, or the library "
+            "(llama-cpp-python: full-size sliding-window cache)",
+        )
         st.radio(
             "Sliding-window cache (--swa-full)",
             list(SWITCH),
@@ -210,7 +226,12 @@ def sidebar() -> tuple[Inputs, ModelSpec, Setup]:
 
 def setup_for(inputs: Inputs, model: ModelSpec) -> Setup:
     engine = configured(
-        inputs.engine, platform=inputs.plat, swa_full=SWITCH[inputs.swa], kv_unified=SWITCH[inputs.kvu]
+        inputs.engine,
+        frontend=inputs.fe,
+        platform=inputs.plat,
+        version=inputs.vver,
+        swa_full=SWITCH[inputs.swa],
+        kv_unified=SWITCH[inputs.kvu],
     )
     card = Card.custom(inputs.gib) if inputs.card == CUSTOM_CARD else card_named(inputs.card)
     tp, pp = default_split(engine, inputs.gpus)

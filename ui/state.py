@@ -12,6 +12,8 @@ import zlib
 from dataclasses import asdict, dataclass, fields, replace
 
 from core.engines import ENGINES
+from core.engines.llamacpp import DEFAULT_FRONTEND, FRONTENDS
+from core.engines.vllm_engine import VERSIONS, VllmOptions
 from core.errors import InputError
 from core.gpus import card_named
 from core.loading import DEFAULT_MODEL, presets
@@ -39,6 +41,8 @@ class Inputs:
     swa: str = "auto"  # llama.cpp --swa-full: auto (the front end's default), on, off
     kvu: str = "auto"  # llama.cpp --kv-unified: auto, on, off
     plat: str = "cuda"  # vLLM platform: cuda or cpu
+    vver: str = VllmOptions.version  # vLLM release whose start-up log line is reproduced
+    fe: str = DEFAULT_FRONTEND  # llama.cpp front end whose defaults apply
     layers: int = 0  # what-if edits; 0 = as the config says
     kvh: int = 0
     hd: int = 0
@@ -111,6 +115,14 @@ def _check(key: str, value: str):
     if key in ("swa", "kvu"):
         if value not in SWITCH:
             raise InputError(f"use one of {', '.join(SWITCH)}")
+        return value
+    if key == "vver":
+        if value not in VERSIONS:
+            raise InputError(f"use one of {', '.join(VERSIONS)}")
+        return value
+    if key == "fe":
+        if value not in FRONTENDS:
+            raise InputError(f"use one of {', '.join(FRONTENDS)}")
         return value
     if key == "plat":
         if value not in PLATFORMS:

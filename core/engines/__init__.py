@@ -20,10 +20,13 @@ def engine_named(name: str) -> Engine:
         raise InputError(f"unknown engine {name!r}; choose one of: {', '.join(ENGINES)}") from None
 
 
-def configured(name: str, **options: object) -> Engine:
+def configured(name: str, frontend: str | None = None, **options: object) -> Engine:
     """The engine with those `options` it has; None keeps its default and options of other engines are ignored,
-    so one set of choices (the command line's, the app's) serves every engine."""
+    so one set of choices (the command line's, the app's) serves every engine. `frontend` picks the defaults of a
+    llama.cpp front end (llama-server, llama-cli, library) before the options apply."""
     engine = engine_named(name)
+    if frontend is not None and isinstance(engine, LlamaCppEngine):
+        engine = LlamaCppEngine.frontend(frontend)
     own = getattr(engine, "options", None)
     if own is None:
         return engine

@@ -56,6 +56,7 @@ class Engine:
 
     name: str
     kv_dtypes: tuple[str, ...]
+    rules_version: str  # which release the rules follow, and how they were checked
 
     def storage(self, model: ModelSpec, kv_dtype: str) -> Storage:
         raise NotImplementedError

@@ -18,6 +18,7 @@ from core.model import ModelSpec
 
 class TransformersEngine(Engine):
     name = "transformers"
+    rules_version = "transformers 5.24 (checked against its own cache objects)"
     # The KV dtype in transformers is the model's compute dtype: choosing one means running the model in it.
     kv_dtypes = ("auto", "bf16", "fp16", "fp32")
 

@@ -145,6 +145,8 @@ FRONTENDS: dict[str, Frontend] = {
     ),
 }
 
+DEFAULT_FRONTEND = "llama-cli"  # LlamaCppEngine()'s options: one sequence, the common.h defaults
+
 
 @dataclass(frozen=True)
 class LlamaCppCache:
@@ -168,6 +170,7 @@ class LlamaCppCache:
 class LlamaCppEngine(Engine):
     options: LlamaCppOptions = LlamaCppOptions()
     name = "llama.cpp"
+    rules_version = "llama.cpp 0c1e57098 (llama-cpp-python 0.3.36; checked against libllama's own buffers)"
     kv_dtypes = ("auto", "f16", "fp16", "bf16", "fp32", "f32", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")
 
     def with_options(self, **changes) -> LlamaCppEngine:
@@ -336,4 +339,6 @@ class LlamaCppEngine(Engine):
         return CacheAccount(model.name, self.name, self.kv_dtype(model, kv_dtype).name, context, batch, tuple(lines))
 
 
-__all__ = ["FRONTENDS", "Frontend", "LlamaCppCache", "LlamaCppEngine", "LlamaCppOptions", "as_llamacpp_sees", "pad"]
+__all__ = [
+    "DEFAULT_FRONTEND",
+    "FRONTENDS", "Frontend", "LlamaCppCache", "LlamaCppEngine", "LlamaCppOptions", "as_llamacpp_sees", "pad"]

@@ -170,6 +170,7 @@ class Capacity:
 class VllmEngine(Engine):
     options: VllmOptions = VllmOptions()
     name = "vllm"
+    rules_version = RULES_VERSION
     kv_dtypes = ("auto", "bf16", "fp16", "fp32", "fp8", "fp8_e4m3", "fp8_e5m2")
 
     def with_options(self, **changes) -> VllmEngine:
