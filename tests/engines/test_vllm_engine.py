@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from core.engines.vllm_engine import RULES_VERSION, Capacity, Plan, VllmEngine
+from core.engines.vllm_pipeline import pipeline_capacity
 from core.loading import model_from_config
 from tests.engines.engine_env import ROOT, run_in_engines
 from tests.engines.vllm_models import MODELS, REFUSED
@@ -40,6 +41,7 @@ class Case:
     block_size: int | None = None
     mamba_ssm_cache_dtype: str = "auto"
     budget: int = BUDGET
+    pp: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
 
     def runner_case(self) -> dict[str, Any]:
@@ -53,6 +55,7 @@ class Case:
             "block_size": self.block_size,
             "mamba_ssm_cache_dtype": None if self.mamba_ssm_cache_dtype == "auto" else self.mamba_ssm_cache_dtype,
             "max_num_batched_tokens": BATCH,
+            "pipeline_parallel_size": self.pp,
         }
 
     def engine(self) -> VllmEngine:
@@ -63,6 +66,7 @@ class Case:
             prefix_caching=self.prefix_caching,
             max_num_batched_tokens=BATCH,
             mamba_ssm_cache_dtype=self.mamba_ssm_cache_dtype,
+            pipeline_parallel=self.pp,
         )
 
 
@@ -105,6 +109,12 @@ CASES = [
     Case("nemotron-h dense L=500", NEMOTRON),
     Case("lfm2 L=500", LFM2),
     Case("lfm2 no prefix caching", LFM2, prefix_caching=False),
+]
+# Pipeline parallel: every stage gets the same budget; the stage with the most cache per block decides.
+PP_CASES = [
+    Case("pp2 llama 3 layers [2, 1]", "llama 3 layers", pp=2, max_model_len=1000),
+    Case("pp2 MLA 3 layers [2, 1]", "deepseek_v2 (MLA) 3 layers", pp=2),
+    Case("pp2 qwen3.5 9 layers [5, 4]", "qwen3.5 9 layers", pp=2),
 ]
 BY_ID = {c.id: c for c in CASES}
 assert len(BY_ID) == len(CASES)
@@ -160,7 +170,7 @@ def _table(outcomes: dict[str, Outcome], refused: dict[str, dict], seconds: floa
         "KV cache size (tokens) | concurrency | match |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for case in CASES:
+    for case in CASES + PP_CASES:
         out = outcomes[case.id]
         e = out.engine
         if "error" in e or out.capacity is None:
@@ -180,7 +190,8 @@ def _table(outcomes: dict[str, Outcome], refused: dict[str, dict], seconds: floa
             and e_block == [plan.block_size]
             and e["log_tokens"] == cap.kv_cache_tokens
             and e["log_concurrency"] == round(cap.max_concurrency, 2)
-            and _engine_groups(e) == _kvscope_groups(plan)
+            # under PP the scheduler lists the first stage's share of each group, kvscope the model's groups
+            and (case.pp > 1 or _engine_groups(e) == _kvscope_groups(plan))
         )
         lines.append(
             f"| {case.id} | {case.max_model_len} | {case.kv_cache_dtype} | "
@@ -198,7 +209,7 @@ def _table(outcomes: dict[str, Outcome], refused: dict[str, dict], seconds: floa
 
 @pytest.fixture(scope="module")
 def referee(tmp_path_factory) -> dict[str, Any]:
-    cases = [c.runner_case() for c in CASES]
+    cases = [c.runner_case() for c in CASES + PP_CASES]
     cases += [
         {
             "id": f"refused: {name}",
@@ -234,6 +245,13 @@ def referee(tmp_path_factory) -> dict[str, Any]:
             out.capacity = engine.capacity(model, case.budget, case.max_model_len, case.kv_cache_dtype)
         except Exception as err:  # shown in the table; the case's test fails on it
             out.error = f"{type(err).__name__}: {err}"
+        outcomes[case.id] = out
+    for case in PP_CASES:
+        out = Outcome(results[case.id])
+        model = model_from_config(MODELS[case.model], case.model)
+        out.plan = case.engine().plan(model, case.kv_cache_dtype)
+        stages = [case.budget] * case.pp
+        out.capacity = pipeline_capacity(case.engine(), model, stages, case.max_model_len, case.kv_cache_dtype)
         outcomes[case.id] = out
     refused = {name: results[f"refused: {name}"] for name in REFUSED}
     version = next(iter(results.values()))["vllm_version"]
@@ -294,3 +312,20 @@ def test_architectures_the_cpu_backend_refuses_still_refuse(referee, name):
     _, _, reason = REFUSED[name]
     assert "error" in result, f"{name} now starts on the CPU backend: compare it"
     assert reason in result["error"] or reason in result.get("traceback", "")
+
+
+@pytest.mark.parametrize("case_id", [c.id for c in PP_CASES])
+def test_pipeline_parallel_pool_is_sized_by_the_fullest_stage(referee, case_id):
+    case = next(c for c in PP_CASES if c.id == case_id)
+    out: Outcome = referee["outcomes"][case_id]
+    engine = out.engine
+    assert "error" not in engine, f"vLLM refused {case_id}: {engine.get('error')}\n{engine.get('traceback', '')}"
+    cap = out.capacity
+    assert engine["num_blocks"] == cap.num_blocks
+    assert engine["cache_config"]["kv_cache_max_concurrency"] == pytest.approx(cap.max_concurrency, rel=1e-12)
+    assert engine["log_tokens"] == cap.kv_cache_tokens
+    # the rule this replaced, the whole model's pool shared out evenly over the stages, gives more blocks
+    model = model_from_config(MODELS[case.model], case.model)
+    whole = case.engine().with_options(pipeline_parallel=1)
+    averaged = whole.capacity(model, case.budget * case.pp, case.max_model_len, case.kv_cache_dtype)
+    assert averaged.num_blocks > cap.num_blocks

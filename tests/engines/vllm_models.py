@@ -66,6 +66,13 @@ MODELS: dict[str, dict[str, Any]] = {
     "granite-4.0-h (Mamba2 + full)": vllm_config("granitemoehybrid"),
     "nemotron-h dense (Mamba2 + full)": vllm_config("nemotron_h", **NEMOTRON_DENSE),
     "lfm2 (short conv + full)": vllm_config("lfm2", **LFM2_CONV),
+    # pipeline parallel: layer counts that do not split evenly over the stages
+    "llama 3 layers": vllm_config("llama", num_hidden_layers=3),
+    "deepseek_v2 (MLA) 3 layers": vllm_config("deepseek_v2", num_hidden_layers=3),
+    # 9 layers, every 3rd full: groups of 3 ({0,3,6}, {1,4,7} GDN; {2,5,8} attention), PP 2 splits them [5, 4]
+    # and each stage holds an attention layer (vLLM 0.32 on CPU refuses a stage of state layers only: its
+    # workers then disagree on the KV cache layout)
+    "qwen3.5 9 layers": vllm_config("qwen3_5_text", num_hidden_layers=9, full_attention_interval=3, **GDN_CPU),
 }
 
 # Architectures the CPU backend refuses, with the message vLLM gives (the referee checks it still refuses).

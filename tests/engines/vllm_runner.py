@@ -8,7 +8,7 @@ Run with the engines' Python (tests/engines/engine_env.py), never imported by kv
 
     {"id": "...", "config": {config.json dict}, "kv_cache_memory_bytes": int, "max_model_len": int,
      "kv_cache_dtype": "auto", "enable_prefix_caching": bool, "block_size": int | null,
-     "mamba_ssm_cache_dtype": "auto", "max_num_batched_tokens": int | null}
+     "mamba_ssm_cache_dtype": "auto", "max_num_batched_tokens": int | null, "pipeline_parallel_size": int}
 
 vLLM is imported once; every case starts an `LLM` with dummy weights from a directory holding only that config.json,
 reads the engine's own `kv_cache_config` (the scheduler's copy: num_blocks and each group's spec) and the
@@ -186,6 +186,11 @@ def run_case(case: dict, capture: Capture) -> dict:
         for key in ("block_size", "mamba_ssm_cache_dtype", "max_num_batched_tokens", "max_num_seqs"):
             if case.get(key) is not None:
                 kwargs[key] = case[key]
+        if case.get("pipeline_parallel_size", 1) > 1:
+            # one worker process per stage; their threads cannot each get a NUMA node of a 2-core machine
+            kwargs["pipeline_parallel_size"] = case["pipeline_parallel_size"]
+            kwargs["distributed_executor_backend"] = "mp"
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
         llm = None
         try:
             llm = vllm.LLM(**kwargs)
