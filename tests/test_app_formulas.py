@@ -39,7 +39,7 @@ def evaluate(expr: str) -> tuple[float, float]:
     expr = expr.replace("×", "*").replace("·", "*").replace("÷", "/").replace("−", "-")
     expr = expr.replace("⌊", "math.floor(").replace("⌋", ")")
     assert re.fullmatch(r"[\d\s.*/+\-()mathflor]*", expr), expr
-    return eval(expr, {"math": math}), slack  # noqa: S307 - digits and operators only (asserted above)
+    return eval(expr, {"math": math}), slack  # digits and operators only (asserted above)
 
 
 def formulas(text: str) -> list[tuple[str, str]]:
