@@ -54,7 +54,8 @@ c4.metric("Cache at this context", format_bytes(row.cache_bytes), help="per GPU,
 for note in result.notes:
     st.info(note)
 
-st.subheader(f"Context table — {setup.card.name}" + (f" × {setup.gpus}" if setup.gpus > 1 else ""))
+st.subheader("Context table")
+st.caption(f"{setup.card.name}" + (f" × {setup.gpus}" if setup.gpus > 1 else "") + ", per GPU")
 shown = pd.DataFrame(display_records(result))
 if constant_table(result):  # a pure state-space model: one row says it all
     shown = shown[shown["context"] == format_tokens(context)]

@@ -18,6 +18,7 @@ from core.quant import FORMATS
 from core.report import check, engine_format_warning, gpu_counts
 from core.units import format_tokens, parse_tokens
 from core.whatif import edited
+from ui.layout import fold_sidebar_on_phones
 from ui.state import (
     CUSTOM_CARD,
     DEFAULTS,
@@ -240,6 +241,7 @@ def sidebar(*, model_only: bool = False) -> tuple[Inputs, ModelSpec, Setup]:
     st.query_params.from_dict(to_query(inputs))
     with st.sidebar:
         _share_link(inputs, reproducible=not problems)
+        fold_sidebar_on_phones(share_query(inputs))
     ignored = st.session_state.get("_kv_ignored")
     if ignored:
         st.warning("Some link parameters were ignored and defaults used instead: " + "; ".join(ignored))
