@@ -311,3 +311,13 @@ def test_gpu_memory_utilization_is_offered_for_vllm_and_carried_in_the_link():
     row = next(r for r in result.rows if r.context == 32768)
     assert metrics(at)["Requests at 32K"] == f"{row.max_concurrency:,.2f}" != before
     assert "in_util" not in [n.key for n in app({"engine": "llama.cpp"}).number_input]
+
+
+def test_hub_mode_travels_in_the_link():
+    # a bundled preset and the Hub's current config.json can differ: the receiver must ask the same place
+    sender = app({"model": "Qwen/Qwen3-8B"})
+    sender.radio(key="in_source").set_value("Hub").run()
+    receiver = reopen(share_link(sender))
+    assert receiver.radio(key="in_source").value == "Hub"
+    assert [w.value for w in receiver.warning] == [w.value for w in sender.warning]
+    assert metrics(receiver) == metrics(sender)

@@ -24,6 +24,7 @@ from ui.state import (
     DEFAULTS,
     PLATFORMS,
     REPO_ID,
+    SOURCES,
     SWITCH,
     Inputs,
     from_query,
@@ -62,7 +63,9 @@ def _init_from_url() -> None:
     for key, value in asdict(inputs).items():
         st.session_state[f"in_{key}"] = value
     st.session_state["in_ctx_text"] = format_tokens(inputs.ctx).replace(",", "")
-    st.session_state["in_source"] = "Upload" if inputs.config else "Preset" if inputs.model in presets() else "Hub"
+    if "source" not in st.query_params:  # older links: infer it
+        derived = "Upload" if inputs.config else "Preset" if inputs.model in presets() else "Hub"
+        st.session_state["in_source"] = derived
     st.session_state["_kv_ignored"] = ignored
     st.session_state["_kv_init"] = True
 
@@ -94,7 +97,7 @@ def _set_gpus(n: int) -> None:
 def _model_inputs() -> list[str]:
     """Draw the model inputs; return what cannot be read (shown in place of the results)."""
     problems = []
-    source = st.radio("Model from", ["Preset", "Hub", "Upload"], key="in_source", horizontal=True)
+    source = st.radio("Model from", SOURCES, key="in_source", horizontal=True)
     if source == "Preset":
         names = sorted(presets())
         if st.session_state.get("in_model") not in names:

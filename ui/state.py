@@ -24,6 +24,7 @@ CUSTOM_CARD = "custom"
 MAX_SHARED_CONFIG = 16_000  # characters of compressed config in a link
 SWITCH = {"auto": None, "on": True, "off": False}  # an engine option: its default, or forced on/off
 PLATFORMS = ("cuda", "cpu")
+SOURCES = ("Preset", "Hub", "Upload")
 # org/name; never a path on the server (no "..", no "x.json" that core.loading would read as a file)
 REPO_ID = re.compile(r"^(?!.*\.\.)(?!.*\.json$)[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
 PATTERN = re.compile(r"^[A-Za-z]{0,64}$")  # what the sidebar's pattern box keeps; core.whatif judges the letters
@@ -32,6 +33,7 @@ PATTERN = re.compile(r"^[A-Za-z]{0,64}$")  # what the sidebar's pattern box keep
 @dataclass(frozen=True)
 class Inputs:
     model: str = DEFAULT_MODEL  # a preset or Hub repo id; ignored when `config` is set
+    source: str = "Preset"  # where the config comes from: a bundled preset may differ from the Hub's current one
     config: str = ""  # an uploaded config.json, compressed into the link
     card: str = CUSTOM_CARD
     gib: float = 8.0  # memory of a custom card
@@ -77,6 +79,10 @@ def _check(key: str, value: str):
     if key == "model":
         if value not in presets() and not REPO_ID.match(value):
             raise InputError(f"unknown model {value!r}")
+        return value
+    if key == "source":
+        if value not in SOURCES:
+            raise InputError(f"use one of {', '.join(SOURCES)}")
         return value
     if key == "config":
         if len(value) > MAX_SHARED_CONFIG:
