@@ -50,11 +50,12 @@ def curves(
     series: dict[str, tuple[list[int], list[float]]],
     y_title: str,
     *,
-    colors: dict[str, str],
+    colors: dict[str, str] | None = None,
     log_y: bool = False,
     hline: tuple[float, str] | None = None,
     fmt: str = ".3f",
 ) -> go.Figure:
+    colors = colors or palette(list(series))  # pages comparing models pass one palette for all their charts
     fig = go.Figure()
     for name, (xs, ys) in series.items():
         if log_y:  # zero (nothing fits) has no place on a log axis: leave a gap instead
