@@ -5,11 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from core.errors import InputError
-from core.fit import Setup, Solver
+from core.fit import Setup, Solver, context_limit
 from core.gpus import Card
 from core.model import ModelSpec
 
 CARD_SIZES_GIB = (8, 12, 16, 24, 32, 48, 80, 96, 141)
+FAR = 1 << 22  # a context past every window: the per-token rate there is what the cache grows by for good
+
+
+def layout(model: ModelSpec) -> str:
+    """The cache layout in words. "Dense" would be ambiguous (dense vs MoE), so the layers are named."""
+    parts = [p for layer in model.layers for p in layer.parts()]
+    full = any(p.grows and p.token_cap is None for p in parts)
+    capped = any(p.grows and p.token_cap is not None for p in parts)
+    state = any(p.state_tensors() for p in parts)
+    if state:
+        return "hybrid: state + attention" if full or capped else "state only, no attention"
+    if capped:
+        return "sliding-window + full attention" if full else "all sliding-window attention"
+    return "all full attention" if full else "no cache"
 
 
 def context_grid(limit: int, start: int = 1024) -> list[int]:
@@ -27,13 +41,17 @@ class Series:
     contexts: tuple[int, ...]
     cache_bytes: tuple[int, ...]
     concurrency: tuple[float, ...]
-    kv_bytes_per_token: int
+    kv_bytes_per_token: int  # while windows are still filling
     fixed_bytes: int
+    far_bytes_per_token: float  # past every window, as the engine holds it: what the ratio heads toward
+    layout: str
+    limit: int  # the model's own longest context (or the search cap for models without one)
 
 
 def series(setup: Setup, contexts: list[int]) -> Series:
     solver = Solver(setup)
     usable = [c for c in contexts if c <= solver.limit]
+    far = (solver.cache(2 * FAR) - solver.cache(FAR)) / FAR if solver.model.layers else 0.0
     return Series(
         name=setup.model.name,
         contexts=tuple(usable),
@@ -41,6 +59,9 @@ def series(setup: Setup, contexts: list[int]) -> Series:
         concurrency=tuple(solver.concurrency(c) for c in usable),
         kv_bytes_per_token=setup.engine.kv_bytes_per_token(setup.model, setup.kv_dtype),
         fixed_bytes=setup.engine.fixed_bytes_per_sequence(setup.model, setup.kv_dtype),
+        far_bytes_per_token=far,
+        layout=layout(setup.model),
+        limit=context_limit(setup),
     )
 
 
@@ -51,8 +72,9 @@ def ratio(base: Series, other: Series) -> tuple[list[int], list[float]]:
 
 
 def asymptote(base: Series, other: Series) -> float | None:
-    """Where the ratio heads as context grows: the per-token rates' ratio (fixed state fades)."""
-    return other.kv_bytes_per_token / base.kv_bytes_per_token if base.kv_bytes_per_token else None
+    """Where the ratio heads as context grows: the ratio of the per-token rates once every window is full and
+    fixed state has faded. None when the base's cache stops growing (the ratio then grows without bound)."""
+    return other.far_bytes_per_token / base.far_bytes_per_token if base.far_bytes_per_token else None
 
 
 def max_context_by_card(setup: Setup, sizes_gib: tuple[float, ...] = CARD_SIZES_GIB) -> list[int]:

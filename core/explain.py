@@ -1,57 +1,120 @@
-"""'How is this computed?': each number of a fit, as its formula with the model's own numbers plugged in."""
+"""'How is this computed?': each number of a fit, as its formula with the model's own numbers plugged in.
+
+Every `a × b … = c` printed here evaluates to the number beside it (tests/test_app_formulas.py parses and checks
+them), so each formula is built from the same quantities core used, not from a simplified story of them."""
 
 from __future__ import annotations
 
-from core.engines.base import CacheAccount
-from core.fit import Fit, Row
+from core.engines.base import CacheAccount, KindLine
+from core.engines.vllm_engine import VllmEngine
+from core.engines.vllm_pipeline import fullest_stage_fraction, stage_bytes_per_block
+from core.fit import Fit, Row, Solver
 from core.units import format_bytes, format_tokens
 
 
-def cache_lines(account: CacheAccount) -> list[str]:
+def _plain_line(line: KindLine, batch: int) -> list[str]:
+    parts = []
+    seqs = f" × {batch} sequences" if batch > 1 else ""
+    if line.token_bytes_total:
+        parts.append(
+            f"{line.count} × {line.bytes_per_token:,} B/token × {line.tokens_held:,} tokens held{seqs}"
+            f" = {format_bytes(line.token_bytes_total)}"
+        )
+    if line.fixed_bytes_total:
+        parts.append(
+            f"{line.count} × {line.fixed_bytes:,} B state per sequence{seqs} = {format_bytes(line.fixed_bytes_total)}"
+        )
+    return parts
+
+
+def _vllm_lines(solver: Solver, account: CacheAccount) -> dict[str, tuple[str, str]]:
+    """vLLM allocates whole blocks in groups of equal layer slots (padded) and keeps 1-3 blocks of state per
+    request: per label, slots × page × blocks, as its block pool draws them."""
+    engine, model = solver.engine, solver.model
+    plan = engine.plan(model, solver.setup.kv_dtype)
+    out = {}
+    for label in {g.page.label for g in plan.groups}:
+        groups = [g for g in plan.groups if g.page.label == label]
+        page = groups[0].page
+        slots = len(groups) * plan.group_size
+        layers = sum(g.layers for g in groups)
+        blocks = engine.blocks_for(plan, groups[0], account.context, max(account.context, model.max_context or 0))
+        seqs = f" × {account.batch} sequences" if account.batch > 1 else ""
+        if page.kind == "state":
+            formula = f"{slots} layer slots × {plan.page_bytes[page]:,} B page × {blocks} blocks per sequence{seqs}"
+        else:
+            per_token = plan.page_bytes[page] // plan.block_size
+            formula = f"{slots} layer slots × {per_token:,} B/token × {blocks * plan.block_size:,} tokens held{seqs}"
+        padding = f" — {layers} layers in {len(groups)} groups of {plan.group_size}" if slots != layers else ""
+        out[label] = formula, padding
+    return out
+
+
+def cache_lines(account: CacheAccount, solver: Solver | None = None) -> list[str]:
+    vllm = _vllm_lines(solver, account) if solver and isinstance(solver.engine, VllmEngine) else {}
     lines = []
     for line in account.lines:
-        parts = []
-        if line.token_bytes_total:
-            parts.append(
-                f"{line.count} × {line.bytes_per_token:,} B/token × {line.tokens_held:,} tokens held"
-                + (f" × {account.batch} sequences" if account.batch > 1 else "")
-                + f" = {format_bytes(line.token_bytes_total)}"
-            )
-        if line.fixed_bytes_total:
-            parts.append(
-                f"{line.count} × {line.fixed_bytes:,} B state per sequence = {format_bytes(line.fixed_bytes_total)}"
-            )
-        if not parts:
-            parts.append("nothing cached")
-        lines.append(f"**{line.label}**: " + "; ".join(parts))
-    lines.append(f"**cache total** ({account.engine}, KV {account.kv_dtype}): {format_bytes(account.total)}")
+        if line.label in vllm:  # the formula from vLLM's layout, the total from core's account
+            formula, padding = vllm[line.label]
+            parts = [f"{formula} = {format_bytes(line.total)}{padding}"]
+        else:
+            parts = _plain_line(line, account.batch)
+        lines.append(f"**{line.label}**: " + ("; ".join(parts) or "nothing cached"))
+    kinds = "KV " + account.kv_dtype if any(line.bytes_per_token for line in account.lines) else "no KV"
+    terms = [format_bytes(line.total) for line in account.lines if line.total]
+    sum_text = " + ".join(terms) + " = " if len(terms) > 1 else ""
+    lines.append(f"**cache total** ({account.engine}, {kinds}): {sum_text}{format_bytes(account.total)}")
     return lines
+
+
+def _concurrency_line(fit: Fit, row: Row, solver: Solver) -> str:
+    usable, weights, overhead = fit.usable_bytes, row.weights_bytes, row.overhead_bytes
+    budget = solver.budget(row.context)
+    left = f"{usable:,} B usable − {weights:,} B weights − {overhead:,} B overhead = {budget:,} B for cache"
+    kept = max(0, budget)
+    if isinstance(solver.engine, VllmEngine):
+        kv = solver.setup.kv_dtype
+        per_block = max(stage_bytes_per_block(solver.engine, solver.setup.model, kv))
+        cap = solver.vllm_capacity(row.context)
+        stages = " on the fullest pipeline stage" if solver.setup.pp > 1 else ""
+        return (
+            f"**Concurrency** (vLLM): {left}; ⌊{kept:,} B ÷ {per_block:,} B per block{stages}⌋ = "
+            f"{cap.num_blocks:,} blocks; {cap.num_blocks:,} blocks ÷ {cap.blocks_per_request:,} blocks per request "
+            f"= {cap.max_concurrency:.2f} requests of {format_tokens(row.context)}"
+        )
+    if not row.cache_bytes:
+        return f"**Concurrency**: {left}; nothing grows per sequence, so any number of requests fits"
+    return f"**Concurrency**: {left}; ⌊{kept:,} B ÷ {row.cache_bytes:,} B per sequence⌋ = {row.max_concurrency:,.0f}"
 
 
 def row_lines(fit: Fit, row: Row) -> list[str]:
     setup = fit.setup
+    solver = Solver(setup)
     per_gpu = f" per GPU (÷ {setup.gpus})" if setup.gpus > 1 else ""
     out = [f"### At {format_tokens(row.context)} tokens", "**Cache**"]
-    out += [f"- {line}" for line in cache_lines(row.account)]
+    out += [f"- {line}" for line in cache_lines(row.account, solver)]
     if setup.pp > 1:
-        out.append(f"- split over {setup.pp} pipeline stages → {format_bytes(row.cache_bytes)} per GPU")
+        total = row.account.total
+        if isinstance(solver.engine, VllmEngine):
+            stage, whole = fullest_stage_fraction(solver.engine, solver.model, setup.kv_dtype)
+            out.append(
+                f"- per GPU, the fullest of {setup.pp} pipeline stages: {total:,} B × {stage:,} ÷ {whole:,} "
+                f"= {format_bytes(row.cache_bytes)}"
+            )
+        else:
+            out.append(
+                f"- per GPU, {setup.pp} pipeline stages: {total:,} B ÷ {setup.pp} = {format_bytes(row.cache_bytes)}"
+            )
     out.append(f"**Weights** ({fit.weights_format}){per_gpu}: {format_bytes(row.weights_bytes)}")
     out.append("**Overhead**")
     out += [f"- {item.label}: {item.formula} = {format_bytes(item.bytes)}" for item in row.overhead]
     out.append(
-        f"**Total** = weights {format_bytes(row.weights_bytes)} + overhead {format_bytes(row.overhead_bytes)} + "
-        f"cache {format_bytes(row.cache_bytes)} = {format_bytes(row.total_bytes)} of {format_bytes(fit.usable_bytes)}"
-        f" usable → headroom {format_bytes(row.headroom_bytes)}"
+        f"**Total**: weights {format_bytes(row.weights_bytes)} + overhead {format_bytes(row.overhead_bytes)} + "
+        f"cache {format_bytes(row.cache_bytes)} = {format_bytes(row.total_bytes)}; "
+        f"usable {format_bytes(fit.usable_bytes)} − total {format_bytes(row.total_bytes)} = "
+        f"{format_bytes(row.headroom_bytes)} headroom"
     )
-    if fit.vllm is not None:
-        out.append(
-            "**Concurrency** (vLLM): KV budget ÷ block bytes = blocks; blocks ÷ blocks per request = "
-            f"{row.max_concurrency:.2f} requests of {format_tokens(row.context)}"
-        )
-    else:
-        out.append(
-            f"**Concurrency**: ⌊(usable − weights − overhead) ÷ cache per sequence⌋ = {row.max_concurrency:,.0f}"
-        )
+    out.append(_concurrency_line(fit, row, solver))
     return out
 
 
@@ -59,7 +122,7 @@ def usable_line(fit: Fit) -> str:
     card = fit.setup.card
     util = fit.setup.gpu_memory_utilization if fit.vllm is not None else 1.0
     return (
-        f"**Usable memory per GPU**: {card.name}: {format_bytes(card.memory_bytes)} ({card.basis})"
-        + (f" × gpu_memory_utilization {util}" if util != 1.0 else "")
+        f"**Usable memory per GPU** ({card.name}, {card.basis}): {card.memory_bytes:,} B"
+        + (f" × {util} gpu_memory_utilization" if util != 1.0 else "")
         + f" = {format_bytes(fit.usable_bytes)}"
     )

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from core.fit import Fit, Row
-from core.units import format_bytes, format_tokens
+from core.engines import Engine
+from core.engines.hf_transformers import TransformersEngine
+from core.engines.llamacpp import LlamaCppEngine
+from core.engines.vllm_engine import VllmEngine
+from core.errors import InputError
+from core.fit import Fit, Row, Setup, Solver, default_split
+from core.quant import FORMATS
+from core.units import GIB, format_bytes, format_tokens, plural, tokens_phrase
 
 
 def table_records(fit: Fit) -> list[dict]:
@@ -24,6 +30,97 @@ def table_records(fit: Fit) -> list[dict]:
         }
         for r in fit.rows
     ]
+
+
+def display_records(fit: Fit) -> list[dict]:
+    """The context table as shown (and downloaded): what decides first (fits, requests), then the GiB parts."""
+    return [
+        {
+            "context": format_tokens(r["context"]),
+            "fits": r["fits"],
+            "requests": r["max_concurrency"],
+            "memory used (%)": r["memory_used"] * 100,
+            "total (GiB)": r["total_bytes"] / GIB,
+            "cache (GiB)": r["cache_bytes"] / GIB,
+            "weights (GiB)": r["weights_bytes"] / GIB,
+            "overhead (GiB)": r["overhead_bytes"] / GIB,
+            "headroom (GiB)": r["headroom_bytes"] / GIB,
+        }
+        for r in table_records(fit)
+    ]
+
+
+def constant_table(fit: Fit) -> bool:
+    """Every row the same but the context: a pure state-space model, whose cache does not grow."""
+    first = fit.rows[0]
+    return len(fit.rows) > 1 and all(
+        (r.total_bytes, r.max_concurrency) == (first.total_bytes, first.max_concurrency) for r in fit.rows
+    )
+
+
+def unlimited(fit: Fit) -> bool:
+    """No position limit of its own, and even the search cap fits: the cap is ours, not the model's."""
+    return fit.setup.model.max_context is None and fit.max_context >= fit.context_limit
+
+
+def max_context_text(fit: Fit) -> str:
+    if unlimited(fit):
+        return "no limit"
+    return format_tokens(fit.max_context) if fit.max_context else "none"
+
+
+def requests_text(fit: Fit, row: Row) -> str:
+    """Requests of this length at once; vLLM's fractional count only when at least one fits."""
+    n = row.max_concurrency
+    if n == float("inf"):
+        return "unlimited"
+    if not row.fits:
+        return f"none ({n:.2f} of one)" if fit.vllm is not None and n > 0 else "none"
+    return f"{n:,.2f}" if fit.vllm is not None else f"{int(n):,}"
+
+
+def cache_kind(row: Row) -> str:
+    """`KV bf16`, or what a model without attention keeps instead."""
+    if any(line.bytes_per_token for line in row.account.lines):
+        return f"KV {row.account.kv_dtype}"
+    return "no KV cache, fixed state only" if row.account.fixed_bytes else "no cache"
+
+
+def engine_format_warning(engine: Engine, weights: str) -> str | None:
+    """A weight format the engine does not load as such (GGUF k-quants are llama.cpp's; AWQ/GPTQ/FP8/NVFP4 are not)."""
+    gguf = FORMATS[weights].gguf is not None
+    if isinstance(engine, LlamaCppEngine) and weights in ("fp8", "fp8_block", "int8", "awq", "gptq", "nvfp4"):
+        return f"llama.cpp runs GGUF files; {weights} checkpoints need converting first (e.g. to q8_0 or q4_k_m)."
+    if isinstance(engine, VllmEngine) and gguf:
+        return (
+            f"vLLM serves GGUF ({weights}) only experimentally and dequantises some tensors; "
+            "pick awq, gptq, fp8 or bf16 for a reliable vLLM estimate."
+        )
+    if isinstance(engine, TransformersEngine) and gguf:
+        return (
+            f"transformers dequantises GGUF ({weights}) weights to 16/32-bit when loading, so {weights} sizes do not "
+            "apply; pick bf16, fp8, awq or gptq."
+        )
+    return None
+
+
+def check(setup: Setup) -> None:
+    """Raise InputError when the engine cannot run this setup at all (a split, a head count, a layout)."""
+    solver = Solver(setup)
+    solver.row(min(solver.limit, 4096))
+
+
+def gpu_counts(setup: Setup, most: int = 16) -> list[int]:
+    """GPU counts (up to `most`) that the engine can split this model over, with its default split."""
+    out = []
+    for n in range(1, most + 1):
+        tp, pp = default_split(setup.engine, n)
+        try:
+            check(replace(setup, gpus=n, tp=tp, pp=pp))
+        except InputError:
+            continue
+        out.append(n)
+    return out
 
 
 def breakdown_records(fit: Fit) -> list[dict]:
@@ -54,7 +151,7 @@ class Verdict:
 def verdict(fit: Fit, row: Row) -> Verdict:
     s = fit.setup
     where = f"{s.gpus}× {s.card.name}" if s.gpus > 1 else s.card.name
-    what = f"{s.model.name} ({fit.weights_format} weights, {s.engine.name}, KV {row.account.kv_dtype}) on {where}"
+    what = f"{s.model.name} ({fit.weights_format} weights, {s.engine.name}, {cache_kind(row)}) on {where}"
     if row.weights_bytes > fit.usable_bytes:
         return Verdict(
             False,
@@ -71,16 +168,22 @@ def verdict(fit: Fit, row: Row) -> Verdict:
         return Verdict(
             False,
             "Does not fit",
-            f"{what}: a {format_tokens(row.context)}-token context needs "
+            f"{what}: {tokens_phrase(row.context)} needs "
             f"{format_bytes(row.total_bytes)}, more than the {format_bytes(fit.usable_bytes)} usable; "
             f"{longest}.",
         )
     n = row.max_concurrency
-    requests = "an unlimited number of" if n == float("inf") else f"{n:,.2f}" if fit.vllm else f"{int(n):,}"
+    if unlimited(fit):
+        reach = (
+            "its cache does not grow with context, so one sequence has no length limit here "
+            f"(checked up to {format_tokens(fit.context_limit)} tokens)"
+        )
+    else:
+        reach = f"one sequence can reach {format_tokens(fit.max_context)} tokens"
+    requests = "an unlimited number of requests" if n == float("inf") else plural(n, "request", requests_text(fit, row))
     return Verdict(
         True,
         "Fits",
-        f"{what}: a {format_tokens(row.context)}-token context fits with {format_bytes(row.headroom_bytes)} to "
-        f"spare; one sequence can reach {format_tokens(fit.max_context)} tokens; {requests} requests of "
-        f"{format_tokens(row.context)} can run at once.",
+        f"{what}: {tokens_phrase(row.context)} fits with {format_bytes(row.headroom_bytes)} to "
+        f"spare; {reach}; {requests} of {format_tokens(row.context)} can run at once.",
     )

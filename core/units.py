@@ -6,20 +6,21 @@ import re
 
 from core.errors import InputError
 
-_TOKENS = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
+# digits with optional thousands commas ("64,000", the way the app prints counts), a fraction, a k/M suffix
+_TOKENS = re.compile(r"^\s*(-?\d{1,3}(?:,\d{3})+|-?\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
 _SCALE = {"": 1, "k": 1024, "m": 1024 * 1024}
 
 
 def parse_tokens(text: str | int) -> int:
-    """`32k` → 32768 (k = 1024, as context lengths are quoted); plain integers pass through."""
+    """`32k` → 32768 (k = 1024, as context lengths are quoted), `64,000` → 64000; plain integers pass through."""
     if isinstance(text, int):
         value = text
     else:
         match = _TOKENS.match(str(text))
         if not match:
-            raise InputError(f"cannot read {text!r} as a token count; write e.g. 8192, 32k or 128K")
+            raise InputError(f"cannot read {text!r} as a token count; write e.g. 8192, 64,000, 32k or 128K")
         number, suffix = match.groups()
-        value = float(number) * _SCALE[suffix.lower()]
+        value = float(number.replace(",", "")) * _SCALE[suffix.lower()]
         if value != int(value):
             raise InputError(f"{text!r} is not a whole number of tokens")
         value = int(value)
@@ -35,6 +36,18 @@ def format_tokens(n: int) -> str:
     if n >= 1024 and n % 1024 == 0:
         return f"{n // 1024}K"
     return f"{n:,}"
+
+
+def tokens_phrase(n: int) -> str:
+    """`an 8K-token context`, `a 32K-token context`: the article as the number is read aloud."""
+    text = format_tokens(n)
+    lead = re.match(r"\d+", text).group()  # the group read first: "8" of 8K, "11" of 11,264
+    return f"{'an' if lead.startswith('8') or lead in ('11', '18') else 'a'} {text}-token context"
+
+
+def plural(n: float, word: str, text: str | None = None) -> str:
+    """`1 request`, `3 requests`, `0.50 requests`; `text` is the number as already formatted."""
+    return f"{text if text is not None else n} {word}{'' if n == 1 else 's'}"
 
 
 _UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))

@@ -1,21 +1,26 @@
-"""Hybrid vs dense: cache, ratio, concurrency and reach over context length, against chosen comparators."""
+"""Hybrid vs full attention: cache, ratio, concurrency and reach over context length, against chosen comparators.
+
+(The file keeps its old name so that shared /hybrid_vs_dense links still open this page.)"""
 
 from contextlib import suppress
 
+import pandas as pd
 import streamlit as st
 
 from core.compare import CARD_SIZES_GIB, asymptote, context_grid, max_context_by_card, ratio, series, with_model
 from core.errors import InputError
 from core.fit import Setup, context_limit
 from core.loading import load_model, presets
-from core.units import GIB, format_tokens
+from core.units import GIB, MIB, format_tokens
 from core.whatif import all_full_attention
-from ui.charts import bars, curves
+from ui.charts import bars, curves, palette
 from ui.inputs import sidebar
+from ui.layout import mobile_css
 
-st.set_page_config(page_title="kvscope — hybrid vs dense", page_icon=":material/memory:", layout="wide")
+st.set_page_config(page_title="kvscope — hybrid vs full attention", page_icon=":material/memory:", layout="wide")
+mobile_css()
+st.title("Hybrid vs full attention")
 inputs, model, setup = sidebar()
-st.title("Hybrid vs dense")
 
 
 @st.cache_data(show_spinner="Comparing…", max_entries=64)
@@ -24,7 +29,7 @@ def compute(_setup: Setup, comparators: tuple[str, ...], key: str):
     setup = _setup
     grid = context_grid(context_limit(setup))
     setups = [setup]
-    with suppress(InputError):  # models without attention have no dense skeleton to compare with
+    with suppress(InputError):  # models without attention have no full-attention skeleton to compare with
         setups.append(with_model(setup, all_full_attention(setup.model)))
     for name in comparators:
         if name != setup.model.name:
@@ -32,14 +37,21 @@ def compute(_setup: Setup, comparators: tuple[str, ...], key: str):
     return [series(s, grid) for s in setups], [max_context_by_card(s) for s in setups]
 
 
+def _on_comparators() -> None:
+    # A callback runs before the script, so the sidebar writes the new list into the link on this very run.
+    st.session_state["in_cmp"] = ",".join(st.session_state["cmp_sel"])
+
+
+if "cmp_sel" not in st.session_state:  # bound to a key (not `default=`): a changing default resets the widget
+    st.session_state["cmp_sel"] = [n for n in inputs.cmp.split(",") if n in presets()]
 chosen = st.multiselect(
     "Compare with",
     sorted(presets()),
-    default=[n for n in inputs.cmp.split(",") if n in presets()],
+    key="cmp_sel",
     max_selections=4,
+    on_change=_on_comparators,
     help="Bundled models; the chosen model's own skeleton with every layer full attention is always shown.",
 )
-st.session_state["in_cmp"] = ",".join(chosen)
 
 try:
     all_series, reach = compute(setup, tuple(chosen), repr(setup))
@@ -47,16 +59,42 @@ except InputError as err:
     st.error(str(err))
     st.stop()
 base = all_series[0]
-if base.fixed_bytes == 0 and all(layer.grows for layer in model.layers):
+colors = palette([s.name for s in all_series])
+if base.layout == "all full attention":
     st.info(
-        f"{model.name} is dense: every layer keeps full K/V, so its all-full-attention skeleton is itself. "
-        "Pick a hybrid (e.g. Qwen/Qwen3.5-9B) to see the difference, or add comparators above."
+        f"{model.name} keeps full K/V in every layer, so its all-full-attention skeleton is itself. "
+        "Pick a hybrid (e.g. Qwen/Qwen3.5-9B) or a sliding-window model to see a difference, or add comparators."
     )
+elif base.layout == "state only, no attention":
+    st.info(
+        f"{model.name} has no attention layers (state only): its cache is a fixed state per sequence, and there "
+        "is no full-attention skeleton of it to draw. Add comparators above to see what attention would cost."
+    )
+st.dataframe(
+    pd.DataFrame(
+        {
+            "model": [s.name for s in all_series],
+            "cache layout": [s.layout for s in all_series],
+            "B/token, long contexts": [s.far_bytes_per_token for s in all_series],
+            "fixed state (MiB)": [s.fixed_bytes / MIB for s in all_series],
+            "longest context": [format_tokens(s.limit) for s in all_series],
+        }
+    ),
+    hide_index=True,
+    width="stretch",
+    column_config={
+        "B/token, long contexts": st.column_config.NumberColumn(format="localized"),
+        "fixed state (MiB)": st.column_config.NumberColumn(format="%.2f"),
+    },
+)
 
 st.subheader("Cache per sequence")
 st.plotly_chart(
     curves(
-        {s.name: (list(s.contexts), [b / GIB for b in s.cache_bytes]) for s in all_series}, "GiB per GPU", log_y=True
+        {s.name: (list(s.contexts), [b / GIB for b in s.cache_bytes]) for s in all_series},
+        "GiB per GPU",
+        colors=colors,
+        log_y=True,
     ),
     width="stretch",
 )
@@ -70,18 +108,34 @@ if ratio_series:
         curves(
             ratio_series,
             "× the cache of " + base.name,
+            colors=colors,
             hline=(limit, f"asymptote {limit:.2f}× ({first.name})") if limit else None,
             fmt=".2f",
         ),
         width="stretch",
     )
-    if base.fixed_bytes:
+    if limit is None:
         st.caption(
-            f"Why the dip at short contexts: {base.name} keeps {base.fixed_bytes / 2**20:,.1f} MiB of fixed state per "
-            "sequence (conv + recurrent) whatever the length, so at short contexts that constant is a large share "
-            "of its cache and the ratio sits below its asymptote; as the context grows the per-token rates dominate "
-            f"and the ratio climbs toward {limit:.2f}× ({first.kv_bytes_per_token:,} vs {base.kv_bytes_per_token:,} "
-            "B/token)."
+            f"No asymptote: {base.name}'s cache stops growing with context ({base.layout}), so the ratio of any "
+            "model whose cache keeps growing rises without bound."
+        )
+    else:
+        st.caption(
+            f"The ratio heads toward {limit:.2f}× ({first.far_bytes_per_token:,.0f} vs "
+            f"{base.far_bytes_per_token:,.0f} B per token once every sliding window is full and fixed state has "
+            "faded)."
+            + (
+                f" It dips at short contexts because {base.name} keeps {base.fixed_bytes / MIB:,.1f} MiB of fixed "
+                "state per sequence whatever the length."
+                if base.fixed_bytes
+                else ""
+            )
+            + (
+                " Sliding-window layers grow like full attention until their window fills, so the curve climbs "
+                "toward the line only past the window (possibly beyond the model's longest context)."
+                if "sliding" in base.layout
+                else ""
+            )
         )
 
 st.subheader(f"Concurrent requests on {setup.card.name}")
@@ -89,6 +143,7 @@ st.plotly_chart(
     curves(
         {s.name: (list(s.contexts), [min(c, 1e6) for c in s.concurrency]) for s in all_series},
         "requests at once",
+        colors=colors,
         log_y=True,
         fmt=",.2f",
     ),
@@ -101,24 +156,25 @@ st.plotly_chart(
         [f"{g:g} GiB" for g in CARD_SIZES_GIB],
         {s.name: r for s, r in zip(all_series, reach, strict=True)},
         "max tokens, one sequence",
-        cap=context_limit(setup),
+        caps={s.name: s.limit for s in all_series},
+        colors=colors,
     ),
     width="stretch",
 )
 with st.expander("How is this computed?"):
     st.markdown(
         "\n".join(
-            f"- **{s.name}**: cache(n) = {s.kv_bytes_per_token:,} B/token × tokens held + {s.fixed_bytes:,} B of "
-            "fixed state per sequence (tokens held: n, or the window on sliding layers, rounded to the engine's "
-            "blocks or cells)"
+            f"- **{s.name}** ({s.layout}): cache(n) = {s.kv_bytes_per_token:,} B/token × tokens held + "
+            f"{s.fixed_bytes:,} B of fixed state per sequence (tokens held: n, or the window on sliding layers, "
+            "rounded to the engine's blocks or cells)"
             for s in all_series
         )
     )
     st.markdown(
         "Ratio = the comparator's cache ÷ this model's cache at the same n; its asymptote is the ratio of the "
-        "per-token rates. Concurrency and longest context come from the same solver as *Fit a card* (weights, "
-        "overhead and the engine's rules on this card); a card-size bar is the longest single sequence that fits, "
-        "capped at the model's maximum context."
+        "per-token rates once every window is full. Concurrency and longest context come from the same solver as "
+        "*Fit a card* (weights, overhead and the engine's rules on this card); a card-size bar is the longest "
+        "single sequence that fits, capped at that model's own maximum context (**max**)."
     )
 st.caption(
     f"Same engine ({setup.engine.name}), weights ({inputs.weights}) and KV dtype for every model. "

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import plotly.express as px
 import plotly.graph_objects as go
 
 from core.units import GIB, format_tokens
+
+
+def palette(names: list[str]) -> dict[str, str]:
+    """One colour per model, fixed for the page: the same model keeps its colour in every chart."""
+    colors = px.colors.qualitative.Plotly
+    return {name: colors[i % len(colors)] for i, name in enumerate(names)}
+
 
 COLORS = {"weights": "#64748b", "attention cache": "#2563eb", "fixed state": "#f59e0b", "overhead": "#a855f7"}
 
@@ -42,10 +50,12 @@ def curves(
     series: dict[str, tuple[list[int], list[float]]],
     y_title: str,
     *,
+    colors: dict[str, str] | None = None,
     log_y: bool = False,
     hline: tuple[float, str] | None = None,
     fmt: str = ".3f",
 ) -> go.Figure:
+    colors = colors or palette(list(series))  # pages comparing models pass one palette for all their charts
     fig = go.Figure()
     for name, (xs, ys) in series.items():
         if log_y:  # zero (nothing fits) has no place on a log axis: leave a gap instead
@@ -55,7 +65,9 @@ def curves(
             y=ys,
             name=name,
             mode="lines+markers",
-            hovertemplate="%{x:,} tokens: %{y:" + fmt + "}<extra>" + name + "</extra>",
+            line_color=colors[name],
+            customdata=[format_tokens(x) for x in xs],  # the axis's own token format in the hover
+            hovertemplate="%{customdata} tokens: %{y:" + fmt + "}<extra>" + name + "</extra>",
         )
     if hline:
         fig.add_hline(y=hline[0], line_dash="dot", annotation_text=hline[1])
@@ -66,24 +78,38 @@ def curves(
     return fig
 
 
-def bars(x: list[str], series: dict[str, list[float]], y_title: str, cap: int | None = None) -> go.Figure:
-    """Grouped bars; a zero is labelled "doesn't fit" and a bar at `cap` "max" so neither reads as missing data."""
+def bars(
+    x: list[str],
+    series: dict[str, list[int]],
+    y_title: str,
+    *,
+    caps: dict[str, int],
+    colors: dict[str, str],
+) -> go.Figure:
+    """Grouped bars; a zero is labelled "doesn't fit" and a bar at that model's own cap "max" so neither reads as
+    missing data. Labels stand upright inside the bar's column so neighbours do not overlap."""
     fig = go.Figure()
     for name, ys in series.items():
-        labels = ["doesn't fit" if not y else "max" if cap and y >= cap else "" for y in ys]
+        labels = ["doesn't fit" if not y else "max" if y >= caps[name] else "" for y in ys]
         fig.add_bar(
             x=x,
             y=ys,
             name=name,
+            marker_color=colors[name],
             text=labels,
             textposition="outside",
-            hovertemplate="%{x}: %{y:,}<extra>" + name + "</extra>",
+            textangle=-90,
+            textfont={"size": 10},
+            cliponaxis=False,
+            customdata=[format_tokens(y) if y else "0" for y in ys],
+            hovertemplate="%{x}: %{customdata} tokens<extra>" + name + "</extra>",
         )
     fig.update_layout(
         barmode="group",
         yaxis_title=y_title,
-        height=360,
-        margin={"t": 30, "b": 10},
-        legend={"orientation": "h", "y": 1.12},
+        height=380,
+        margin={"t": 50, "b": 10},
+        legend={"orientation": "h", "y": 1.18},
+        uniformtext={"minsize": 8, "mode": "show"},
     )
     return fig

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, fields
 
 import streamlit as st
 
@@ -17,21 +17,28 @@ from core.gpus import Card, card_named, cards
 from core.loading import DEFAULT_MODEL, load_raw, model_from_config, presets
 from core.model import ModelSpec
 from core.quant import FORMATS
+from core.report import check, engine_format_warning, gpu_counts
 from core.units import format_tokens, parse_tokens
 from core.whatif import edited
+from ui.layout import fold_sidebar_on_phones
 from ui.state import (
     CUSTOM_CARD,
     DEFAULTS,
     PLATFORMS,
+    REPO_ID,
+    SOURCES,
     SWITCH,
     Inputs,
     from_query,
     pack_config,
+    share_query,
     to_query,
     unpack_config,
 )
 
 EIGHT_BIT_KV = {"vllm": "fp8", "llama.cpp": "q8_0"}
+EIGHT_BIT = ("fp8", "fp8_e4m3", "fp8_e5m2", "q8_0", "int8")
+EDITS = ("layers", "kvh", "hd", "win", "pat")
 
 
 @st.cache_data(show_spinner="Reading the model config…", max_entries=64, ttl=3600)  # Hub configs can change
@@ -40,6 +47,8 @@ def _spec(source: str, packed: str, hub: bool) -> tuple[ModelSpec, str]:
     fallback when it cannot be reached."""
     if packed:
         return model_from_config(unpack_config(packed), "uploaded config.json", isolated=True), "uploaded config.json"
+    if source not in presets() and not REPO_ID.match(source):  # never a path: this runs on the server
+        raise InputError(f"{source!r} is not a bundled preset or a Hub repo id (org/name)")
     name, raw, origin = load_raw(source, prefer_hub=hub)
     return model_from_config(raw, name, isolated=True), origin
 
@@ -56,7 +65,9 @@ def _init_from_url() -> None:
     for key, value in asdict(inputs).items():
         st.session_state[f"in_{key}"] = value
     st.session_state["in_ctx_text"] = format_tokens(inputs.ctx).replace(",", "")
-    st.session_state["in_source"] = "Upload" if inputs.config else "Preset" if inputs.model in presets() else "Hub"
+    if "source" not in st.query_params:  # older links: infer it
+        derived = "Upload" if inputs.config else "Preset" if inputs.model in presets() else "Hub"
+        st.session_state["in_source"] = derived
     st.session_state["_kv_ignored"] = ignored
     st.session_state["_kv_init"] = True
 
@@ -70,8 +81,25 @@ def _on_eight_bit() -> None:
     st.session_state["in_kv"] = EIGHT_BIT_KV.get(engine, "auto") if st.session_state["eight_bit"] else "auto"
 
 
-def _model_inputs() -> None:
-    source = st.radio("Model from", ["Preset", "Hub", "Upload"], key="in_source", horizontal=True)
+def _on_engine() -> None:
+    """Keep the 8-bit choice across engines: llama.cpp's q8_0 becomes vLLM's fp8 and back."""
+    if st.session_state.get("in_kv") in EIGHT_BIT:
+        st.session_state["in_kv"] = EIGHT_BIT_KV.get(st.session_state["in_engine"], "auto")
+
+
+def _clear_edits() -> None:
+    for key in EDITS:
+        st.session_state[f"in_{key}"] = getattr(DEFAULTS, key)
+
+
+def _set_gpus(n: int) -> None:
+    st.session_state["in_gpus"] = n
+
+
+def _model_inputs() -> list[str]:
+    """Draw the model inputs; return what cannot be read (shown in place of the results)."""
+    problems = []
+    source = st.radio("Model from", SOURCES, key="in_source", horizontal=True)
     if source == "Preset":
         names = sorted(presets())
         if st.session_state.get("in_model") not in names:
@@ -95,7 +123,9 @@ def _model_inputs() -> None:
             try:
                 st.session_state["in_config"] = pack_config(parse_json(text, "the uploaded config.json"))
             except InputError as err:
-                st.error(str(err))
+                problems.append(str(err))
+        elif not st.session_state.get("in_config"):
+            problems.append("Upload or paste a config.json to size it.")
     with st.expander("Edit (what-if)"):
         st.caption("0 keeps the config's value.")
         st.number_input("Layers", min_value=0, max_value=10_000, step=1, key="in_layers")
@@ -105,25 +135,28 @@ def _model_inputs() -> None:
         st.text_input(
             "Layer pattern",
             key="in_pat",
+            max_chars=64,
             placeholder="e.g. LLLF",
             help="Repeats over the layers: F full attention, S sliding window, L the model's linear/state "
             "layer, N no cache. Empty keeps the config's.",
         )
+    return problems
 
 
-def _hardware_inputs() -> None:
+def _hardware_inputs() -> list[str]:
+    problems = []
     options = [CUSTOM_CARD, *cards()]
     st.selectbox("Card", options, key="in_card", format_func=lambda n: "Custom memory (GiB)" if n == CUSTOM_CARD else n)
     if st.session_state["in_card"] == CUSTOM_CARD:
         st.number_input("GPU memory (GiB)", min_value=0.5, max_value=100_000.0, step=1.0, key="in_gib")
     st.number_input("GPUs", min_value=1, max_value=1024, step=1, key="in_gpus")
     st.selectbox("Weights", list(FORMATS), key="in_weights", help="Weight quantisation")
-    st.selectbox("Engine", list(ENGINES), key="in_engine")
+    st.selectbox("Engine", list(ENGINES), key="in_engine", on_change=_on_engine)
     engine = st.session_state["in_engine"]
     kv_options = list(ENGINES[engine].kv_dtypes)
     if st.session_state.get("in_kv") not in kv_options:
         st.session_state["in_kv"] = "auto"
-    st.session_state["eight_bit"] = st.session_state["in_kv"] in ("fp8", "fp8_e4m3", "fp8_e5m2", "q8_0", "int8")
+    st.session_state["eight_bit"] = st.session_state["in_kv"] in EIGHT_BIT
     st.toggle(
         "8-bit KV cache",
         key="eight_bit",
@@ -145,6 +178,14 @@ def _hardware_inputs() -> None:
             VERSIONS,
             key="in_vver",
             help="Which release's 'KV cache size: N tokens' formula to reproduce; it changed in 0.21",
+        )
+        st.number_input(
+            "GPU memory utilization",
+            min_value=0.05,
+            max_value=1.0,
+            step=0.01,
+            key="in_util",
+            help="vLLM's --gpu-memory-utilization: the share of the card vLLM may use (default 0.92)",
         )
     if engine == "llama.cpp":
         st.selectbox(
@@ -176,28 +217,55 @@ def _hardware_inputs() -> None:
             key="in_ngl",
             help="Layers offloaded to the GPU; the others and their KV stay in system RAM",
         )
-    st.text_input("Context (tokens)", key="in_ctx_text", help="e.g. 8192, 32k, 128K")
+    st.text_input("Context (tokens)", key="in_ctx_text", help="e.g. 8192, 64,000, 32k, 128K")
     try:
         st.session_state["in_ctx"] = parse_tokens(st.session_state["in_ctx_text"])
     except InputError as err:
-        st.error(str(err))
+        problems.append(f"Context: {err}")
+    return problems
 
 
-def sidebar() -> tuple[Inputs, ModelSpec, Setup]:
-    """Draw the shared inputs; return them with the model and the fit setup they describe."""
+def _share_link(inputs: Inputs, reproducible: bool) -> None:
+    with st.expander("Share this view"):
+        url = st.context.url.split("?")[0] if st.context.url else ""
+        st.code(f"{url}?{share_query(inputs)}", language=None, wrap_lines=True)
+        if reproducible:
+            st.caption("Copy the link with the button in the box's corner; it reproduces every input.")
+        else:
+            st.caption("Fix the inputs marked in red first: this link holds the last valid values, not this view.")
+
+
+def _stop(message: str) -> None:
+    """An error where the results would be, and no results: none would match the inputs."""
+    st.error(message)
+    st.stop()
+
+
+def sidebar(*, model_only: bool = False) -> tuple[Inputs, ModelSpec, Setup]:
+    """Draw the shared inputs; return them with the model and the fit setup they describe.
+
+    `model_only` draws just the model (and what-if) inputs, for pages whose other settings are their own; the
+    hidden inputs keep their values and stay in the link. Inputs that cannot be read stop the page with an error
+    in place of its results."""
     _init_from_url()
     with st.sidebar:
         st.page_link("app.py", label="Fit a card", icon=":material/calculate:")
-        st.page_link("pages/1_hybrid_vs_dense.py", label="Hybrid vs dense", icon=":material/show_chart:")
+        st.page_link("pages/1_hybrid_vs_dense.py", label="Hybrid vs full attention", icon=":material/show_chart:")
         st.page_link("pages/2_measure_live.py", label="Measure live", icon=":material/speed:")
         st.divider()
-        _model_inputs()
-        _hardware_inputs()
+        problems = _model_inputs()
+        if not model_only:
+            problems += _hardware_inputs()
+    inputs = _current()
+    st.query_params.from_dict(to_query(inputs))
+    with st.sidebar:
+        _share_link(inputs, reproducible=not problems)
+        fold_sidebar_on_phones(share_query(inputs))
     ignored = st.session_state.get("_kv_ignored")
     if ignored:
         st.warning("Some link parameters were ignored and defaults used instead: " + "; ".join(ignored))
-    inputs = _current()
-    st.query_params.from_dict(to_query(inputs))
+    if problems:
+        _stop("\n\n".join(problems))
     try:
         hub = st.session_state.get("in_source") == "Hub" or inputs.model not in presets()
         model, origin = _spec(inputs.model.strip() or DEFAULT_MODEL, inputs.config, hub)
@@ -205,10 +273,12 @@ def sidebar() -> tuple[Inputs, ModelSpec, Setup]:
             st.warning(f"{inputs.model}: using the {origin}")
         st.sidebar.caption(f"Config: {origin}")
     except InputError as err:
+        if inputs.config:  # an upload that cannot be read has no stand-in
+            _stop(f"The uploaded config.json cannot be used: {err}")
         st.error(f"{err} — showing {DEFAULT_MODEL} instead.")
         model, _ = _spec(DEFAULT_MODEL, "", False)
-    try:
-        if inputs.layers or inputs.kvh or inputs.hd or inputs.win or inputs.pat:
+    if any(getattr(inputs, key) for key in EDITS):
+        try:
             model = edited(
                 model,
                 num_layers=inputs.layers or None,
@@ -217,11 +287,37 @@ def sidebar() -> tuple[Inputs, ModelSpec, Setup]:
                 window=inputs.win or None,
                 pattern=inputs.pat or None,
             )
-        setup = setup_for(inputs, model)
-    except InputError as err:
-        st.error(f"{err} — the edit was not applied.")
-        setup = setup_for(replace(inputs, layers=0, kvh=0, hd=0, win=0, gpus=1), model)
+        except InputError as err:
+            st.button("Clear the what-if edits", on_click=_clear_edits)
+            _stop(f"The what-if edit cannot be applied: {err}")
+    setup = setup_for(inputs, model)
+    if not model_only:
+        _check_setup(setup)
+        warning = engine_format_warning(setup.engine, inputs.weights)
+        if warning:
+            st.warning(warning)
     return inputs, setup.model, setup
+
+
+def _check_setup(setup: Setup) -> None:
+    """Stop with the reason when the engine cannot run this setup; for a GPU count, offer the ones it can."""
+    try:
+        check(setup)
+    except InputError as err:
+        counts = gpu_counts(setup) if setup.gpus > 1 else []
+        if counts:
+            st.error(
+                f"{setup.gpus} GPUs: {err}. {setup.engine.name} can split {setup.model.name} over "
+                + ", ".join(map(str, counts))
+                + " GPUs (up to 16); pick one:"
+            )
+            cols = st.columns(min(len(counts), 8))
+            for i, n in enumerate(counts):
+                cols[i % len(cols)].button(
+                    f"{n} GPU{'s' if n > 1 else ''}", key=f"gpus_{n}", on_click=_set_gpus, args=(n,)
+                )
+            st.stop()
+        _stop(str(err))
 
 
 def setup_for(inputs: Inputs, model: ModelSpec) -> Setup:
@@ -245,16 +341,31 @@ def setup_for(inputs: Inputs, model: ModelSpec) -> Setup:
         pp=pp,
         weights=inputs.weights,
         kv_dtype=inputs.kv,
+        gpu_memory_utilization=inputs.util,
         gpu_layers=offload,
     )
 
 
-def share_box(inputs: Inputs, table: dict | None = None) -> None:
-    """The link that reproduces this view, and downloads of what it shows."""
-    with st.expander("Share this view"):
-        url = st.context.url.split("?")[0] if st.context.url else ""
-        query = "&".join(f"{k}={v}" for k, v in to_query(inputs).items())
-        st.code(f"{url}?{query}", language=None)
-        st.caption("Copy the link with the button in the box's corner; it reproduces every input above.")
-        if table is not None:
-            st.download_button("Download JSON", json.dumps(table, indent=2), "kvscope.json", "application/json")
+def downloads(inputs: Inputs, frame, payload: dict, name: str = "kvscope") -> None:
+    """The table as shown (CSV, with the inputs that produced it as leading columns) and everything as JSON."""
+    main = {
+        "model": "uploaded config.json" if inputs.config else inputs.model,
+        "card": f"{inputs.gib:g} GiB" if inputs.card == CUSTOM_CARD else inputs.card,
+        "gpus": inputs.gpus,
+        "engine": inputs.engine,
+        "weights": inputs.weights,
+        "kv": inputs.kv,
+    }
+    others = {k: v for k, v in to_query(inputs).items() if k not in (*main, "gib", "config", "cmp", "ctx")}
+    carried = main | others
+    table = frame.copy()
+    for i, (key, value) in enumerate(carried.items()):
+        table.insert(i, key, value)
+    c1, c2 = st.columns(2)
+    c1.download_button("Download table (CSV)", table.to_csv(index=False), f"{name}-table.csv", "text/csv")
+    c2.download_button(
+        "Download JSON",
+        json.dumps({"inputs": asdict(inputs), **payload}, indent=2, default=str),
+        f"{name}.json",
+        "application/json",
+    )

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import zlib
 from dataclasses import asdict, dataclass, fields, replace
+from urllib.parse import quote, urlencode
 
 from core.engines import ENGINES
 from core.engines.llamacpp import DEFAULT_FRONTEND, FRONTENDS
@@ -24,11 +26,16 @@ CUSTOM_CARD = "custom"
 MAX_SHARED_CONFIG = 16_000  # characters of compressed config in a link
 SWITCH = {"auto": None, "on": True, "off": False}  # an engine option: its default, or forced on/off
 PLATFORMS = ("cuda", "cpu")
+SOURCES = ("Preset", "Hub", "Upload")
+# org/name; never a path on the server (no "..", no "x.json" that core.loading would read as a file)
+REPO_ID = re.compile(r"^(?!.*\.\.)(?!.*\.json$)[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
+PATTERN = re.compile(r"^[A-Za-z]{0,64}$")  # what the sidebar's pattern box keeps; core.whatif judges the letters
 
 
 @dataclass(frozen=True)
 class Inputs:
     model: str = DEFAULT_MODEL  # a preset or Hub repo id; ignored when `config` is set
+    source: str = "Preset"  # where the config comes from: a bundled preset may differ from the Hub's current one
     config: str = ""  # an uploaded config.json, compressed into the link
     card: str = CUSTOM_CARD
     gib: float = 8.0  # memory of a custom card
@@ -43,6 +50,7 @@ class Inputs:
     plat: str = "cuda"  # vLLM platform: cuda or cpu
     vver: str = VllmOptions.version  # vLLM release whose start-up log line is reproduced
     fe: str = DEFAULT_FRONTEND  # llama.cpp front end whose defaults apply
+    util: float = 0.92  # vLLM gpu_memory_utilization (vLLM 0.33's default)
     layers: int = 0  # what-if edits; 0 = as the config says
     kvh: int = 0
     hd: int = 0
@@ -73,8 +81,12 @@ def unpack_config(text: str) -> dict:
 def _check(key: str, value: str):
     """Parse one query value; raises InputError/ValueError when it is not acceptable."""
     if key == "model":
-        if value not in presets() and "/" not in value:
+        if value not in presets() and not REPO_ID.match(value):
             raise InputError(f"unknown model {value!r}")
+        return value
+    if key == "source":
+        if value not in SOURCES:
+            raise InputError(f"use one of {', '.join(SOURCES)}")
         return value
     if key == "config":
         if len(value) > MAX_SHARED_CONFIG:
@@ -88,6 +100,11 @@ def _check(key: str, value: str):
         if not 0 < gib <= 100_000:
             raise InputError("GPU memory out of range")
         return gib
+    if key == "util":
+        util = float(value)
+        if not 0.05 <= util <= 1:
+            raise InputError("gpu_memory_utilization must be 0.05 … 1")
+        return util
     if key == "ngl":
         n = int(value)
         if not -1 <= n <= 100_000:
@@ -129,8 +146,9 @@ def _check(key: str, value: str):
             raise InputError(f"use one of {', '.join(PLATFORMS)}")
         return value
     if key == "pat":
-        if len(value) > 64 or set(value.upper()) - set("FSLN"):
-            raise InputError("a layer pattern uses only the letters F, S, L and N")
+        # Letters core.whatif rejects still travel, so the receiver sees the sender's "edit not applied" too.
+        if not PATTERN.match(value):
+            raise InputError("a layer pattern is up to 64 letters")
         return value.upper()
     if key == "cmp":
         names = [n for n in value.split(",") if n]
@@ -169,8 +187,19 @@ def to_query(inputs: Inputs) -> dict[str, str]:
         out[key] = (
             format_tokens(value).replace(",", "")
             if key == "ctx"
-            else f"{value:g}"
+            else _float(value)
             if isinstance(value, float)
             else str(value)
         )
     return out
+
+
+def _float(value: float) -> str:
+    """Short when that is exact (`24`, `0.9`), else every digit: the link must give back the same number."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
+
+
+def share_query(inputs: Inputs) -> str:
+    """The query string of a link to this view, every value percent-encoded (a space would end a link in chat)."""
+    return urlencode(to_query(inputs), quote_via=quote, safe="")

@@ -11,20 +11,20 @@ import io
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-import pandas as pd
 import pytest
 
 from core.engines import engine_named
 from core.fit import Setup, context_limit, fit, table_contexts
 from core.gpus import card_named
 from core.loading import load_model
-from core.report import table_records, verdict
+from core.report import verdict
 from core.units import GIB, format_bytes, format_tokens
 from tests.e2e.conftest import ARTIFACTS, full_page_screenshot, wait_for_app
+from ui.state import from_query
 
 MODEL, ENGINE, WEIGHTS, CARD, CTX = "Qwen/Qwen3-8B", "vllm", "bf16", "H100 80GB SXM5", 32768
 SHARE_LINK = "/?model=Qwen/Qwen3-8B&engine=vllm&weights=bf16&card=H100%2080GB%20SXM5&ctx=32K"
-PAGES = [("Hybrid vs dense", "/hybrid_vs_dense"), ("Measure live", "/measure_live")]
+PAGES = [("Hybrid vs full attention", "/hybrid_vs_dense"), ("Measure live", "/measure_live")]
 
 
 def expected(kv: str):
@@ -49,8 +49,12 @@ def metric_value(page, label: str):
     return box.locator('[data-testid="stMetricValue"]')
 
 
+def query_of(url: str) -> dict[str, str]:
+    return {k: v[-1] for k, v in parse_qs(urlsplit(url).query).items()}
+
+
 def query(page) -> dict[str, str]:
-    return {k: v[-1] for k, v in parse_qs(urlsplit(page.url).query).items()}
+    return query_of(page.url)
 
 
 def grid_rows(page) -> list[list[str]]:
@@ -98,22 +102,25 @@ def test_share_link_fit_toggle_download_and_pages(page, server):
         "model": MODEL, "engine": ENGINE, "weights": WEIGHTS, "card": CARD, "ctx": "32K",
     }  # fmt: skip
 
-    # 2. The context table: the CSV download is core's table exactly; the grid shows the same rows.
+    # 2. The context table: the CSV download is the table as shown (same columns, same rows), after the inputs.
     with page.expect_download(timeout=30_000) as download:
         page.get_by_role("button", name="Download table (CSV)").click()
     assert download.value.suggested_filename == "kvscope-table.csv"
     csv_text = Path(download.value.path()).read_text(encoding="utf-8")
-    records = table_records(bf16)
-    assert csv_text == pd.DataFrame(records).to_csv(index=False)
     rows = list(csv.DictReader(io.StringIO(csv_text)))
-    assert [int(r["context"]) for r in rows] == [r.context for r in bf16.rows]
-    assert [int(r["cache_bytes"]) for r in rows] == [r.cache_bytes for r in bf16.rows]
+    inputs = {"model": MODEL, "card": CARD, "gpus": "1", "engine": ENGINE, "weights": WEIGHTS, "kv": "auto"}
+    assert all({k: r[k] for k in inputs} == inputs for r in rows)
+    assert [r["context"] for r in rows] == [format_tokens(r.context) for r in bf16.rows]
+    assert [float(r["cache (GiB)"]) for r in rows] == pytest.approx([r.cache_bytes / GIB for r in bf16.rows])
+    assert [r["fits"] for r in rows] == [str(r.fits) for r in bf16.rows]
+    assert [float(r["requests"]) for r in rows] == pytest.approx([r.max_concurrency for r in bf16.rows])
     wait_for_app(page)  # the download button reruns the script
     grid = grid_rows(page)
     assert grid, "st.dataframe no longer renders glide-data-grid's accessible table; read the grid another way"
-    assert grid[0][:2] == ["context", "cache (GiB)"]
+    assert grid[0] == list(rows[0])[len(inputs) :]  # the CSV's table columns are the grid's, in order
     assert [r[0] for r in grid[1:]] == [format_tokens(r.context) for r in bf16.rows]
-    assert [float(r[1]) for r in grid[1:]] == pytest.approx([r.cache_bytes / GIB for r in bf16.rows])
+    cache = grid[0].index("cache (GiB)")
+    assert [float(r[cache]) for r in grid[1:]] == pytest.approx([r.cache_bytes / GIB for r in bf16.rows], abs=5e-4)
     expect(page.locator('[data-testid="stPlotlyChart"]')).to_have_count(1)
     full_page_screenshot(page, ARTIFACTS / "fit_a_card.png")
 
@@ -145,9 +152,156 @@ def test_share_link_fit_toggle_download_and_pages(page, server):
         expect(page.locator('[data-testid="stSidebar"] input[aria-label="KV dtype"]')).to_have_value("fp8")
         q = query(page)
         assert (q.get("engine"), q.get("kv"), q.get("model"), q.get("card")) == (ENGINE, "fp8", MODEL, CARD), page.url
-        if label == "Hybrid vs dense":
+        if label == "Hybrid vs full attention":
             expect(page.locator('[data-testid="stPlotlyChart"]')).to_have_count(4)
         if label != "Fit a card":
             full_page_screenshot(page, ARTIFACTS / f"{path.strip('/')}.png")
     # back on the first page: still the fp8 answer
     expect(metric_value(page, "Cache at this context")).to_have_text(format_bytes(cache_fp8))
+
+
+# --- issue 9: what a new user hit in Chromium ---------------------------------------------------------------------
+def open_link(page, url: str) -> None:
+    page.goto(url)
+    expect_ready(page)
+
+
+def expect_ready(page) -> None:
+    from playwright.sync_api import expect
+
+    expect(page.locator("h1")).to_have_count(1, timeout=60_000)
+    wait_for_app(page)
+
+
+def shared_link(page) -> str:
+    """What a person copies from the sidebar's "Share this view" box."""
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    box = sidebar.locator('[data-testid="stExpander"]').filter(has_text="Share this view")
+    code = box.locator("code")
+    if not code.is_visible():
+        box.locator("summary").click()
+    return code.inner_text().strip()
+
+
+def pasted_in_chat(link: str) -> str:
+    """A chat client ends a link at the first whitespace."""
+    return f"try {link} please".split()[1]
+
+
+def test_link_pasted_as_text_and_every_pages_share_box(page, server):
+    from playwright.sync_api import expect
+
+    start = "/?model=Qwen/Qwen3-8B&engine=vllm&weights=awq&card=GeForce%20RTX%204090%2024GB&ctx=16K"
+    open_link(page, server.url + start)
+    expect(page.locator('[data-testid="stMetric"]')).to_have_count(4)
+    before = metrics(page)
+    link = shared_link(page)
+    assert " " not in link and urlsplit(link).netloc == urlsplit(server.url).netloc
+    received = pasted_in_chat(link)
+    assert received == link
+    inputs, ignored = from_query({k: v[-1] for k, v in parse_qs(urlsplit(received).query).items()})
+    assert ignored == [] and inputs.card == "GeForce RTX 4090 24GB" and inputs.weights == "awq"
+
+    other = page.context.new_page()  # the receiver
+    other.js_errors = []
+    other.on("pageerror", lambda err: other.js_errors.append(str(err)))
+    open_link(other, received)
+    expect(other.locator('[data-testid="stMetric"]')).to_have_count(4)
+    no_exception(other, "the received link")
+    assert metrics(other) == before
+    expect(other.locator('[data-testid="stSidebar"] input[aria-label="Card"]')).to_have_value(inputs.card)
+    other.close()
+
+    for label, path in PAGES:
+        page.locator('[data-testid="stSidebar"] [data-testid="stPageLink"]').filter(has_text=label).click()
+        page.wait_for_url(lambda url, path=path: urlsplit(url).path == path)
+        expect_ready(page)
+        no_exception(page, label)
+        link = shared_link(page)
+        assert urlsplit(link).path == path, link
+        again, ignored = from_query({k: v[-1] for k, v in parse_qs(urlsplit(link).query).items()})
+        assert (again, ignored) == (inputs, []), label
+
+
+def test_comparator_added_twice_in_a_row(page, server):
+    from playwright.sync_api import expect
+
+    open_link(page, server.url + "/hybrid_vs_dense?model=Qwen/Qwen3.5-9B&cmp=Qwen/Qwen3-8B")
+    chips = page.locator('[data-testid="stMultiSelect"] [data-tag]:visible')
+    expect(chips).to_have_count(1)
+    chosen = ["Qwen/Qwen3-8B"]
+    for name in ("nvidia/Nemotron-H-8B-Base-8K", "google/gemma-3-4b-it"):
+        box = page.locator('[data-testid="stMultiSelect"] input')
+        box.click()
+        box.fill(name)
+        page.get_by_role("option", name=name, exact=True).click()
+        page.keyboard.press("Escape")
+        chosen.append(name)
+        expect(chips).to_have_count(len(chosen))
+        want = ",".join(chosen)
+        page.wait_for_url(lambda url, want=want: query_of(url).get("cmp") == want)
+        wait_for_app(page)
+        expect(chips).to_have_count(len(chosen))  # still there after the rerun
+        legend = page.locator('[data-testid="stPlotlyChart"]').first.locator(".legendtext")
+        expect(legend.filter(has_text=name)).to_have_count(1)
+    no_exception(page, "Hybrid vs full attention")
+
+
+def test_stale_input_is_replaced_by_the_error(page, server):
+    from playwright.sync_api import expect
+
+    open_link(page, server.url + "/?model=meta-llama/Llama-3.1-8B-Instruct&card=H100%2080GB%20SXM5")
+    context = page.locator('[data-testid="stSidebar"] input[aria-label="Context (tokens)"]')
+    main = page.locator('[data-testid="stMain"]')
+    for text, label in (("1M", None), ("abc", None), ("64,000", "Requests at 64,000")):
+        context.fill(text)
+        context.press("Enter")
+        wait_for_app(page)
+        if text == "abc":
+            expect(main.locator('[data-testid="stAlert"]').filter(has_text="'abc'")).to_have_count(1)
+            expect(main.locator('[data-testid="stMetric"]')).to_have_count(0)
+            expect(main.locator('[data-testid="stDataFrame"]')).to_have_count(0)
+        else:
+            expect(main.locator('[data-testid="stMetric"]')).to_have_count(4)
+            if label:
+                expect(main.get_by_text(label, exact=True)).to_have_count(1)
+    no_exception(page, "stale input")
+
+
+def test_phone_width(chromium, server):
+    from playwright.sync_api import expect
+
+    context = chromium.new_context(viewport={"width": 400, "height": 800}, is_mobile=True, has_touch=True)
+    page = context.new_page()
+    page.js_errors = []
+    page.on("pageerror", lambda err: page.js_errors.append(str(err)))
+    try:
+        open_link(page, server.url + "/?model=Qwen/Qwen3-8B&engine=vllm&weights=bf16&card=H100%2080GB%20SXM5")
+        sidebar = page.locator('[data-testid="stSidebar"]')
+        expect(sidebar).to_have_attribute("data-collapsed", "true")
+        # the columns that answer the question come first, inside the phone's width (the grid renders only the
+        # columns in view into its accessible table)
+        table = page.locator('[data-testid="stDataFrame"]').first
+        table.scroll_into_view_if_needed()
+        expect(table.locator("[role=columnheader]").first).to_be_attached()
+        header = table.evaluate("e => [...e.querySelectorAll('[role=columnheader]')].map(c => c.textContent)")
+        assert header[:3] == ["context", "fits", "requests"], header
+        heading = page.locator("h3").filter(has_text="Context table")
+        heading.scroll_into_view_if_needed()
+        toolbar = page.locator('[data-testid="stElementToolbar"]').first
+        top = heading.bounding_box()
+        bar = toolbar.bounding_box()
+        assert bar["y"] >= top["y"] + top["height"] - 1, (top, bar)  # the table's toolbar is below the heading
+        # open the sidebar, change an input: it folds away and shows the new results
+        page.locator('[data-testid="stExpandSidebarButton"]').click()
+        expect(sidebar).to_have_attribute("data-collapsed", "false")
+        box = sidebar.locator('input[aria-label="Context (tokens)"]')
+        box.fill("8k")
+        box.press("Enter")
+        expect(sidebar).to_have_attribute("data-collapsed", "true")
+        wait_for_app(page)
+        expect(page.get_by_text("Requests at 8K", exact=True)).to_be_visible()
+        no_exception(page, "phone width")
+        full_page_screenshot(page, ARTIFACTS / "phone.png")
+    finally:
+        context.close()
