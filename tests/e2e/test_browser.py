@@ -6,6 +6,7 @@ page land in tests/artifacts/ (git-ignored), with the server's log.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 from pathlib import Path
@@ -19,7 +20,7 @@ from core.gpus import card_named
 from core.loading import load_model
 from core.report import verdict
 from core.units import GIB, format_bytes, format_tokens
-from tests.e2e.conftest import ARTIFACTS, full_page_screenshot, wait_for_app
+from tests.e2e.conftest import ARTIFACTS, WAIT_MS, full_page_screenshot, wait_for_app
 from ui.state import from_query
 
 MODEL, ENGINE, WEIGHTS, CARD, CTX = "Qwen/Qwen3-8B", "vllm", "bf16", "H100 80GB SXM5", 32768
@@ -58,7 +59,15 @@ def query(page) -> dict[str, str]:
 
 
 def grid_rows(page) -> list[list[str]]:
-    """st.dataframe draws on a canvas; glide-data-grid keeps an accessible <table> inside it."""
+    """st.dataframe draws on a canvas; glide-data-grid keeps an accessible <table> inside it, filled in after the
+    canvas appears (later on a loaded machine): wait for its rows, then read them."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    with contextlib.suppress(PlaywrightTimeout):  # an empty answer fails the caller's assert with its reason
+        page.wait_for_function(
+            "() => document.querySelector('[data-testid=\"stDataFrame\"] canvas')?.querySelectorAll('tr').length > 1",
+            timeout=WAIT_MS,
+        )
     return page.locator('[data-testid="stDataFrame"] canvas').first.evaluate(
         "c => [...c.querySelectorAll('tr')].map(r => [...r.children].map(cell => cell.textContent))"
     )
