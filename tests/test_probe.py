@@ -246,3 +246,16 @@ def test_static_cache_decode_path_runs(monkeypatch, model_type):
     for n in (20, 30):
         rate, mode = decoder.rate(torch.randint(0, 96, (1, n)), steps=4)
         assert rate > 0 and mode == "static"
+
+
+def test_cli_probe_records_the_name_it_is_given(tmp_path, monkeypatch, capsys):
+    """A config in a temporary file is otherwise named after that file (e.g. "tmpir8nu479")."""
+    from core.cli import main
+
+    monkeypatch.setenv("KVSCOPE_PROBE_DIR", str(tmp_path))
+    path = tiny_path(tmp_path, "llama")
+    args = ["probe", path, "--name", "tiny llama", "--context", "8", "--decode-steps", "2", "--quiet", "--json"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["model"] == "tiny llama"
+    rows, _ = load_results(tmp_path / RESULTS_NAME)
+    assert [r["model"] for r in rows] == ["tiny llama"]

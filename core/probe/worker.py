@@ -228,6 +228,7 @@ def choose_scale(
         estimate = cpu_full_size_estimate_s(params, req, flops, init_rate)
         why = cpu_full_size_refusal(params, need, estimate, budget_s, _available_memory())
         if why is None:
+            notes.append(f"CPU: full size, estimated {estimate:.0f} s" + (f" of {budget_s:.0f} s" if budget_s else ""))
             return full, notes
         small = scale_layers(raw, smallest_exact(raw))
         if small.layers_to < full.layers_to:
