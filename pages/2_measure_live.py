@@ -99,14 +99,14 @@ if start:
             decode_steps=int(steps),
             scale_layers=int(scale) or None,
         )
-        mine = running = ProbeJob(request, timeout=float(timeout))
+        mine = ProbeJob(request, timeout=float(timeout))
     except ProbeBusy as err:
         st.warning(str(err))
     except InputError as err:
         st.error(str(err))
     else:
         st.session_state["probe_job"] = mine
-        st.session_state["probe_live"] = True
+        st.rerun()  # redraw with the form disabled and the progress polling
 
 
 def live() -> None:
@@ -118,13 +118,14 @@ def live() -> None:
             st.rerun()  # the result, the form and past runs are drawn by the full run
         return
     who = "" if job is mine else " (started from another session)"
-    with st.status(
+    # Not `with st.status(...)`: leaving the block would mark it complete while the probe still runs.
+    status = st.status(
         f"Probing {job.request.name or job.request.model}{who}… {time.time() - job.started:.0f} s",
         state="running",
         expanded=True,
-    ):
-        for line in filter(None, map(describe, job.messages[-12:])):
-            st.write(line)
+    )
+    for line in filter(None, map(describe, job.messages[-12:])):
+        status.write(line)
     st.button("Cancel", on_click=job.cancel, help="Stops the probe; its process is killed and the GPU memory freed.")
 
 

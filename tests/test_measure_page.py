@@ -96,6 +96,8 @@ def test_cancel_ends_the_probe_process_at_once_and_the_page_stays_whole(monkeypa
     at = open_page(monkeypatch, tmp_path, tiny_raw("llama"))
     job = start_probe(at)
     assert job.running and "Cancel" in labels(at)
+    assert [s.state for s in at.status] == ["running"]  # a spinner, not a tick, while the probe runs
+    assert button(at, "Run probe").disabled
     assert list(at.dataframe[0].value["model"]) == ["earlier"]  # past runs stay while a probe runs
     assert job.wait(2) is None  # still sleeping: the cancel below is what ends it
     button(at, "Cancel").click()
