@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from core.cachewalk import cache_bytes, pinned_bytes
 from core.engines import engine_named
@@ -153,8 +153,14 @@ def text_config(raw: dict[str, Any]) -> Any:
     return config.get_text_config(decoder=True)
 
 
-def cpu_rates(torch: Any, torch_dtype: Any) -> tuple[float, float]:
-    """(matmul FLOP/s, random-init parameters/s) this CPU sustains in the probe's dtype: a ~0.3 s calibration."""
+class CpuRates(NamedTuple):
+    flops: float  # matmul FLOP/s in the probe's dtype
+    init_params: float  # random-init parameters/s
+    read_bytes: float  # bytes/s streamed through a reduction: what bounds a one-token decode step
+
+
+def cpu_rates(torch: Any, torch_dtype: Any) -> CpuRates:
+    """What this CPU sustains in the probe's dtype: a ~0.5 s calibration."""
 
     def rate(work: Callable[[], Any], amount: float) -> float:
         work()  # warm-up: first calls pay allocation and kernel selection
@@ -166,15 +172,17 @@ def cpu_rates(torch: Any, torch_dtype: Any) -> tuple[float, float]:
 
     n = 512
     a, b = torch.randn(n, n, dtype=torch_dtype), torch.randn(n, n, dtype=torch_dtype)
-    block = torch.empty(1 << 22, dtype=torch_dtype)
-    return rate(lambda: a @ b, 2 * n**3), rate(lambda: block.normal_(), block.numel())
+    block = torch.empty(1 << 24, dtype=torch_dtype)  # 32-64 MiB: past the caches, as weights are
+    size = block.numel() * block.element_size()
+    return CpuRates(rate(lambda: a @ b, 2 * n**3), rate(lambda: block.normal_(), block.numel()), rate(block.sum, size))
 
 
-def cpu_full_size_estimate_s(params: int, req: ProbeRequest, flops: float, init_rate: float) -> float:
-    """Seconds a full-size CPU probe would take: random init, every prefill and every decode step (each step a
-    forward pass of one token per sequence, at matmul speed times CPU_SLOWDOWN)."""
-    tokens = req.batch * (sum(req.contexts) + req.decode_steps * len(req.contexts))
-    return params / init_rate + CPU_SLOWDOWN * 2 * params * tokens / flops
+def cpu_full_size_estimate_s(params: int, weights_bytes: int, req: ProbeRequest, rates: CpuRates) -> float:
+    """Seconds a full-size CPU probe would take: random init, every prefill at matmul speed, and every decode step
+    at the slower of matmul speed and reading all the weights once; forward passes at CPU_SLOWDOWN of those."""
+    prefill = 2 * params * req.batch * sum(req.contexts) / rates.flops
+    step = max(2 * params * req.batch / rates.flops, weights_bytes / rates.read_bytes)
+    return params / rates.init_params + CPU_SLOWDOWN * (prefill + step * req.decode_steps * len(req.contexts))
 
 
 def cpu_full_size_refusal(
@@ -223,9 +231,10 @@ def choose_scale(
             params = count_spec_params(spec).total  # arithmetic: instant even for a 600B config
         except InputError:  # an architecture core.params does not build: count it on the meta device
             params = count_params(torch, text_config(raw))[0]
-        need = params * _bytes_per_param(dtype) + engine.account(spec, max(req.contexts), req.batch, dtype).total
-        flops, init_rate = cpu_rates(torch, _torch_dtype(torch, dtype))
-        estimate = cpu_full_size_estimate_s(params, req, flops, init_rate)
+        full_weights = params * _bytes_per_param(dtype)
+        need = full_weights + engine.account(spec, max(req.contexts), req.batch, dtype).total
+        rates = cpu_rates(torch, _torch_dtype(torch, dtype))
+        estimate = cpu_full_size_estimate_s(params, full_weights, req, rates)
         why = cpu_full_size_refusal(params, need, estimate, budget_s, _available_memory())
         if why is None:
             notes.append(f"CPU: full size, estimated {estimate:.0f} s" + (f" of {budget_s:.0f} s" if budget_s else ""))
