@@ -49,6 +49,7 @@ lint: setup
 	$(PY) -m ruff check .
 
 bench: setup
+	$(PY) tests/bench/bench_cli.py
 	$(PY) tests/bench/bench_app.py
 
 clean:

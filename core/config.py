@@ -3,7 +3,8 @@
 The raw dict a checkpoint ships may omit fields its architecture defaults (Gemma 3's head count, Qwen3.5's
 `layer_types`). transformers' `AutoConfig.for_model` fills them the way the model itself will; `resolve` returns the
 decoder's text config as a plain dict with those defaults applied. transformers imports torch on import, so the app
-calls `resolve_isolated`, which does this once per config in a child process and keeps the answer on disk.
+calls `resolve_isolated`, which does this once per config in a child process and keeps the answer on disk; the
+command line calls `resolve_cached`, which reads the same answers and resolves in-process on a miss.
 
 Fallback: a `model_type` that the installed transformers does not know but kvscope's architecture table does (e.g.
 `kimi_k2`, which is DeepSeek-V3-shaped) is used as the raw dict, with `layer_types` derived the way transformers'
@@ -13,6 +14,7 @@ matching transformers fields first.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -97,7 +99,9 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
     """The decoder's text config with the architecture's defaults applied, as a plain JSON-able dict."""
     from core.architectures import ARCHITECTURES  # the table of what kvscope can size
 
-    raw = from_mamba_ssm(_cleaned(raw))
+    # A deep copy: transformers edits nested dicts in place (a VLM's vision_config), which would change the
+    # caller's config and so its cache key.
+    raw = from_mamba_ssm(_cleaned(copy.deepcopy(raw)))
     model_type = raw.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         raise InputError('config has no model_type; kvscope needs it to know the architecture (e.g. "llama")')
@@ -155,15 +159,43 @@ def cache_key(raw: dict[str, Any]) -> str:
 SHIPPED_DIR = Path(__file__).resolve().parent / "presets" / "resolved"
 
 
-def resolve_isolated(raw: dict[str, Any], timeout: float = 120) -> dict[str, Any]:
-    """`resolve` run in a child process (transformers pulls in torch) and cached on disk by content."""
-    key = cache_key(raw)
+def _cached(key: str) -> dict[str, Any] | None:
     for folder in (SHIPPED_DIR, _CACHE_DIR):
         try:
             return json.loads((folder / f"{key}.json").read_text())
         except (OSError, json.JSONDecodeError):
             pass
+    return None
+
+
+def _store(key: str, out: dict[str, Any]) -> None:
     path = _CACHE_DIR / f"{key}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(out))
+        os.replace(tmp, path)  # atomic: a reader never sees half a file
+    except OSError:
+        pass  # a read-only home only costs the next run a re-resolution
+
+
+def resolve_cached(raw: dict[str, Any]) -> dict[str, Any]:
+    """`resolve`, answered from the shipped presets or the disk cache when it can: the command line then imports
+    neither transformers nor torch (2+ s) for a bundled preset or a config it has seen before."""
+    key = cache_key(raw)
+    out = _cached(key)
+    if out is None:
+        out = json.loads(json.dumps(resolve(raw)))  # as a cache hit returns it: plain JSON types
+        _store(key, out)
+    return out
+
+
+def resolve_isolated(raw: dict[str, Any], timeout: float = 120) -> dict[str, Any]:
+    """`resolve` run in a child process (transformers pulls in torch) and cached on disk by content."""
+    key = cache_key(raw)
+    out = _cached(key)
+    if out is not None:
+        return out
     proc = subprocess.run(
         [sys.executable, "-m", "core", "resolve", "-"],
         input=json.dumps(raw),
@@ -176,8 +208,5 @@ def resolve_isolated(raw: dict[str, Any], timeout: float = 120) -> dict[str, Any
         message = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "config resolution failed"
         raise InputError(message.removeprefix("error: "))
     out = json.loads(proc.stdout)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(out))
-    os.replace(tmp, path)  # atomic: a reader never sees half a file
+    _store(key, out)
     return out

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from core.architectures import Cfg, build_layers
-from core.config import parse_json, resolve, resolve_isolated
+from core.config import parse_json, resolve_cached, resolve_isolated
 from core.dtypes import dtype_named
 from core.errors import InputError
 from core.model import ModelSpec
@@ -90,8 +90,9 @@ def load_raw(source: str, prefer_hub: bool = False) -> tuple[str, dict[str, Any]
 
 
 def model_from_config(raw: dict[str, Any], name: str, isolated: bool = False) -> ModelSpec:
-    """A ModelSpec from a raw config.json dict. `isolated` resolves defaults in a child process (keeps torch out)."""
-    resolved = resolve_isolated(raw) if isolated else resolve(raw)
+    """A ModelSpec from a raw config.json dict. Both ways read the shipped/cached resolution first; on a miss
+    `isolated` resolves in a child process (keeps torch out of a long-lived server), else in this process."""
+    resolved = resolve_isolated(raw) if isolated else resolve_cached(raw)
     return model_from_resolved(resolved, name)
 
 

@@ -1,23 +1,30 @@
 """Measure live: run a short probe on this machine (in a child process) and set what it measures beside kvscope's
-prediction."""
+prediction.
+
+The probe runs on a background thread of the server (core.probe.ProbeJob), never in the page's script: a script
+blocked on a probe cannot be cancelled until the probe's next message, and draws nothing else meanwhile. A fragment
+redraws the progress every second; the rest of the page (the form, past runs) stays as it is.
+"""
 
 import hashlib
 import json
 import tempfile
+import time
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
 from core.errors import InputError
-from core.probe import RANDOM_LABEL, ProbeBusy, ProbeRequest, load_results, run_probe
+from core.probe import RANDOM_LABEL, ProbeBusy, ProbeJob, ProbeRequest, active_job, load_results
 from core.probe.results import RESULTS_NAME, results_dir
 from core.units import GIB, format_bytes, format_tokens, parse_tokens
 from ui.charts import curves
 from ui.inputs import sidebar
 from ui.state import unpack_config
 
-st.set_page_config(page_title="kvscope — measure live", page_icon=":material/memory:", layout="wide")
+ICON = Path(__file__).resolve().parents[1] / "static" / "favicon.svg"  # inline SVG: no icon font from a CDN
+st.set_page_config(page_title="kvscope — measure live", page_icon=str(ICON), layout="wide")
 inputs, model, setup = sidebar()
 st.title("Measure live")
 st.caption(
@@ -27,16 +34,40 @@ st.caption(
 )
 
 
-def probe_target() -> str:
-    """What the child process loads: the preset/repo id, or the uploaded config written to a file."""
+def probe_target() -> tuple[str, str]:
+    """(what the child process loads, what results call it): the preset/repo id, or the uploaded config written
+    to a file and named after the model it describes, not after that file."""
     if not inputs.config:
-        return inputs.model
+        return inputs.model, inputs.model
+    raw = unpack_config(inputs.config)
+    digest = hashlib.sha256(inputs.config.encode()).hexdigest()[:16]
     folder = Path(tempfile.gettempdir()) / "kvscope-uploads"
     folder.mkdir(exist_ok=True)
-    path = folder / f"{hashlib.sha256(inputs.config.encode()).hexdigest()[:16]}.json"
-    path.write_text(json.dumps(unpack_config(inputs.config)))
-    return str(path)
+    path = folder / f"{digest}.json"
+    path.write_text(json.dumps(raw))
+    named = raw.get("_name_or_path")
+    label = named if isinstance(named, str) and named and not Path(named).is_absolute() else model.model_type
+    return str(path), f"{label} (uploaded config.json {digest[:8]})"
 
+
+def describe(msg: dict) -> str | None:
+    """One progress line for a message from the probe process."""
+    if msg.get("event") == "context":
+        row = msg["row"]
+        measured = row["measured_cache_bytes"]
+        return (
+            f"{format_tokens(row['context'])}: measured {'—' if measured is None else format_bytes(measured)}"
+            f" vs predicted {format_bytes(row['predicted_cache_bytes'] or 0)}"
+        )
+    if msg.get("event") == "started":
+        return f"probe process started (pid {msg['pid']})"
+    return msg.get("message")
+
+
+mine: ProbeJob | None = st.session_state.get("probe_job")
+running = active_job()
+# Each full run notes whether a probe was live; the fragment, rerunning alone, redraws the page once it ends.
+st.session_state["probe_live"] = running is not None
 
 with st.form("probe"):
     c1, c2, c3 = st.columns(3)
@@ -49,57 +80,62 @@ with st.form("probe"):
         0,
         1000,
         0,
-        help="A scaled-down copy keeps the layer kinds, widths and mix; 0 picks full size on a "
-        "GPU when it fits and a small copy on CPU.",
+        help="A scaled-down copy keeps the layer kinds, widths and mix; 0 picks full size when it fits (on CPU: "
+        "models up to 1.5B parameters, when the estimate fits in half the timeout) and a small copy otherwise.",
     )
     steps = c5.number_input("Decode steps", 2, 512, 8)
     timeout = c6.number_input("Timeout (s)", 10, 3600, 300)
-    start = st.form_submit_button("Run probe", type="primary")
+    start = st.form_submit_button("Run probe", type="primary", disabled=running is not None)
 
 if start:
     try:
-        contexts = tuple(sorted({parse_tokens(t) for t in contexts_text.split(",") if t.strip()}))
+        target, name = probe_target()
         request = ProbeRequest(
-            model=probe_target(),
-            contexts=contexts,
+            model=target,
+            name=name,
+            contexts=tuple(sorted({parse_tokens(t) for t in contexts_text.split(",") if t.strip()})),
             backend=backend,
             device=device,
             decode_steps=int(steps),
             scale_layers=int(scale) or None,
         )
+        mine = ProbeJob(request, timeout=float(timeout))
+    except ProbeBusy as err:
+        st.warning(str(err))
     except InputError as err:
         st.error(str(err))
-        st.stop()
-    st.button("Cancel", help="Stops the probe; its process is killed and the GPU memory released.")
-    with st.status(f"Probing {model.name}…", expanded=True) as status:
+    else:
+        st.session_state["probe_job"] = mine
+        st.rerun()  # redraw with the form disabled and the progress polling
 
-        def progress(msg: dict) -> None:
-            if msg.get("event") == "context":
-                row = msg["row"]
-                status.write(
-                    f"{format_tokens(row['context'])}: measured {format_bytes(row['measured_cache_bytes'] or 0)}"
-                    f" vs predicted {format_bytes(row['predicted_cache_bytes'] or 0)}"
-                )
-            elif msg.get("message"):
-                status.write(msg["message"])
 
-        try:
-            result = run_probe(request, progress, timeout=float(timeout))
-        except ProbeBusy as err:
-            status.update(label="Busy", state="error")
-            st.warning(str(err))
-            st.stop()
-        except InputError as err:
-            status.update(label="Could not start", state="error")
-            st.error(str(err))
-            st.stop()
-        state = "complete" if result.ok else "error"
-        status.update(label=f"Probe {result.status} in {result.elapsed_s:.1f} s", state=state, expanded=not result.ok)
-    st.session_state["probe_result"] = result
+def live() -> None:
+    """The running probe's progress and its Cancel button; once it has ended, one full redraw."""
+    job = active_job()
+    if job is None:
+        if st.session_state.get("probe_live"):
+            st.session_state["probe_live"] = False
+            st.rerun()  # the result, the form and past runs are drawn by the full run
+        return
+    who = "" if job is mine else " (started from another session)"
+    # Not `with st.status(...)`: leaving the block would mark it complete while the probe still runs.
+    status = st.status(
+        f"Probing {job.request.name or job.request.model}{who}… {time.time() - job.started:.0f} s",
+        state="running",
+        expanded=True,
+    )
+    for line in filter(None, map(describe, job.messages[-12:])):
+        status.write(line)
+    st.button("Cancel", on_click=job.cancel, help="Stops the probe; its process is killed and the GPU memory freed.")
 
-result = st.session_state.get("probe_result")
+
+st.fragment(live, run_every=1.0 if running is not None else None)()
+
+result = mine.result if mine is not None and not mine.running else None
 if result is not None:
-    if not result.ok:
+    if result.ok:
+        st.success(f"Probe ok in {result.elapsed_s:.1f} s")
+    else:
         st.error(f"Probe {result.status}: {result.error}")
         if result.log_tail:
             st.code(result.log_tail, language=None)
@@ -109,14 +145,15 @@ if result is not None:
             f"**{result.model}** on **{result.device}**, decode mode **{result.decode_mode}**. {result.weights}"
             + (f"; {result.scale}" if result.scale else "")
         )
+        peaks = any(r.peak_bytes is not None for r in result.contexts)
         frame = pd.DataFrame(
             [
                 {
                     "context": format_tokens(r.context),
                     "predicted (MiB)": (r.predicted_cache_bytes or 0) / 2**20,
-                    "measured (MiB)": (r.measured_cache_bytes or 0) / 2**20,
+                    "measured (MiB)": None if r.measured_cache_bytes is None else r.measured_cache_bytes / 2**20,
                     "measured ÷ predicted": r.ratio,
-                    "peak (GiB)": r.peak_bytes / GIB if r.peak_bytes else None,
+                    **({"peak (GiB)": None if r.peak_bytes is None else r.peak_bytes / GIB} if peaks else {}),
                     "prefill tok/s": r.prefill_tok_s,
                     "decode tok/s": r.decode_tok_s,
                     "mode": r.decode_mode,
@@ -130,6 +167,8 @@ if result is not None:
             width="stretch",
             column_config={"measured ÷ predicted": st.column_config.NumberColumn(format="%.4f")},
         )
+        if not peaks:
+            st.caption(f"Peak memory: {result.contexts[0].peak_source}.")
         xs = [r.context for r in result.contexts]
         st.plotly_chart(
             curves(
@@ -143,6 +182,13 @@ if result is not None:
         )
         for note in result.notes:
             st.caption(note)
+
+
+def worst_ratio(measured: list[dict]) -> float | None:
+    """The measured ÷ predicted farthest from 1 (1.0 = every context exact); None when nothing was comparable."""
+    ratios = [m["ratio"] for m in measured if isinstance(m.get("ratio"), int | float)]
+    return max(ratios, key=lambda r: abs(r - 1)) if ratios else None
+
 
 st.subheader("Past runs")
 rows, warnings = load_results(results_dir() / RESULTS_NAME)
@@ -158,13 +204,14 @@ if rows:
                     "device": r.get("gpu") or "cpu",
                     "status": r.get("status"),
                     "contexts": ", ".join(format_tokens(m["context"]) for m in r.get("measured", [])),
-                    "worst ratio": max((abs((m.get("ratio") or 1) - 1) for m in r.get("measured", [])), default=None),
+                    "worst measured ÷ predicted": worst_ratio(r.get("measured", [])),
                 }
                 for r in reversed(rows[-50:])
             ]
         ),
         hide_index=True,
         width="stretch",
+        column_config={"worst measured ÷ predicted": st.column_config.NumberColumn(format="%.4f")},
     )
 else:
     st.caption("No probe has run on this machine yet.")

@@ -12,10 +12,19 @@ import threading
 import pytest
 
 from core.loading import load_raw, model_from_config
-from core.probe import RANDOM_LABEL, ProbeBusy, ProbeRequest, load_results, run_probe, scale_layers
+from core.probe import (
+    RANDOM_LABEL,
+    ProbeBusy,
+    ProbeJob,
+    ProbeRequest,
+    active_job,
+    load_results,
+    run_probe,
+    scale_layers,
+)
 from core.probe.results import RESULTS_NAME, append_result
-from core.probe.runner import probe_lock
-from core.probe.worker import parse_vllm_log
+from core.probe.runner import KILL_GRACE_S, probe_lock
+from core.probe.worker import CPU_FULL_SIZE_PARAMS, cpu_full_size_refusal, parse_vllm_log
 from tests.tiny_configs import WINDOW, tiny_raw
 
 pytest.importorskip("torch")
@@ -42,6 +51,7 @@ def test_probe_measures_what_kvscope_predicts(tmp_path, model_type):
     assert result.ok, (result.error, result.log_tail)
     assert result.weights == RANDOM_LABEL
     assert result.device == "cpu" and result.decode_mode == "eager"
+    assert result.scale.startswith("full size")  # a tiny model runs whole on CPU, not as a scaled copy
     assert [c.context for c in result.contexts] == [3, 3 * WINDOW + 1]
     for row in result.contexts:
         assert row.measured_cache_bytes == row.predicted_cache_bytes > 0
@@ -90,11 +100,63 @@ def test_timeout_kills_the_child_and_reports_it(tmp_path):
 
 def test_cancel_stops_the_child(tmp_path):
     cancel = threading.Event()
+    events = []
     request = ProbeRequest(model=tiny_path(tmp_path, "llama"), contexts=(4,), debug="sleep:60")
     threading.Timer(1.0, cancel.set).start()
-    result = run_probe(request, cancel=cancel, timeout=60, directory=tmp_path, record=False)
+    result = run_probe(request, on_progress=events.append, cancel=cancel, timeout=60, directory=tmp_path, record=False)
     assert result.status == "cancelled" and result.elapsed_s < 20
+    pid = next(e["pid"] for e in events if e["event"] == "started")
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the probe process is gone when run_probe returns
     assert not (tmp_path / RESULTS_NAME).exists()
+
+
+def test_a_background_job_names_its_probe_process_when_busy_and_cancels_at_once(tmp_path):
+    request = ProbeRequest(model=tiny_path(tmp_path, "llama"), name="my model", contexts=(4,), debug="sleep:60")
+    job = ProbeJob(request, timeout=120, directory=tmp_path)
+    try:
+        assert active_job() is job
+        for _ in range(100):  # the pid arrives once the process has started
+            if job.pid is not None:
+                break
+            job.wait(0.1)
+        assert job.pid is not None and job.pid != os.getpid()
+        with pytest.raises(ProbeBusy) as err:
+            run_probe(ProbeRequest(model=tiny_path(tmp_path, "mistral")), timeout=30, directory=tmp_path)
+        # the process to stop is named, not only the server that started it
+        assert f"a probe of my model (probe process pid {job.pid}, started by pid {os.getpid()}" in str(err.value)
+    finally:
+        job.cancel()
+    result = job.wait(KILL_GRACE_S + 5)
+    assert result is not None and result.status == "cancelled"
+    assert active_job() is None
+    rows, _ = load_results(tmp_path / RESULTS_NAME)
+    assert [r["model"] for r in rows] == ["my model"]  # the request's name, not the config file's
+    with probe_lock(tmp_path, "next"):
+        pass  # released
+
+
+@pytest.mark.parametrize(
+    ("params", "need_gib", "estimate_s", "budget_s", "refused"),
+    [
+        (1_170_000_000, 2.5, 60, 300, None),  # LFM2-1.2B: whole
+        (1_460_000_000, 3.0, 100, None, None),  # no timeout: no time limit
+        (8_200_000_000, 16.5, 600, 300, "8.2B parameters"),  # too big whatever the time
+        (1_170_000_000, 2.5, 200, 300, "about 200 s"),  # more than half the timeout
+        (1_170_000_000, 9.0, 60, 300, "needs 9.0 GiB"),  # more memory than a CPU probe may take
+    ],
+)
+def test_cpu_full_size_rule(params, need_gib, estimate_s, budget_s, refused):
+    why = cpu_full_size_refusal(params, int(need_gib * 2**30), estimate_s, budget_s, memory_bytes=64 << 30)
+    assert (why is None) if refused is None else (refused in why)
+
+
+def test_small_presets_are_within_the_cpu_full_size_limit():
+    from core.loading import load_model
+    from core.params import count_params
+
+    for preset in ("LiquidAI/LFM2-1.2B", "ibm-granite/granite-4.0-h-1b"):
+        assert count_params(load_model(preset)).total <= CPU_FULL_SIZE_PARAMS
 
 
 def test_a_crashing_child_leaves_earlier_results_intact(tmp_path):
@@ -184,3 +246,16 @@ def test_static_cache_decode_path_runs(monkeypatch, model_type):
     for n in (20, 30):
         rate, mode = decoder.rate(torch.randint(0, 96, (1, n)), steps=4)
         assert rate > 0 and mode == "static"
+
+
+def test_cli_probe_records_the_name_it_is_given(tmp_path, monkeypatch, capsys):
+    """A config in a temporary file is otherwise named after that file (e.g. "tmpir8nu479")."""
+    from core.cli import main
+
+    monkeypatch.setenv("KVSCOPE_PROBE_DIR", str(tmp_path))
+    path = tiny_path(tmp_path, "llama")
+    args = ["probe", path, "--name", "tiny llama", "--context", "8", "--decode-steps", "2", "--quiet", "--json"]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["model"] == "tiny llama"
+    rows, _ = load_results(tmp_path / RESULTS_NAME)
+    assert [r["model"] for r in rows] == ["tiny llama"]

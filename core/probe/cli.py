@@ -23,6 +23,7 @@ def _progress(msg: dict[str, Any]) -> None:
 def cmd_probe(args: argparse.Namespace) -> dict[str, Any]:
     request = ProbeRequest(
         model=args.model,
+        name=args.name,
         contexts=tuple(args.context or (DEFAULT_CONTEXT,)),
         backend=args.backend,
         device=args.device,
@@ -97,6 +98,7 @@ def add_probe_parser(sub: Any) -> argparse.ArgumentParser:
     """Add `probe` to a `python -m core` subparsers object (core/cli.py's contract: run returns a dict)."""
     p = sub.add_parser("probe", help="measure a model's real cache, memory and speed here, beside the prediction")
     p.add_argument("model", help="Hugging Face repo id, bundled preset, config.json path or checkpoint folder")
+    p.add_argument("--name", default="", help="what the results file calls the model (default: its preset/repo id)")
     p.add_argument("--backend", default="transformers", choices=BACKENDS)
     p.add_argument("--device", default="auto", choices=DEVICES)
     p.add_argument("--context", type=tokens, action="append", help="tokens, e.g. 4096 or 32k (repeatable)")

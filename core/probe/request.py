@@ -16,11 +16,12 @@ RANDOM_LABEL = "random weights: cache size and speed are real, output text is no
 @dataclass(frozen=True)
 class ProbeRequest:
     model: str  # preset name, Hub repo id, config.json path or a local checkpoint folder
+    name: str = ""  # what results call the model (an uploaded config's label); "" = the name kvscope resolves
     contexts: tuple[int, ...] = (4096,)
     backend: str = "transformers"
     device: str = "auto"
     decode_steps: int = 32
-    scale_layers: int | None = None  # None: full size on CUDA when it fits, the smallest exact copy on CPU
+    scale_layers: int | None = None  # None: full size when it fits (on CPU: ≤ 1.5B and in time), else a small copy
     weights: str = "auto"  # auto: real weights when already on disk (never downloaded), else random
     dtype: str = "auto"  # compute dtype (also the transformers KV dtype); auto = the config's
     kv_dtype: str = "auto"  # vLLM only: its kv_cache_dtype

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from queue import Empty, Queue
@@ -43,10 +43,15 @@ class ProbeBusy(InputError):
 
 @dataclass(frozen=True)
 class Holder:
-    pid: int
+    pid: int  # the process that took the lock (the app's server, the CLI)
     host: str
     model: str
     started: str
+    probe_pid: int | None = None  # the probe's own process, once started: what `kill` or Cancel would end
+
+    def describe(self) -> str:
+        who = f"probe process pid {self.probe_pid}, " if self.probe_pid else ""
+        return f"a probe of {self.model} ({who}started by pid {self.pid} on {self.host}) since {self.started}"
 
 
 def _now() -> str:
@@ -55,9 +60,23 @@ def _now() -> str:
 
 def read_holder(lock_path: Path) -> Holder | None:
     try:
-        data = json.loads(lock_path.read_text())
-        return Holder(int(data["pid"]), str(data["host"]), str(data["model"]), str(data["started"]))
-    except (OSError, ValueError, KeyError, TypeError):
+        return _parse_holder(lock_path.read_bytes())
+    except OSError:
+        return None
+
+
+def _parse_holder(text: bytes) -> Holder | None:
+    try:
+        data = json.loads(text)
+        probe_pid = data.get("probe_pid")
+        return Holder(
+            int(data["pid"]),
+            str(data["host"]),
+            str(data["model"]),
+            str(data["started"]),
+            int(probe_pid) if probe_pid else None,
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -73,20 +92,19 @@ def probe_lock(directory: Path, model: str) -> Iterator[int]:
     except BlockingIOError:
         os.close(fd)
         holder = read_holder(path)
-        who = (
-            f"a probe of {holder.model} (pid {holder.pid} on {holder.host}) since {holder.started}"
-            if holder
-            else "another probe"
-        )
+        who = holder.describe() if holder else "another probe"
         raise ProbeBusy(f"busy: {who}; wait for it to finish or cancel it") from None
     try:
-        info = {"pid": os.getpid(), "host": socket.gethostname(), "model": model, "started": _now()}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(info).encode(), 0)
+        _write_holder(fd, Holder(os.getpid(), socket.gethostname(), model, _now()))
         yield fd
     finally:
         os.ftruncate(fd, 0)
         os.close(fd)
+
+
+def _write_holder(fd: int, holder: Holder) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(asdict(holder)).encode(), 0)
 
 
 def _cancelled(cancel: Cancel | None) -> bool:
@@ -143,7 +161,7 @@ def record_of(result: ProbeResult) -> dict[str, Any]:
         "gpu_memory_bytes": result.env.get("gpu_memory_bytes"),
         "driver": result.env.get("driver"),
         "versions": {k: result.env.get(k) for k in ("torch", "transformers", "vllm", "flash_linear_attention")},
-        "model": result.model or req.model,
+        "model": result.model or req.name or req.model,
         "settings": req.to_dict() | {"device_used": result.device, "weights": result.weights, "scale": result.scale},
         "weights_bytes": result.weights_bytes,
         "predicted": [
@@ -177,20 +195,100 @@ def run_probe(
     """Run `request` in a child process and return what it measured.
 
     on_progress gets every message the child sends ({"event": "progress", "message": ...}, {"event": "context",
-    "row": ...}, ...). `cancel` (an Event or a callable) stops it; `timeout` (seconds, None = none) kills it. The
-    result's status says which ("ok", "timeout", "cancelled", "error"); a busy machine raises ProbeBusy. With
-    `record`, the run is appended to <directory>/probes.jsonl (directory: $KVSCOPE_PROBE_DIR or
-    measurements/results).
+    "row": ...}, ...) and {"event": "started", "pid": ...} when the child starts. `cancel` (an Event or a callable,
+    polled every 0.1 s) stops it; `timeout` (seconds, None = none) kills it. The result's status says which ("ok",
+    "timeout", "cancelled", "error"); a busy machine raises ProbeBusy. With `record`, the run is appended to
+    <directory>/probes.jsonl (directory: $KVSCOPE_PROBE_DIR or measurements/results).
     """
     folder = results_dir(directory)
-    notify = on_progress or (lambda _msg: None)
-    with probe_lock(folder, request.model) as lock_fd:
-        result = _run_child(request, notify, cancel, timeout, lock_fd)
-        if record:
-            path = folder / RESULTS_NAME
-            append_result(path, record_of(result))
-            result = ProbeResult(**{**result.__dict__, "results_path": str(path)})
+    with probe_lock(folder, request.name or request.model) as lock_fd:
+        return _run_locked(request, folder, lock_fd, on_progress or (lambda _msg: None), cancel, timeout, record)
+
+
+def _run_locked(
+    request: ProbeRequest,
+    folder: Path,
+    lock_fd: int,
+    notify: Progress,
+    cancel: Cancel | None,
+    timeout: float | None,
+    record: bool,
+) -> ProbeResult:
+    result = _run_child(request, notify, cancel, timeout, lock_fd)
+    if record:
+        path = folder / RESULTS_NAME
+        append_result(path, record_of(result))
+        result = replace(result, results_path=str(path))
     return result
+
+
+class ProbeJob:
+    """A probe running on a background thread of this process: what a web page starts, polls and cancels.
+
+    A page's script must not block on a probe: Streamlit only stops a script at its next `st.` call, so a Cancel
+    click (a rerun) would wait for the probe's next message, and the page drew nothing else meanwhile. The lock is
+    taken in the constructor, so a busy machine raises ProbeBusy there, in the caller's thread.
+    """
+
+    def __init__(
+        self,
+        request: ProbeRequest,
+        timeout: float | None = 600.0,
+        *,
+        directory: str | os.PathLike[str] | None = None,
+        record: bool = True,
+    ) -> None:
+        self.request = request
+        self.started = time.time()
+        self.messages: list[dict[str, Any]] = []  # appended by the worker thread; a list append is atomic
+        self.result: ProbeResult | None = None
+        self.pid: int | None = None  # the probe process, once started
+        self._cancel = threading.Event()
+        folder = results_dir(directory)
+        self._lock = probe_lock(folder, request.name or request.model)
+        lock_fd = self._lock.__enter__()
+        self._thread = threading.Thread(
+            target=self._run, args=(folder, lock_fd, timeout, record), name="kvscope-probe", daemon=True
+        )
+        global _ACTIVE
+        with _ACTIVE_GUARD:
+            _ACTIVE = self
+        self._thread.start()
+
+    def _note(self, msg: dict[str, Any]) -> None:
+        if msg.get("event") == "started":
+            self.pid = msg.get("pid")
+        self.messages.append(msg)
+
+    def _run(self, folder: Path, lock_fd: int, timeout: float | None, record: bool) -> None:
+        try:
+            self.result = _run_locked(self.request, folder, lock_fd, self._note, self._cancel, timeout, record)
+        except Exception as err:  # the page must always get a result to show, never a thread that died silently
+            self.result = ProbeResult(status="error", request=self.request, error=f"{type(err).__name__}: {err}")
+        finally:
+            self._lock.__exit__(None, None, None)
+
+    @property
+    def running(self) -> bool:
+        """True until the probe process is gone, its result recorded and the lock released."""
+        return self._thread.is_alive()
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def wait(self, timeout: float | None = None) -> ProbeResult | None:
+        self._thread.join(timeout)
+        return None if self.running else self.result
+
+
+_ACTIVE: ProbeJob | None = None
+_ACTIVE_GUARD = threading.Lock()
+
+
+def active_job() -> ProbeJob | None:
+    """The probe this process is running now (started by any session of the app), if any."""
+    job = _ACTIVE
+    return job if job is not None and job.running else None
 
 
 def _run_child(
@@ -219,7 +317,12 @@ def _run_child(
                 pass_fds=(lock_fd,),  # the child holds the lock too, so a dead parent cannot free a busy GPU
             )
         assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(json.dumps(request.to_dict()))
+        holder = _parse_holder(os.pread(lock_fd, 1 << 16, 0))
+        if holder is not None:
+            _write_holder(lock_fd, replace(holder, probe_pid=proc.pid))
+        notify({"event": "started", "pid": proc.pid})
+        # The worker sizes a CPU probe to the time it has (full size when that fits).
+        proc.stdin.write(json.dumps(request.to_dict() | {"time_budget_s": timeout}))
         proc.stdin.close()
         queue: Queue[dict[str, Any] | None] = Queue()
         reader = threading.Thread(target=_reader, args=(proc.stdout, queue), daemon=True)

@@ -18,18 +18,23 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from core.cachewalk import cache_bytes, pinned_bytes
 from core.engines import engine_named
 from core.errors import InputError
 from core.loading import load_raw, model_from_config
+from core.params import count_params as count_spec_params
 from core.probe.request import RANDOM_LABEL, ContextResult, ProbeRequest
 from core.probe.scale import Scaled, scale_layers, smallest_exact
 
-CPU_BUDGET_BYTES = 8 << 30  # a scaled copy on CPU must fit in this (weights + largest cache)
+CPU_BUDGET_BYTES = 8 << 30  # a probe on CPU must fit in this (weights + largest cache)
+CPU_FULL_SIZE_PARAMS = 1_500_000_000  # at most this many parameters: a CPU probe runs the whole model if time allows
+CPU_TIME_SHARE = 0.5  # of the probe's timeout, the most a full-size CPU estimate may take (the estimate is rough)
+CPU_SLOWDOWN = 3.0  # real forward passes vs a plain matmul's FLOP rate: norms, attention, torch-fallback kernels
 PEAK_CUDA = (
     "torch.cuda.max_memory_allocated over the prefill: weights, activations and cache (after the first context also "
     "the decode StaticCache, sized for the longest context)"
@@ -148,18 +153,95 @@ def text_config(raw: dict[str, Any]) -> Any:
     return config.get_text_config(decoder=True)
 
 
+class CpuRates(NamedTuple):
+    flops: float  # matmul FLOP/s in the probe's dtype
+    init_params: float  # random-init parameters/s
+    read_bytes: float  # bytes/s streamed through a reduction: what bounds a one-token decode step
+
+
+def cpu_rates(torch: Any, torch_dtype: Any) -> CpuRates:
+    """What this CPU sustains in the probe's dtype: a ~0.5 s calibration."""
+
+    def rate(work: Callable[[], Any], amount: float) -> float:
+        work()  # warm-up: first calls pay allocation and kernel selection
+        start, reps = time.perf_counter(), 0
+        while (elapsed := time.perf_counter() - start) < 0.15 or reps < 2:
+            work()
+            reps += 1
+        return amount * reps / elapsed
+
+    n = 512
+    a, b = torch.randn(n, n, dtype=torch_dtype), torch.randn(n, n, dtype=torch_dtype)
+    block = torch.empty(1 << 24, dtype=torch_dtype)  # 32-64 MiB: past the caches, as weights are
+    size = block.numel() * block.element_size()
+    return CpuRates(rate(lambda: a @ b, 2 * n**3), rate(lambda: block.normal_(), block.numel()), rate(block.sum, size))
+
+
+def cpu_full_size_estimate_s(params: int, weights_bytes: int, req: ProbeRequest, rates: CpuRates) -> float:
+    """Seconds a full-size CPU probe would take: random init, every prefill at matmul speed, and every decode step
+    at the slower of matmul speed and reading all the weights once; forward passes at CPU_SLOWDOWN of those."""
+    prefill = 2 * params * req.batch * sum(req.contexts) / rates.flops
+    step = max(2 * params * req.batch / rates.flops, weights_bytes / rates.read_bytes)
+    return params / rates.init_params + CPU_SLOWDOWN * (prefill + step * req.decode_steps * len(req.contexts))
+
+
+def cpu_full_size_refusal(
+    params: int, need_bytes: int, estimate_s: float, budget_s: float | None, memory_bytes: int
+) -> str | None:
+    """None when a CPU probe should run the whole model; else why it runs a scaled-down copy."""
+    if params > CPU_FULL_SIZE_PARAMS:
+        return f"{params / 1e9:.1f}B parameters (full size on CPU only up to {CPU_FULL_SIZE_PARAMS / 1e9:.1f}B)"
+    room = min(CPU_BUDGET_BYTES, memory_bytes // 2)
+    if need_bytes > room:
+        return f"full size needs {need_bytes / 2**30:.1f} GiB, more than the {room / 2**30:.1f} GiB allowed on CPU"
+    if budget_s is not None and estimate_s > CPU_TIME_SHARE * budget_s:
+        return f"full size would take about {estimate_s:.0f} s on this CPU, the timeout is {budget_s:.0f} s"
+    return None
+
+
+def _available_memory() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
 def choose_scale(
-    req: ProbeRequest, raw: dict[str, Any], torch: Any, device: str, dtype: str, engine: Any, name: str
+    req: ProbeRequest,
+    raw: dict[str, Any],
+    torch: Any,
+    device: str,
+    dtype: str,
+    engine: Any,
+    name: str,
+    budget_s: float | None = None,
 ) -> tuple[Scaled, list[str]]:
-    """The request's scale, else full size where it fits and the smallest exact copy otherwise."""
+    """The request's scale, else full size where it fits (in memory, and on CPU in time and up to 1.5B
+    parameters) and the smallest exact copy otherwise."""
     notes: list[str] = []
     if req.scale_layers is not None:
         return scale_layers(raw, req.scale_layers), notes
     full = scale_layers(raw, 1 << 30)
     if device == "cpu":
+        spec = model_from_config(raw, name)
+        try:
+            params = count_spec_params(spec).total  # arithmetic: instant even for a 600B config
+        except InputError:  # an architecture core.params does not build: count it on the meta device
+            params = count_params(torch, text_config(raw))[0]
+        full_weights = params * _bytes_per_param(dtype)
+        need = full_weights + engine.account(spec, max(req.contexts), req.batch, dtype).total
+        rates = cpu_rates(torch, _torch_dtype(torch, dtype))
+        estimate = cpu_full_size_estimate_s(params, full_weights, req, rates)
+        why = cpu_full_size_refusal(params, need, estimate, budget_s, _available_memory())
+        if why is None:
+            notes.append(f"CPU: full size, estimated {estimate:.0f} s" + (f" of {budget_s:.0f} s" if budget_s else ""))
+            return full, notes
         small = scale_layers(raw, smallest_exact(raw))
         if small.layers_to < full.layers_to:
-            notes.append("CPU: a scaled-down copy by default (pass --scale-layers to choose)")
+            notes.append(f"CPU: a scaled-down copy, because {why} (pass --scale-layers to choose)")
         weights = count_params(torch, text_config(small.raw))[0] * _bytes_per_param(dtype)
         if weights > CPU_BUDGET_BYTES:
             notes.append(f"CPU: even the scaled copy holds {weights / 2**30:.1f} GiB of weights (embeddings)")
@@ -251,7 +333,7 @@ class StaticDecoder:
         return (steps - 1) * ids.shape[0] / (many - one), mode
 
 
-def run_transformers(req: ProbeRequest, ch: Channel) -> None:
+def run_transformers(req: ProbeRequest, ch: Channel, budget_s: float | None = None) -> None:
     ch.progress("importing torch and transformers")
     import torch
     from transformers import AutoModelForCausalLM
@@ -260,6 +342,7 @@ def run_transformers(req: ProbeRequest, ch: Channel) -> None:
         raise InputError("--device cuda: no CUDA device is visible to torch on this machine")
     device = "cuda" if req.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
     name, raw, origin = load_raw(req.model)
+    name = req.name or name
     engine = engine_named("transformers")
     spec_full = model_from_config(raw, name)
     dtype = spec_full.dtype if req.dtype == "auto" else engine.kv_dtype(spec_full, req.dtype).name
@@ -267,7 +350,7 @@ def run_transformers(req: ProbeRequest, ch: Channel) -> None:
     notes: list[str] = [f"config from {origin}"]
     if device == "cpu" and torch.cuda.is_available() is False:
         notes.append("no CUDA device: ran on CPU")
-    scaled, scale_notes = choose_scale(req, raw, torch, device, dtype, engine, name)
+    scaled, scale_notes = choose_scale(req, raw, torch, device, dtype, engine, name, budget_s)
     notes += scale_notes
     weights_dir = local_weights(req.model) if req.weights == "auto" else None
     if weights_dir and scaled.layers_to < scaled.layers_from:
@@ -392,7 +475,7 @@ def vllm_prediction(spec: Any, context: int, kv_dtype: str) -> int | None:
         return None
 
 
-def run_vllm(req: ProbeRequest, ch: Channel) -> None:
+def run_vllm(req: ProbeRequest, ch: Channel, budget_s: float | None = None) -> None:
     ch.progress("importing vllm")
     import torch
 
@@ -404,6 +487,7 @@ def run_vllm(req: ProbeRequest, ch: Channel) -> None:
     if not torch.cuda.is_available():
         raise InputError("the vllm backend needs a CUDA GPU; none is visible")
     name, raw, origin = load_raw(req.model)
+    name = req.name or name
     spec = model_from_config(raw, name)
     weights_dir = local_weights(req.model) if req.weights == "auto" else None
     env = environment(torch, "cuda")
@@ -488,11 +572,12 @@ def main() -> int:
     ch = Channel()
     _watch_parent()
     try:
-        req = ProbeRequest.from_dict(json.loads(sys.stdin.read()))
+        data = json.loads(sys.stdin.read())
+        req = ProbeRequest.from_dict(data)
         if req.debug.startswith("sleep:"):
             ch.progress("debug: sleeping")
             time.sleep(float(req.debug.split(":", 1)[1]))
-        (run_vllm if req.backend == "vllm" else run_transformers)(req, ch)
+        (run_vllm if req.backend == "vllm" else run_transformers)(req, ch, data.get("time_budget_s"))
     except InputError as err:
         ch.send("error", message=str(err), kind="input")
         return 2
