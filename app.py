@@ -19,9 +19,9 @@ from core.report import (
 from core.units import format_bytes, format_tokens
 from ui.charts import breakdown
 from ui.inputs import downloads, sidebar
-from ui.layout import mobile_css
+from ui.layout import FAVICON, mobile_css
 
-st.set_page_config(page_title="kvscope — fit a card", page_icon=":material/memory:", layout="wide")
+st.set_page_config(page_title="kvscope — fit a card", page_icon=FAVICON, layout="wide")
 mobile_css()
 st.title("Fit a card")
 inputs, model, setup = sidebar()

@@ -15,9 +15,9 @@ from core.units import GIB, MIB, format_tokens
 from core.whatif import all_full_attention
 from ui.charts import bars, curves, palette
 from ui.inputs import sidebar
-from ui.layout import mobile_css
+from ui.layout import FAVICON, mobile_css
 
-st.set_page_config(page_title="kvscope — hybrid vs full attention", page_icon=":material/memory:", layout="wide")
+st.set_page_config(page_title="kvscope — hybrid vs full attention", page_icon=FAVICON, layout="wide")
 mobile_css()
 st.title("Hybrid vs full attention")
 inputs, model, setup = sidebar()

@@ -21,11 +21,11 @@ from core.probe.results import RESULTS_NAME, results_dir
 from core.units import GIB, format_bytes, format_tokens, parse_tokens
 from ui.charts import curves
 from ui.inputs import sidebar
+from ui.layout import FAVICON
 from ui.state import unpack_config
 
-ICON = Path(__file__).resolve().parents[1] / "static" / "favicon.svg"  # inline SVG: no icon font from a CDN
-st.set_page_config(page_title="kvscope — measure live", page_icon=str(ICON), layout="wide")
-inputs, model, setup = sidebar()
+st.set_page_config(page_title="kvscope — measure live", page_icon=FAVICON, layout="wide")
+inputs, model, setup = sidebar(model_only=True)  # the probe takes no card, engine or context
 st.title("Measure live")
 st.caption(
     "Builds the model with transformers in a separate process — its real weights if they are already on this "

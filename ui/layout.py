@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
+
+FAVICON = str(Path(__file__).resolve().parents[1] / "static" / "favicon.svg")  # inlined SVG: no icon font from a CDN
 
 # On a phone the table's toolbar (search, download, full screen) is always shown, floating above the table's top
 # edge: over the heading above it. Move tables down by the toolbar's height there.
