@@ -26,6 +26,7 @@ CUSTOM_CARD = "custom"
 MAX_SHARED_CONFIG = 16_000  # characters of compressed config in a link
 SWITCH = {"auto": None, "on": True, "off": False}  # an engine option: its default, or forced on/off
 PLATFORMS = ("cuda", "cpu")
+CHOICES = {"swa": SWITCH, "kvu": SWITCH, "vver": VERSIONS, "fe": FRONTENDS, "plat": PLATFORMS}  # engine options
 SOURCES = ("Preset", "Hub", "Upload")
 # org/name; never a path on the server (no "..", no "x.json" that core.loading would read as a file)
 REPO_ID = re.compile(r"^(?!.*\.\.)(?!.*\.json$)[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
@@ -129,21 +130,9 @@ def _check(key: str, value: str):
         return value
     if key == "ctx":
         return parse_tokens(value)
-    if key in ("swa", "kvu"):
-        if value not in SWITCH:
-            raise InputError(f"use one of {', '.join(SWITCH)}")
-        return value
-    if key == "vver":
-        if value not in VERSIONS:
-            raise InputError(f"use one of {', '.join(VERSIONS)}")
-        return value
-    if key == "fe":
-        if value not in FRONTENDS:
-            raise InputError(f"use one of {', '.join(FRONTENDS)}")
-        return value
-    if key == "plat":
-        if value not in PLATFORMS:
-            raise InputError(f"use one of {', '.join(PLATFORMS)}")
+    if key in CHOICES:
+        if value not in CHOICES[key]:
+            raise InputError(f"use one of {', '.join(CHOICES[key])}")
         return value
     if key == "pat":
         # Letters core.whatif rejects still travel, so the receiver sees the sender's "edit not applied" too.

@@ -86,32 +86,39 @@ class Engine:
         storage = self.storage(model, kv_dtype)
         return sum(layer.fixed_bytes(self.layer_storage(layer, storage)) for layer in model.layers)
 
+    def seen(self, model: ModelSpec) -> ModelSpec:
+        """The model as this engine loads it (some engines drop or force a window)."""
+        return model
+
+    def kind_line(
+        self, model: ModelSpec, label: str, layers: list[LayerKind], storage: Storage, context: int, batch: int
+    ) -> KindLine:
+        """All `layers` of one kind (they share a spec), for `batch` sequences of `context` tokens."""
+        first = layers[0]
+        rules = self.layer_storage(first, storage)
+        per_token = first.bytes_per_token(rules)
+        held = self.tokens_held(first, context) if first.grows else 0
+        fixed = first.fixed_bytes(rules)
+        return KindLine(
+            label=label,
+            count=len(layers),
+            bytes_per_token=per_token,
+            tokens_held=held,
+            fixed_bytes=fixed,
+            token_bytes_total=len(layers) * per_token * held * batch,
+            fixed_bytes_total=len(layers) * fixed * batch,
+        )
+
     def account(self, model: ModelSpec, context: int, batch: int = 1, kv_dtype: str = "auto") -> CacheAccount:
         if context <= 0 or batch <= 0:
             raise InputError(f"context and batch must be positive (got context={context}, batch={batch})")
+        model = self.seen(model)
         storage = self.storage(model, kv_dtype)
         grouped: dict[str, list[LayerKind]] = {}
         for layer in model.layers:
             grouped.setdefault(kind_label(layer) + _cap_label(layer), []).append(layer)
-        lines = []
-        for label, layers in grouped.items():
-            first = layers[0]
-            rules = self.layer_storage(first, storage)
-            per_token = first.bytes_per_token(rules)
-            held = self.tokens_held(first, context) if first.grows else 0
-            fixed = first.fixed_bytes(rules)
-            lines.append(
-                KindLine(
-                    label=label,
-                    count=len(layers),
-                    bytes_per_token=per_token,
-                    tokens_held=held,
-                    fixed_bytes=fixed,
-                    token_bytes_total=len(layers) * per_token * held * batch,
-                    fixed_bytes_total=len(layers) * fixed * batch,
-                )
-            )
-        return CacheAccount(model.name, self.name, self.kv_dtype(model, kv_dtype).name, context, batch, tuple(lines))
+        lines = tuple(self.kind_line(model, label, group, storage, context, batch) for label, group in grouped.items())
+        return CacheAccount(model.name, self.name, self.kv_dtype(model, kv_dtype).name, context, batch, lines)
 
 
 def _cap_label(layer: LayerKind) -> str:

@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from core.dtypes import FP16, FP32, CacheDtype
-from core.engines.base import CacheAccount, Engine, KindLine, _cap_label
+from core.engines.base import Engine, KindLine
 from core.errors import InputError
 from core.layers import (
     ChunkedAttention,
@@ -44,7 +44,7 @@ from core.layers import (
     SlidingWindow,
     Storage,
 )
-from core.model import ModelSpec, kind_label
+from core.model import ModelSpec
 
 CELL_PAD = 256
 # Architectures whose GGUF conversion drops the sliding window: Mistral and Mixtral load as plain "llama", so
@@ -309,34 +309,26 @@ class LlamaCppEngine(Engine):
     def fixed_bytes_per_sequence(self, model: ModelSpec, kv_dtype: str = "auto") -> int:
         return super().fixed_bytes_per_sequence(model, kv_dtype) * self.snapshots(model)
 
-    def account(self, model: ModelSpec, context: int, batch: int = 1, kv_dtype: str = "auto") -> CacheAccount:
-        """Per layer kind, the same bytes as `caches`. With kv_unified, tokens_held is the one shared stream's cells."""
-        if context <= 0 or batch <= 0:
-            raise InputError(f"context and batch must be positive (got context={context}, batch={batch})")
-        model = as_llamacpp_sees(model)
-        storage = self.storage(model, kv_dtype)
-        streams, slots = self.streams(batch), batch * self.snapshots(model)
-        grouped: dict[str, list[LayerKind]] = {}
-        for layer in model.layers:
-            grouped.setdefault(kind_label(layer) + _cap_label(layer), []).append(layer)
-        lines = []
-        for label, layers in grouped.items():
-            first = layers[0]
-            per_token = sum(sum(self._row_bytes(model, p, storage.kv)) for p in self._attention_parts(first))
-            held = self.tokens_held(first, context, batch) if first.grows else 0
-            fixed = first.fixed_bytes(storage) * self.snapshots(model)
-            lines.append(
-                KindLine(
-                    label=label,
-                    count=len(layers),
-                    bytes_per_token=per_token,
-                    tokens_held=held,
-                    fixed_bytes=fixed,
-                    token_bytes_total=len(layers) * per_token * held * streams,
-                    fixed_bytes_total=len(layers) * first.fixed_bytes(storage) * slots,
-                )
-            )
-        return CacheAccount(model.name, self.name, self.kv_dtype(model, kv_dtype).name, context, batch, tuple(lines))
+    def seen(self, model: ModelSpec) -> ModelSpec:
+        return as_llamacpp_sees(model)
+
+    def kind_line(
+        self, model: ModelSpec, label: str, layers: list[LayerKind], storage: Storage, context: int, batch: int
+    ) -> KindLine:
+        """The same bytes as `caches`. With kv_unified, tokens_held is the one shared stream's cells."""
+        first = layers[0]
+        per_token = sum(sum(self._row_bytes(model, p, storage.kv)) for p in self._attention_parts(first))
+        held = self.tokens_held(first, context, batch) if first.grows else 0
+        fixed = first.fixed_bytes(storage)
+        return KindLine(
+            label=label,
+            count=len(layers),
+            bytes_per_token=per_token,
+            tokens_held=held,
+            fixed_bytes=fixed * self.snapshots(model),
+            token_bytes_total=len(layers) * per_token * held * self.streams(batch),
+            fixed_bytes_total=len(layers) * fixed * batch * self.snapshots(model),
+        )
 
 
 __all__ = [
