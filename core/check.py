@@ -672,3 +672,42 @@ def check_figure(f: Figure, figures: list[Figure] | None = None) -> Check:
 def check_all(figures: list[Figure] | None = None) -> list[Check]:
     figures = load_figures() if figures is None else figures
     return [check_figure(f, figures) for f in figures]
+
+
+# --- command line (`python -m core check`) -------------------------------------------------------------------------
+def _matches(c: Check, model: str | None, metric: str | None, verdict: str | None) -> bool:
+    return (
+        (model is None or model.lower() in c.figure.model.lower())
+        and (metric is None or metric == c.figure.metric)
+        and (verdict is None or verdict == c.verdict)
+    )
+
+
+def cmd_check(args: Any) -> list[dict[str, Any]]:
+    checks = [c for c in check_all() if _matches(c, args.model, args.metric, args.verdict)]
+    if args.id:
+        checks = [c for c in checks if c.figure.id == args.id]
+        if not checks:
+            raise InputError(f"no figure with id {args.id!r}; `python -m core check` lists them")
+    return [c.record() for c in checks]
+
+
+def print_check(out: list[dict[str, Any]]) -> None:
+    for r in out:
+        ours = "—" if r["kvscope"] is None else f"{r['kvscope']:,.6g}"
+        ratio = "—" if r["ratio"] is None else f"{r['ratio']:.3g}"
+        print(f"{r['verdict'].upper():13} {r['model']}  {r['metric']}  [{r['id']}]")
+        print(f"    published {r['printed']}  kvscope {ours} {r['unit']}  ratio {ratio}  ({r['source']})")
+        print(f"    {r['reason']}")
+    counts = {v: sum(r["verdict"] == v for r in out) for v in VERDICTS}
+    print(", ".join(f"{n} {v}" for v, n in counts.items()))
+
+
+def add_check_parser(sub: Any) -> None:
+    p = sub.add_parser("check", help="fact-check the published figures kvscope knows, under their own settings")
+    p.add_argument("--model", help="only figures whose model contains this text")
+    p.add_argument("--metric", help="only this metric, e.g. kv_bytes_per_token")
+    p.add_argument("--verdict", choices=VERDICTS)
+    p.add_argument("--id", help="one figure, by its id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_check, show=print_check)
