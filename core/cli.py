@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from core.argtypes import positive_int, tokens
+from core.check import add_check_parser
 from core.config import parse_json, resolve
 from core.engines import ENGINES, Engine, configured
 from core.engines.llamacpp import DEFAULT_FRONTEND, FRONTENDS
@@ -274,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     fitp.set_defaults(run=cmd_fit, show=print_fit)
 
     add_probe_parser(sub)
+    add_check_parser(sub)
 
     res = sub.add_parser("resolve", help="print a config.json with its architecture's defaults applied")
     res.add_argument("config", help="path to config.json, or - for standard input")
