@@ -9,9 +9,9 @@ import streamlit as st
 
 from core.check import AGREES, CANNOT, DISAGREES, VERDICTS, check_all
 from core.errors import InputError
-from ui.layout import mobile_css
+from ui.layout import FAVICON, mobile_css
 
-st.set_page_config(page_title="kvscope — fact-check", page_icon=":material/fact_check:", layout="wide")
+st.set_page_config(page_title="kvscope — fact-check", page_icon=FAVICON, layout="wide")
 mobile_css()
 st.title("Fact-check")
 st.caption(
