@@ -16,9 +16,10 @@ from core.engines import ENGINES, Engine, configured
 from core.engines.llamacpp import DEFAULT_FRONTEND, FRONTENDS
 from core.engines.vllm_engine import VERSIONS, VllmOptions
 from core.errors import InputError
+from core.finders import COST_BASIS, DEFAULT_CONTEXT, card_record, model_record, rank_cards, rank_models
 from core.fit import Setup, default_split, fit
 from core.gpus import Card, card_named
-from core.loading import load_model
+from core.loading import load_model, presets
 from core.probe import add_probe_parser
 from core.report import table_records
 from core.units import format_bytes, format_tokens
@@ -229,6 +230,65 @@ def print_fit(out: dict) -> None:
         )
 
 
+def cmd_cards(args: argparse.Namespace) -> dict:
+    model = load_model(args.model)
+    answers = rank_cards(model, build_engine(args), args.context, args.weights, args.kv_dtype)
+    return {
+        "model": model.name,
+        "engine": answers[0].result.setup.engine.name if answers[0].result else args.engine,
+        "context": args.context,
+        "ranked_by": "fits at the context first, then " + COST_BASIS,
+        "cards": [card_record(a) for a in answers],
+    }
+
+
+def print_cards(out: dict) -> None:
+    print(f"{out['model']} on {out['engine']}, one GPU, {format_tokens(out['context'])} tokens per request")
+    print(f"ranked by: {out['ranked_by']}")
+    print(f"{'card':<48} {'memory':>10} {'fits':>4} {'max context':>11} {'requests':>8}  weights / why not")
+    for c in out["cards"]:
+        requests = "∞" if c["requests"] is None else f"{c['requests']:.2f}"
+        tail = c["weights"] if c["fits"] else c["why_not"]
+        print(
+            f"{c['card'][:48]:<48} {format_bytes(c['memory_bytes']):>10} {'yes' if c['fits'] else 'no':>4} "
+            f"{format_tokens(c['max_context']):>11} {requests:>8}  {tail}"
+        )
+
+
+def cmd_models(args: argparse.Namespace) -> dict:
+    if (args.gpu is None) == (args.gpu_mem_gib is None):
+        raise InputError("give the card either by name (--gpu 'RTX 4090') or by memory (--gpu-mem-gib 24)")
+    card = card_named(args.gpu) if args.gpu is not None else Card.custom(args.gpu_mem_gib)
+    models = [load_model(m) for m in (args.models or list(presets()))]
+    engine = build_engine(args)
+    answers = rank_models(models, engine, card, args.context)
+    return {
+        "card": card.name,
+        "card_memory_bytes": card.memory_bytes,
+        "engine": engine.name,
+        "context": args.context,
+        "ranked_by": "fits first, then total parameters (largest first), each in the largest weight format and "
+        "KV dtype that fit",
+        "models": [model_record(a) for a in answers],
+    }
+
+
+def print_models(out: dict) -> None:
+    print(
+        f"{out['card']} ({format_bytes(out['card_memory_bytes'])}), {out['engine']}, "
+        f"{format_tokens(out['context'])} tokens"
+    )
+    print(f"ranked by: {out['ranked_by']}")
+    print(f"{'model':<40} {'params':>8} {'fits':>4} {'weights':>8} {'KV':>9} {'max context':>11} {'requests':>8}")
+    for m in out["models"]:
+        requests = "∞" if m["requests"] is None else f"{m['requests']:.2f}"
+        line = (
+            f"{m['model'][:40]:<40} {m['params'] / 1e9:>7.1f}B {'yes' if m['fits'] else 'no':>4} {m['weights']:>8} "
+            f"{m['kv_dtype']:>9} {format_tokens(m['max_context']):>11} {requests:>8}"
+        )
+        print(line + ("" if m["fits"] else f"  {m['why_not']}"))
+
+
 def cmd_resolve(args: argparse.Namespace) -> dict:
     text = sys.stdin.read() if args.config == "-" else Path(args.config).read_text(encoding="utf-8")
     return resolve(parse_json(text, args.config))
@@ -273,6 +333,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fitp.add_argument("--json", action="store_true")
     fitp.set_defaults(run=cmd_fit, show=print_fit)
+
+    cardsp = sub.add_parser("cards", help="every card ranked for a model: fits?, max context, requests")
+    cardsp.add_argument("model", help="Hugging Face repo id, bundled preset, or path to a config.json")
+    cardsp.add_argument("--context", type=tokens, default=DEFAULT_CONTEXT, help="tokens per request (default 8K)")
+    cardsp.add_argument("--weights", help="weight format (default: the checkpoint's)")
+    cardsp.add_argument("--kv-dtype", default="auto")
+    add_engine_options(cardsp)
+    cardsp.add_argument("--json", action="store_true")
+    cardsp.set_defaults(run=cmd_cards, show=print_cards)
+
+    modelsp = sub.add_parser("models", help="every bundled model ranked for a card, in the best format that fits")
+    modelsp.add_argument("models", nargs="*", help="repo ids, presets or config paths (default: every bundled preset)")
+    modelsp.add_argument("--gpu", help="card name, e.g. 'RTX 4060', H100")
+    modelsp.add_argument("--gpu-mem-gib", type=float, help="memory of one GPU in GiB, instead of --gpu")
+    modelsp.add_argument("--context", type=tokens, default=DEFAULT_CONTEXT, help="tokens per request (default 8K)")
+    add_engine_options(modelsp)
+    modelsp.add_argument("--json", action="store_true")
+    modelsp.set_defaults(run=cmd_models, show=print_models)
 
     add_probe_parser(sub)
     add_check_parser(sub)

@@ -18,7 +18,13 @@ from tests.conftest import ROOT
 from ui.state import DEFAULTS, Inputs, from_query, pack_config, to_query
 
 APP = str(ROOT / "app.py")
-PAGES = ["app.py", "pages/1_hybrid_vs_dense.py", "pages/2_measure_live.py", "pages/3_fact_check.py"]
+PAGES = [
+    "app.py",
+    "pages/1_hybrid_vs_dense.py",
+    "pages/2_measure_live.py",
+    "pages/3_fact_check.py",
+    "pages/4_finders.py",
+]
 
 
 def app(params: dict[str, str] | None = None) -> AppTest:

@@ -136,6 +136,13 @@ FRONTENDS: dict[str, Frontend] = {
         "common/arg.cpp:1403 (LLAMA_EXAMPLE_SERVER: n_parallel = -1, auto); tools/server/server.cpp:156-160 (auto → "
         "n_parallel = 4 and kv_unified = true); giving -np N keeps kv_unified false (arg.cpp:1724, -kvu)",
     ),
+    "ollama": Frontend(
+        LlamaCppOptions(n_ubatch=512, n_batch=512),
+        1,
+        "ollama v0.32.15 llm/llama_server.go:371-372 (-c num_ctx×np -np np: an explicit -np keeps kv_unified off), "
+        ":590-591 (-b and -ub num_batch, 512 by default: api/types.go:1116), envconfig/config.go:275 "
+        "(OLLAMA_NUM_PARALLEL 1); the context itself: core.runtimes.default_num_ctx",
+    ),
     "library": Frontend(
         LlamaCppOptions(swa_full=True),
         1,

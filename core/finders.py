@@ -1,0 +1,239 @@
+"""Finders: which card for this model, which model for this card. Every answer is `fit` run on each candidate;
+the finders only choose the candidates and order the results.
+
+Ranking rules (shown to the user with the results):
+- cards: those that fit the asked context first, cheapest first. The card table has no prices, so memory size
+  stands in for cost (smaller card first) and the output says so. Cards that do not fit follow, those that get
+  closest (longest context) first, each with the reason it falls short.
+- models: those that fit the card first, the largest (total parameters) first, each in the best weight format and
+  KV dtype that fit. "Best" is most bytes: a format ladder ordered by the bytes its weights take (the checkpoint's
+  own format at the top), the weights' precision chosen before the cache's (an 8-bit cache costs less quality than
+  halving the weights' bits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from core.dtypes import dtype_named
+from core.engines import Engine
+from core.engines.hf_transformers import TransformersEngine
+from core.engines.llamacpp import LlamaCppEngine
+from core.engines.vllm_engine import VllmEngine
+from core.errors import InputError
+from core.fit import Fit, Setup, Solver, context_limit, fit
+from core.gpus import Card, cards
+from core.model import ModelSpec
+from core.params import count_params
+from core.quant import default_format, weights_bytes
+from core.units import format_bytes, format_tokens
+
+DEFAULT_CONTEXT = 8192  # what the finders ask about when no context is given
+COST_BASIS = "memory size (the card table has no prices; a smaller card stands in for a cheaper one)"
+
+# Formats each engine loads as such (core.report.engine_format_warning); the ladder keeps those no larger than
+# the checkpoint's own.
+LADDERS: dict[type, tuple[str, ...]] = {
+    TransformersEngine: ("bf16", "fp8", "int8", "awq"),
+    VllmEngine: ("bf16", "fp8", "int8", "awq"),
+    LlamaCppEngine: ("bf16", "q8_0", "q6_k", "q5_k_m", "q4_k_m", "q3_k_m", "q2_k"),
+}
+# KV dtypes worth trying, full precision first; "auto" is the engine's own default.
+KV_LADDERS: dict[type, tuple[str, ...]] = {
+    TransformersEngine: ("auto",),
+    VllmEngine: ("auto", "fp8"),
+    LlamaCppEngine: ("auto", "q8_0", "q4_0"),
+}
+
+
+@dataclass(frozen=True)
+class CardAnswer:
+    card: Card
+    context: int  # the context asked, capped at the model's limit
+    fits: bool  # one sequence of `context` fits
+    max_context: int
+    requests: float  # sequences of `context` at once
+    weights_format: str
+    weights_bytes: int
+    usable_bytes: int
+    why_not: str | None
+    result: Fit | None  # None when the engine cannot run the model on this card at all
+
+
+def _why_not(result: Fit, context: int) -> str:
+    row = result.rows[0]
+    if result.weights_bytes > result.usable_bytes:
+        return (
+            f"the weights ({format_bytes(result.weights_bytes)}) exceed the card's usable "
+            f"{format_bytes(result.usable_bytes)}"
+        )
+    if result.max_context == 0:
+        return (
+            f"weights and overhead ({format_bytes(result.weights_bytes + row.overhead_bytes)}) leave no room for "
+            f"the cache in {format_bytes(result.usable_bytes)}"
+        )
+    return (
+        f"only {format_tokens(result.max_context)} tokens fit: {format_tokens(context)} needs "
+        f"{format_bytes(row.total_bytes)} of {format_bytes(result.usable_bytes)}"
+    )
+
+
+def card_answer(setup: Setup, context: int) -> CardAnswer:
+    """`fit` for one card at `context` (capped at the model's limit), or why the engine cannot run it there."""
+    try:
+        n = min(context, context_limit(setup))
+        result = fit(setup, [n])
+    except InputError as err:
+        return CardAnswer(setup.card, context, False, 0, 0.0, "", 0, setup.card.memory_bytes, str(err), None)
+    row = result.rows[0]
+    return CardAnswer(
+        card=setup.card,
+        context=n,
+        fits=row.fits,
+        max_context=result.max_context,
+        requests=row.max_concurrency,
+        weights_format=result.weights_format,
+        weights_bytes=result.weights_bytes,
+        usable_bytes=result.usable_bytes,
+        why_not=None if row.fits else _why_not(result, n),
+        result=result,
+    )
+
+
+def card_order(answer: CardAnswer) -> tuple:
+    if answer.fits:
+        return (0, answer.card.memory_bytes, answer.card.name)
+    return (1, -answer.max_context, answer.card.memory_bytes, answer.card.name)
+
+
+def rank_cards(
+    model: ModelSpec,
+    engine: Engine,
+    context: int,
+    weights: str | None = None,
+    kv_dtype: str = "auto",
+    table: dict[str, Card] | None = None,
+) -> list[CardAnswer]:
+    """Every card (one GPU each), fitting ones first and smallest first, then the closest misses."""
+    if context <= 0:
+        raise InputError(f"context must be positive, got {context}")
+    answers = [
+        card_answer(Setup(model=model, engine=engine, card=card, weights=weights, kv_dtype=kv_dtype), context)
+        for card in (table or cards()).values()
+    ]
+    return sorted(answers, key=card_order)
+
+
+# --- models for a card ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelAnswer:
+    model: ModelSpec
+    params: int  # total parameters
+    fits: bool
+    weights_format: str  # the best that fits, or the smallest tried when none does
+    kv_dtype: str
+    max_context: int
+    requests: float  # at the asked context (capped at the model's limit)
+    context: int
+    why_not: str | None
+    result: Fit | None
+
+
+def _ladder_type(engine: Engine) -> type:
+    for kind in LADDERS:
+        if isinstance(engine, kind):
+            return kind
+    raise InputError(f"no weight-format ladder for engine {engine.name}")
+
+
+def weight_ladder(model: ModelSpec, engine: Engine) -> list[str]:
+    """The checkpoint's own format, then the engine's formats whose weights are smaller, largest first."""
+    own = default_format(model)
+    count = count_params(model)
+    dtype_bytes = dtype_named(model.dtype).block_bytes
+    size = {f: weights_bytes(count, f, dtype_bytes).total for f in {own, *LADDERS[_ladder_type(engine)]}}
+    smaller = sorted((f for f in size if f != own and size[f] < size[own]), key=lambda f: -size[f])
+    return [own, *smaller]
+
+
+def kv_ladder(engine: Engine) -> tuple[str, ...]:
+    return KV_LADDERS[_ladder_type(engine)]
+
+
+def best_model_answer(model: ModelSpec, engine: Engine, card: Card, context: int) -> ModelAnswer:
+    """The first (weights, KV dtype) on the ladders that fits `context` on the card."""
+    base = Setup(model=model, engine=engine, card=card)
+    params = count_params(model).total
+    n = min(context, context_limit(base))
+    tried = [(w, kv) for w in weight_ladder(model, engine) for kv in kv_ladder(engine)]
+    last_error = ""
+    for weights, kv in tried:
+        setup = replace(base, weights=weights, kv_dtype=kv)
+        try:
+            if not Solver(setup).fits(n):
+                continue
+        except InputError as err:  # this engine cannot use this format or cache type for this model
+            last_error = str(err)
+            continue
+        result = fit(setup, [n])
+        return ModelAnswer(
+            model, params, True, weights, kv, result.max_context, result.rows[0].max_concurrency, n, None, result
+        )
+    weights, kv = tried[-1]
+    try:
+        result = fit(replace(base, weights=weights, kv_dtype=kv), [n])
+    except InputError:
+        return ModelAnswer(model, params, False, weights, kv, 0, 0.0, n, last_error or "cannot run", None)
+    why = f"even as {weights} with a {result.rows[0].account.kv_dtype} cache, " + _why_not(result, n)
+    return ModelAnswer(
+        model, params, False, weights, kv, result.max_context, result.rows[0].max_concurrency, n, why, result
+    )
+
+
+def model_order(answer: ModelAnswer) -> tuple:
+    if answer.fits:
+        return (0, -answer.params, answer.model.name)
+    return (1, answer.params, answer.model.name)
+
+
+def rank_models(models: list[ModelSpec], engine: Engine, card: Card, context: int) -> list[ModelAnswer]:
+    """The models that fit the card at `context`, largest first, each in its best format; then the rest."""
+    if context <= 0:
+        raise InputError(f"context must be positive, got {context}")
+    return sorted((best_model_answer(m, engine, card, context) for m in models), key=model_order)
+
+
+# --- records: one dict per answer, for the command line's JSON and the pages' tables ------------------------------
+
+
+def card_record(answer: CardAnswer) -> dict:
+    return {
+        "card": answer.card.name,
+        "memory_bytes": answer.card.memory_bytes,
+        "unified_memory": answer.card.unified_memory,
+        "fits": answer.fits,
+        "context": answer.context,
+        "max_context": answer.max_context,
+        "requests": round(answer.requests, 2) if answer.requests != float("inf") else None,
+        "weights": answer.weights_format,
+        "weights_bytes": answer.weights_bytes,
+        "usable_bytes": answer.usable_bytes,
+        "why_not": answer.why_not,
+    }
+
+
+def model_record(answer: ModelAnswer) -> dict:
+    return {
+        "model": answer.model.name,
+        "params": answer.params,
+        "fits": answer.fits,
+        "weights": answer.weights_format,
+        "kv_dtype": answer.result.rows[0].account.kv_dtype if answer.result else answer.kv_dtype,
+        "context": answer.context,
+        "max_context": answer.max_context,
+        "requests": round(answer.requests, 2) if answer.requests != float("inf") else None,
+        "weights_bytes": answer.result.weights_bytes if answer.result else None,
+        "why_not": answer.why_not,
+    }

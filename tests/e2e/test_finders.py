@@ -1,0 +1,45 @@
+"""The finders page in a real browser: both tables list what core.finders ranks, in its order."""
+
+from __future__ import annotations
+
+from core.engines import configured
+from core.finders import rank_cards, rank_models
+from core.gpus import card_named
+from core.loading import load_model, presets
+from tests.e2e.conftest import ARTIFACTS, WAIT_MS, full_page_screenshot, wait_for_app
+from tests.e2e.test_browser import no_exception
+
+LINK = "/finders?model=Qwen/Qwen3-8B&card=GeForce%20RTX%204060%208GB&engine=llama.cpp&weights=q4_k_m&ctx=8K"
+
+
+def table_rows(page, index: int) -> list[list[str]]:
+    """The accessible rows glide-data-grid keeps inside the `index`th visible table's canvas (header first)."""
+    grid = page.locator('[data-testid="stDataFrame"]:visible canvas').nth(index)
+    page.wait_for_function(
+        "g => g.querySelectorAll('tr').length > 1", arg=grid.element_handle(timeout=WAIT_MS), timeout=WAIT_MS
+    )
+    return grid.evaluate("c => [...c.querySelectorAll('tr')].map(r => [...r.children].map(x => x.textContent))")
+
+
+def test_finders_page_lists_cores_rankings(page, server):
+    page.goto(server.url + LINK)
+    wait_for_app(page)
+    no_exception(page, "finders")
+    engine = configured("llama.cpp")
+    model = load_model("Qwen/Qwen3-8B", isolated=True)
+    cards = [a.card.name for a in rank_cards(model, engine, 8192, "q4_k_m")]
+    rows = table_rows(page, 0)
+    column = rows[0].index("card")
+    shown = [r[column] for r in rows[1:]]
+    assert shown and shown == cards[: len(shown)], (shown, cards)
+    full_page_screenshot(page, ARTIFACTS / "finders-cards.png")
+
+    page.get_by_role("tab", name="Models for GeForce RTX 4060 8GB").click()
+    wait_for_app(page)
+    models = rank_models([load_model(n) for n in presets()], engine, card_named("GeForce RTX 4060 8GB"), 8192)
+    rows = table_rows(page, 0)
+    column = rows[0].index("model")
+    shown = [r[column] for r in rows[1:]]
+    assert shown and shown == [a.model.name for a in models][: len(shown)], shown
+    no_exception(page, "finders, models tab")
+    full_page_screenshot(page, ARTIFACTS / "finders-models.png")
