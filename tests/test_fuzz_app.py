@@ -170,7 +170,7 @@ def test_an_empty_hub_id_asks_for_one_and_leaves_no_empty_model_in_the_link():
     _assert_clean(at, start)
     assert [e.value for e in at.main.error] == ["Enter a Hugging Face repo id, written org/name (e.g. Qwen/Qwen3-8B)."]
     assert "model" not in at.query_params
-    share = [c.value for c in at.sidebar.code][0]
+    share = next(c.value for c in at.sidebar.code)
     assert "model=&" not in share and not share.endswith("model=")
 
 

@@ -51,6 +51,7 @@ def _write(tmp_path: Path, name: str, content: str | bytes) -> str:
 
 
 LLAMA = tiny_raw("llama")
+KIMI = tiny_raw("deepseek_v3") | {"model_type": "kimi_k2"}
 HOSTILE = {
     "layers_10e12": (json.dumps(LLAMA | {"num_hidden_layers": 10**12}), "num_hidden_layers"),
     "layers_10e12_text_config": (
@@ -74,7 +75,7 @@ HOSTILE = {
     "huge_vocab": (json.dumps(LLAMA | {"vocab_size": 10**30}), "vocab_size"),
     # kimi_k2 is sized from its raw fields (transformers does not know it), so nothing fills a missing one in
     "missing_field": (
-        json.dumps({k: v for k, v in (tiny_raw("deepseek_v3") | {"model_type": "kimi_k2"}).items() if k != "kv_lora_rank"}),
+        json.dumps({k: v for k, v in KIMI.items() if k != "kv_lora_rank"}),
         "kv_lora_rank",
     ),
     "layer_types_wrong": (json.dumps(LLAMA | {"layer_types": ["warp_drive", "full_attention"]}), "layer"),
