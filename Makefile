@@ -51,6 +51,7 @@ lint: setup
 bench: setup
 	$(PY) tests/bench/bench_cli.py
 	$(PY) tests/bench/bench_app.py
+	$(PY) tests/bench/bench_team.py
 
 clean:
 	rm -rf $(VENV) $(ENGINES_VENV) tests/artifacts .pytest_cache

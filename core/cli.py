@@ -371,6 +371,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except RecursionError:  # a last guard: parse_json refuses deep nesting before anything recurses
+        print("error: the input is nested too deeply to be a model config", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print("error: out of memory sizing this input; check its layer count and widths", file=sys.stderr)
+        return 2
     if args.json or args.show is None:
         json.dump(out, sys.stdout, indent=2)
         print()

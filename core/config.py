@@ -25,18 +25,56 @@ from typing import Any
 
 from core.errors import InputError
 
+MAX_CONFIG_BYTES = 4 << 20  # the largest real config.json (a VLM's, with label maps) is well under 1 MiB
+MAX_DEPTH = 32  # real configs nest 3 or 4 levels; copying or hashing a deeper one could exhaust the stack
+MAX_LAYERS = 10_000  # past any real model; a list of 10^12 layer types would exhaust memory before any check
+
 
 def parse_json(text: str | bytes, origin: str) -> dict[str, Any]:
-    """A config.json's text → dict, or an InputError saying where it is broken."""
+    """A config.json's text → dict, or an InputError saying where it is broken (never a MemoryError or a
+    RecursionError). NaN and Infinity parse (Nemotron-H ships Infinity); sizes are checked as integers later."""
+    if len(text) > MAX_CONFIG_BYTES:
+        raise InputError(
+            f"{origin} is {len(text) / (1 << 20):.1f} MiB, more than a config.json's limit of "
+            f"{MAX_CONFIG_BYTES >> 20} MiB; give the checkpoint's config.json itself"
+        )
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8-sig")
+        except UnicodeDecodeError as err:
+            where = f"{err.reason} at byte {err.start}"
+            raise InputError(f"{origin} is not UTF-8 text ({where}); save it as UTF-8") from None
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except json.JSONDecodeError as err:
         raise InputError(
             f"{origin} is not valid JSON ({err}); upload the checkpoint's config.json as it ships"
         ) from None
+    except RecursionError:
+        raise InputError(f"{origin} is nested too deeply to be a config.json") from None
     if not isinstance(data, dict):
         raise InputError(f"{origin} holds a JSON {type(data).__name__}, not an object; a config.json is one object")
+    if _depth(data) > MAX_DEPTH:
+        raise InputError(f"{origin} is nested more than {MAX_DEPTH} levels deep, which no config.json is")
     return data
+
+
+def _depth(data: Any) -> int:
+    """How deeply lists and objects nest (iterative: the point is not to trust the stack with hostile input)."""
+    deepest, todo = 0, [(data, 1)]
+    while todo:
+        item, level = todo.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            if level <= MAX_DEPTH:
+                todo.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def check_layer_count(n: Any) -> None:
+    """Before anything builds one entry per layer: a count past any real model is an error, not a MemoryError."""
+    if isinstance(n, int) and not isinstance(n, bool) and n > MAX_LAYERS:
+        raise InputError(f"num_hidden_layers={n:,} is more than kvscope sizes ({MAX_LAYERS:,}); check the config")
 
 
 def from_mamba_ssm(raw: dict[str, Any]) -> dict[str, Any]:
@@ -86,6 +124,7 @@ def _cleaned(raw: dict[str, Any]) -> dict[str, Any]:
 def derived_layer_types(cfg: dict[str, Any]) -> list[str]:
     """transformers' rule for configs without `layer_types`: sliding if a window is set, chunked if a chunk is."""
     n = cfg.get("num_hidden_layers")
+    check_layer_count(n)
     if not isinstance(n, int) or n <= 0:
         raise InputError(f"num_hidden_layers must be a positive integer, got {n!r}")
     if cfg.get("sliding_window") is not None:
@@ -105,6 +144,10 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
     model_type = raw.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         raise InputError('config has no model_type; kvscope needs it to know the architecture (e.g. "llama")')
+    text_raw = raw.get("text_config")
+    for where in (raw, text_raw if isinstance(text_raw, dict) else {}):
+        for key in ("num_hidden_layers", "n_layer", "num_layers"):
+            check_layer_count(where.get(key))
     top_dtype = _dtype_name(raw.get("dtype") or raw.get("torch_dtype"))
 
     from transformers import CONFIG_MAPPING, AutoConfig
@@ -124,7 +167,8 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
         except InputError:
             raise
         except Exception as err:  # transformers' validators raise many types; the message is what matters
-            raise InputError(f"transformers rejected this {model_type} config: {err}") from None
+            # one line: a front end shows it as a sentence, the command line as one line on stderr
+            raise InputError(f"transformers rejected this {model_type} config: {' '.join(str(err).split())}") from None
         top_dtype = top_dtype or _dtype_name(getattr(config, "dtype", None))
         if text is not config and "tie_word_embeddings" in raw:
             out["tie_word_embeddings"] = raw["tie_word_embeddings"]

@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from core.architectures import Cfg, build_layers
-from core.config import parse_json, resolve_cached, resolve_isolated
+from core.config import MAX_CONFIG_BYTES, parse_json, resolve_cached, resolve_isolated
 from core.dtypes import dtype_named
 from core.errors import InputError
 from core.model import ModelSpec
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 DEFAULT_MODEL = "Qwen/Qwen3.5-9B"
-_REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+_REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$", re.ASCII)  # the Hub's ids are ASCII; \w alone takes any letter
 
 
 @lru_cache(maxsize=1)
@@ -41,6 +41,8 @@ def fetch_hub_config(repo_id: str) -> dict[str, Any]:
         EntryNotFoundError,
         GatedRepoError,
         HfHubHTTPError,
+        HFValidationError,
+        HTTPError,
         LocalEntryNotFoundError,
         RepositoryNotFoundError,
     )
@@ -58,9 +60,19 @@ def fetch_hub_config(repo_id: str) -> dict[str, Any]:
         ) from None
     except EntryNotFoundError:
         raise InputError(f"{repo_id} has no config.json; upload one instead") from None
-    except (HfHubHTTPError, OSError) as err:
-        raise InputError(f"{repo_id}: could not fetch config.json ({err})") from None
-    return parse_json(Path(path).read_bytes(), f"{repo_id}/config.json")
+    except HFValidationError as err:
+        raise InputError(f"{repo_id!r} is not a valid Hub repo id ({err})") from None
+    except (HfHubHTTPError, HTTPError, OSError) as err:  # HTTPError: the connection dropped mid-download
+        raise InputError(f"{repo_id}: could not fetch config.json ({err}); try again or upload it") from None
+    return parse_json(_read_config(Path(path)), f"{repo_id}/config.json")
+
+
+def _read_config(path: Path) -> bytes:
+    """A config file's bytes, refusing one too large to be a config before reading it into memory."""
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise InputError(f"{path.name} is {size / (1 << 20):.1f} MiB, too large to be a config.json")
+    return path.read_bytes()
 
 
 def load_raw(source: str, prefer_hub: bool = False) -> tuple[str, dict[str, Any], str]:
@@ -78,7 +90,7 @@ def load_raw(source: str, prefer_hub: bool = False) -> tuple[str, dict[str, Any]
     if path.suffix == ".json" or path.is_file():
         if not path.is_file():
             raise InputError(f"no file {source}; give a config.json path, a preset or a Hub repo id")
-        return path.stem, parse_json(path.read_bytes(), str(path)), f"file {path}"
+        return path.stem, parse_json(_read_config(path), str(path)), f"file {path}"
     if not _REPO_ID.match(source):
         raise InputError(f"{source!r} is not a preset, a file or a Hub repo id (org/name)")
     try:

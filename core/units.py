@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 from core.errors import InputError
 
 # digits with optional thousands commas ("64,000", the way the app prints counts), a fraction, a k/M suffix
 _TOKENS = re.compile(r"^\s*(-?\d{1,3}(?:,\d{3})+|-?\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
 _SCALE = {"": 1, "k": 1024, "m": 1024 * 1024}
+MAX_TOKENS = 1 << 40  # a trillion: far past any model's context; beyond it a count is a typo or an attack
 
 
 def parse_tokens(text: str | int) -> int:
@@ -20,12 +22,15 @@ def parse_tokens(text: str | int) -> int:
         if not match:
             raise InputError(f"cannot read {text!r} as a token count; write e.g. 8192, 64,000, 32k or 128K")
         number, suffix = match.groups()
-        value = float(number.replace(",", "")) * _SCALE[suffix.lower()]
-        if value != int(value):
+        # Fraction, not float: 999999999999999999999 must stay that number (and be refused), not round
+        exact = Fraction(number.replace(",", "")) * _SCALE[suffix.lower()]
+        if exact.denominator != 1:
             raise InputError(f"{text!r} is not a whole number of tokens")
-        value = int(value)
+        value = int(exact)
     if value <= 0:
         raise InputError(f"token count must be positive, got {text!r}")
+    if value > MAX_TOKENS:
+        raise InputError(f"{text!r} tokens is more than kvscope sizes ({format_tokens(MAX_TOKENS)}); write fewer")
     return value
 
 

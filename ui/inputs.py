@@ -22,6 +22,7 @@ from core.units import format_tokens, parse_tokens
 from core.whatif import edited
 from ui.layout import fold_sidebar_on_phones
 from ui.state import (
+    BOUNDS,
     CUSTOM_CARD,
     DEFAULTS,
     PLATFORMS,
@@ -115,6 +116,14 @@ def _model_inputs() -> list[str]:
             "local cache). Repository code is never run.",
         )
         st.session_state["in_config"] = ""
+        repo = st.session_state.get("in_model", "").strip()
+        if not repo:
+            problems.append("Enter a Hugging Face repo id, written org/name (e.g. Qwen/Qwen3-8B).")
+        elif repo not in presets() and not REPO_ID.match(repo):
+            problems.append(
+                f"{repo[:80]!r} is not a Hugging Face repo id: write org/name with letters, digits, '-', '_' or "
+                "'.' (e.g. Qwen/Qwen3-8B); paths and web addresses are not accepted."
+            )
     else:
         upload = st.file_uploader("config.json", type=["json"], help="A checkpoint's config.json")
         pasted = st.text_area("…or paste it", height=80)
@@ -128,10 +137,9 @@ def _model_inputs() -> list[str]:
             problems.append("Upload or paste a config.json to size it.")
     with st.expander("Edit (what-if)"):
         st.caption("0 keeps the config's value.")
-        st.number_input("Layers", min_value=0, max_value=10_000, step=1, key="in_layers")
-        st.number_input("KV heads", min_value=0, max_value=4096, step=1, key="in_kvh")
-        st.number_input("Head dim", min_value=0, max_value=4096, step=1, key="in_hd")
-        st.number_input("Sliding window", min_value=0, max_value=1 << 24, step=256, key="in_win")
+        for key, label, step in (("layers", "Layers", 1), ("kvh", "KV heads", 1), ("hd", "Head dim", 1)):
+            st.number_input(label, *BOUNDS[key], step=step, key=f"in_{key}")
+        st.number_input("Sliding window", *BOUNDS["win"], step=256, key="in_win")
         st.text_input(
             "Layer pattern",
             key="in_pat",
@@ -148,8 +156,8 @@ def _hardware_inputs() -> list[str]:
     options = [CUSTOM_CARD, *cards()]
     st.selectbox("Card", options, key="in_card", format_func=lambda n: "Custom memory (GiB)" if n == CUSTOM_CARD else n)
     if st.session_state["in_card"] == CUSTOM_CARD:
-        st.number_input("GPU memory (GiB)", min_value=0.5, max_value=100_000.0, step=1.0, key="in_gib")
-    st.number_input("GPUs", min_value=1, max_value=1024, step=1, key="in_gpus")
+        st.number_input("GPU memory (GiB)", *BOUNDS["gib"], step=1.0, key="in_gib")
+    st.number_input("GPUs", *BOUNDS["gpus"], step=1, key="in_gpus")
     st.selectbox("Weights", list(FORMATS), key="in_weights", help="Weight quantisation")
     st.selectbox("Engine", list(ENGINES), key="in_engine", on_change=_on_engine)
     engine = st.session_state["in_engine"]
@@ -181,8 +189,7 @@ def _hardware_inputs() -> list[str]:
         )
         st.number_input(
             "GPU memory utilization",
-            min_value=0.05,
-            max_value=1.0,
+            *BOUNDS["util"],
             step=0.01,
             key="in_util",
             help="vLLM's --gpu-memory-utilization: the share of the card vLLM may use (default 0.92)",
@@ -211,8 +218,7 @@ def _hardware_inputs() -> list[str]:
         )
         st.number_input(
             "GPU layers (-ngl; -1 = all)",
-            min_value=-1,
-            max_value=100_000,
+            *BOUNDS["ngl"],
             step=1,
             key="in_ngl",
             help="Layers offloaded to the GPU; the others and their KV stay in system RAM",

@@ -13,6 +13,7 @@ import zlib
 from dataclasses import asdict, dataclass, fields, replace
 from urllib.parse import quote, urlencode
 
+from core.config import parse_json
 from core.engines import ENGINES
 from core.engines.llamacpp import DEFAULT_FRONTEND, FRONTENDS
 from core.engines.vllm_engine import VERSIONS, VllmOptions
@@ -24,12 +25,24 @@ from core.units import format_tokens, parse_tokens
 
 CUSTOM_CARD = "custom"
 MAX_SHARED_CONFIG = 16_000  # characters of compressed config in a link
+MAX_UNPACKED_CONFIG = 1 << 20  # bytes it may inflate to: zlib reaches ~1000:1, so a bomb stops here
+# The sidebar's widget bounds: a link value outside them would be clamped or dropped by the widget unannounced.
+BOUNDS = {
+    "gib": (0.5, 100_000.0),
+    "util": (0.05, 1.0),
+    "ngl": (-1, 100_000),
+    "gpus": (1, 1024),
+    "layers": (0, 10_000),
+    "kvh": (0, 4096),
+    "hd": (0, 4096),
+    "win": (0, 1 << 24),
+}
 SWITCH = {"auto": None, "on": True, "off": False}  # an engine option: its default, or forced on/off
 PLATFORMS = ("cuda", "cpu")
 CHOICES = {"swa": SWITCH, "kvu": SWITCH, "vver": VERSIONS, "fe": FRONTENDS, "plat": PLATFORMS}  # engine options
 SOURCES = ("Preset", "Hub", "Upload")
 # org/name; never a path on the server (no "..", no "x.json" that core.loading would read as a file)
-REPO_ID = re.compile(r"^(?!.*\.\.)(?!.*\.json$)[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
+REPO_ID = re.compile(r"^(?!.*\.\.)(?!.*\.json$)[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$", re.ASCII)
 PATTERN = re.compile(r"^[A-Za-z]{0,64}$")  # what the sidebar's pattern box keeps; core.whatif judges the letters
 
 
@@ -71,12 +84,21 @@ def pack_config(raw: dict) -> str:
 def unpack_config(text: str) -> dict:
     try:
         blob = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        data = json.loads(zlib.decompress(blob))
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(blob, MAX_UNPACKED_CONFIG)
+        if inflater.unconsumed_tail:
+            raise InputError(
+                f"the shared config in the link unpacks to more than {MAX_UNPACKED_CONFIG >> 20} MiB, which no "
+                "config.json does; upload the config.json instead"
+            )
     except (ValueError, zlib.error) as err:
+        if isinstance(err, InputError):
+            raise
         raise InputError(f"the shared config in the link is damaged ({err})") from None
-    if not isinstance(data, dict):
-        raise InputError("the shared config in the link is not a JSON object")
-    return data
+    try:
+        return parse_json(raw, "the shared config in the link")
+    except InputError as err:
+        raise InputError(f"{err}; ask for a fresh link") from None
 
 
 def _check(key: str, value: str):
@@ -96,26 +118,16 @@ def _check(key: str, value: str):
         return value
     if key == "card":
         return value if value == CUSTOM_CARD else card_named(value).name
-    if key == "gib":
-        gib = float(value)
-        if not 0 < gib <= 100_000:
-            raise InputError("GPU memory out of range")
-        return gib
-    if key == "util":
-        util = float(value)
-        if not 0.05 <= util <= 1:
-            raise InputError("gpu_memory_utilization must be 0.05 … 1")
-        return util
-    if key == "ngl":
-        n = int(value)
-        if not -1 <= n <= 100_000:
-            raise InputError("ngl out of range")
-        return n
-    if key in ("gpus", "layers", "kvh", "hd", "win"):
-        n = int(value)
-        if not (0 <= n <= 1 << 24) or (key == "gpus" and not 1 <= n <= 1024):
-            raise InputError(f"{key} out of range")
-        return n
+    if key in BOUNDS:
+        lo, hi = BOUNDS[key]
+        kind = float if isinstance(lo, float) else int
+        try:
+            number = kind(value)
+        except ValueError:
+            raise InputError(f"{key} must be {'a number' if kind is float else 'a whole number'}") from None
+        if not lo <= number <= hi:  # NaN fails this too
+            raise InputError(f"{key} must be {lo:g} … {hi:g}")
+        return number
     if key == "weights":
         if value.lower() not in FORMATS:
             raise InputError(f"unknown weight format {value!r}")
@@ -173,6 +185,8 @@ def to_query(inputs: Inputs) -> dict[str, str]:
     for key, value in asdict(inputs).items():
         if value == getattr(DEFAULTS, key) and key != "model":
             continue
+        if key == "model" and not str(value).strip():
+            continue  # an empty Hub box: "?model=" would only be refused when the link is opened
         out[key] = (
             format_tokens(value).replace(",", "")
             if key == "ctx"

@@ -30,7 +30,7 @@ class ProbeRequest:
     gpu_memory_utilization: float = 0.9
     compile: bool = True  # CUDA decode: static cache + torch.compile (CUDA graphs); False forces eager
     seed: int = 0
-    debug: str = ""  # tests only: "sleep:SECONDS" before starting, "crash" after the first context
+    debug: str = ""  # tests only: "sleep:SECONDS" before starting, "crash" after the first context, "oom" at once
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

@@ -7,6 +7,7 @@ flock, so a crash or kill mid-run can neither break a line nor touch earlier one
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -37,10 +38,16 @@ def append_result(path: Path, record: dict[str, Any]) -> None:
                 f.seek(size - 1)
                 if f.read(1) != b"\n":
                     line = b"\n" + line
-        written = os.write(fd, line)
-        if written != len(line):
-            raise OSError(f"short write to {path} ({written} of {len(line)} bytes)")
-        os.fsync(fd)
+        try:
+            written = os.write(fd, line)
+            if written != len(line):
+                raise OSError(f"short write to {path} ({written} of {len(line)} bytes)")
+            os.fsync(fd)
+        except OSError:
+            # A full disk can take part of the line: cut the file back to what it held, so it stays whole.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
     finally:
         os.close(fd)  # closing releases the flock
 
@@ -65,5 +72,27 @@ def load_results(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], li
         if not isinstance(row, dict):
             warnings.append(f"{path.name} line {number} skipped: a JSON {type(row).__name__}, not an object")
             continue
+        problem = _record_problem(row)
+        if problem:
+            warnings.append(f"{path.name} line {number} skipped: {problem}")
+            continue
         rows.append(row)
     return rows, warnings
+
+
+def _record_problem(row: dict[str, Any]) -> str | None:
+    """Why a parsed line (edited by hand, or from elsewhere) cannot be shown as a past run; None if it can."""
+    measured = row.get("measured", [])
+    if not isinstance(measured, list) or not all(isinstance(m, dict) for m in measured):
+        return "'measured' is not a list of objects"
+    for m in measured:
+        context = m.get("context")
+        if isinstance(context, bool) or not isinstance(context, int) or context <= 0:
+            return f"a measured context is {context!r}, not a positive token count"
+        ratio = m.get("ratio")
+        if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, int | float)):
+            return f"a measured ratio is {ratio!r}, not a number"
+    for key in ("time", "model", "gpu", "status"):
+        if not isinstance(row.get(key), str | None):
+            return f"'{key}' is {row.get(key)!r}, not text"
+    return None

@@ -217,7 +217,11 @@ def _run_locked(
     result = _run_child(request, notify, cancel, timeout, lock_fd)
     if record:
         path = folder / RESULTS_NAME
-        append_result(path, record_of(result))
+        try:
+            append_result(path, record_of(result))
+        except OSError as err:  # a full disk: what was measured is still shown; the file keeps its earlier runs
+            note = f"not saved to {RESULTS_NAME} ({err.strerror or err}); earlier runs there are unchanged"
+            return replace(result, notes=(*result.notes, note))
         result = replace(result, results_path=str(path))
     return result
 

@@ -140,7 +140,7 @@ def count_params(torch: Any, config: Any) -> tuple[int, int]:
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
     total = sum(p.numel() for p in model.parameters())
     layered = sum(p.numel() for n, p in model.named_parameters() if re.search(r"\.layers\.\d+\.", n))
     return total, total - layered
@@ -376,13 +376,20 @@ def run_transformers(req: ProbeRequest, ch: Channel, budget_s: float | None = No
     model = None
     if weights_dir:
         try:
-            model = AutoModelForCausalLM.from_pretrained(weights_dir, dtype=torch_dtype, device_map=device)
+            model = AutoModelForCausalLM.from_pretrained(
+                weights_dir,
+                dtype=torch_dtype,
+                device_map=device,
+                trust_remote_code=False,  # a repo's code never runs
+            )
             weights_label = f"real weights from {weights_dir}"
         except Exception as err:  # a VLM checkpoint, an unknown layout: random weights still measure the cache
             notes.append(f"real weights in {weights_dir} did not load ({type(err).__name__}): random weights")
     if model is None:
         with target:
-            model = AutoModelForCausalLM.from_config(text_config(scaled.raw), dtype=torch_dtype)
+            model = AutoModelForCausalLM.from_config(
+                text_config(scaled.raw), dtype=torch_dtype, trust_remote_code=False
+            )
     model.eval()
     weights_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     ch.send("weights", weights=weights_label, weights_bytes=weights_bytes)
@@ -526,6 +533,7 @@ def run_vllm(req: ProbeRequest, ch: Channel, budget_s: float | None = None) -> N
             load_format=load_format,
             skip_tokenizer_init=True,
             seed=req.seed,
+            trust_remote_code=False,
         )
     finally:
         os.dup2(saved, 2)
@@ -568,6 +576,15 @@ def run_vllm(req: ProbeRequest, ch: Channel, budget_s: float | None = None) -> N
     ch.send("done", weights=label, notes=notes, env=env)
 
 
+def _exhaust_memory() -> None:
+    """Tests only: run out of memory for real, under an address-space limit (no machine is harmed)."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 31, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    hoard = [bytearray(64 << 20) for _ in range(64)]  # 4 GiB: past the limit
+    raise AssertionError(f"allocated {len(hoard)} blocks under a 2 GiB limit")
+
+
 def main() -> int:
     ch = Channel()
     _watch_parent()
@@ -577,6 +594,8 @@ def main() -> int:
         if req.debug.startswith("sleep:"):
             ch.progress("debug: sleeping")
             time.sleep(float(req.debug.split(":", 1)[1]))
+        if req.debug == "oom":
+            _exhaust_memory()
         (run_vllm if req.backend == "vllm" else run_transformers)(req, ch, data.get("time_budget_s"))
     except InputError as err:
         ch.send("error", message=str(err), kind="input")

@@ -1,0 +1,91 @@
+"""A whole team at once: N users (browser contexts, one session each) open different kvscope views on one server at
+the same moment; the latency distribution beside the same load on a minimal Streamlit page, in one run.
+
+    .venv/bin/python tests/bench/bench_team.py              # or: make bench
+    .venv/bin/python tests/bench/bench_team.py --users 30 --rounds 3
+
+Latency = one user's page.goto until the page is complete (kvscope: its 4 metrics visible; minimal page: its title;
+both: script not running). Rounds alternate kvscope and the minimal page so load on the machine hits both alike.
+Traffic goes to 127.0.0.1 only. A report, not a test (tests/e2e/test_hostile.py checks correctness under this load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_app import BENCH_TMP, MINIMAL_PAGE, minimal_folder, served_from  # noqa: E402  (sets the bench's env)
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    deciles = statistics.quantiles(values, n=10, method="inclusive")
+    return {"min": min(values), "median": statistics.median(values), "p90": deciles[-1], "max": max(values)}
+
+
+def run_round(minimal: bool, urls_of, cache: Path) -> list[float]:
+    from tests.e2e.conftest import Server
+    from tests.e2e.test_hostile import drive_team
+
+    with served_from(minimal_folder()) if minimal else contextlib.nullcontext():
+        server = Server(env={"KVSCOPE_CACHE": str(cache)}, log=BENCH_TMP / "team-server.log")
+    try:
+        server.wait_healthy()
+        urls = [server.url + path for path in urls_of(minimal)]
+        answers = drive_team(urls, ready="h1", count=1, read=False) if minimal else drive_team(urls)
+        if any(errors for _, _, _, errors in answers):
+            raise SystemExit(f"an exception box appeared under load:\n{server.tail()}")
+        return [elapsed for elapsed, *_ in answers]
+    finally:
+        server.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=2, help="rounds per page; each round is a fresh server")
+    args = parser.parse_args()
+
+    import streamlit
+
+    from tests.e2e.conftest import CHROMIUM
+    from tests.e2e.test_hostile import team
+
+    if not Path(CHROMIUM).is_file():
+        raise SystemExit(f"Chromium not found at {CHROMIUM} (or set KVSCOPE_CHROMIUM)")
+    members = team(args.users)
+    links = [m.link for m in members]
+
+    def urls_of(minimal: bool) -> list[str]:
+        return ["/"] * args.users if minimal else links
+
+    cache = BENCH_TMP / "cache-team"
+    print(f"kvscope team bench — {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+          f"streamlit {streamlit.__version__}")  # fmt: skip
+    print(f"{args.users} users at once, each a fresh browser context in one headless Chromium, one server per round; "
+          f"{args.rounds} rounds per page, alternating")  # fmt: skip
+    print(f"kvscope: {args.users} different views (models, engines, cards, contexts, weights); "
+          f"minimal page: {MINIMAL_PAGE.strip()!r}")  # fmt: skip
+    times: dict[str, list[float]] = {"kvscope": [], "minimal": []}
+    for _ in range(args.rounds):
+        times["kvscope"] += run_round(False, urls_of, cache)
+        times["minimal"] += run_round(True, urls_of, cache)
+    stats = {name: summary(values) for name, values in times.items()}
+    print(f"\n  {'page load, s':<14} {'min':>7} {'median':>7} {'p90':>7} {'max':>7}   (n = {args.users * args.rounds})")
+    for name, s in stats.items():
+        print(f"  {name:<14} {s['min']:>7.2f} {s['median']:>7.2f} {s['p90']:>7.2f} {s['max']:>7.2f}")
+    ratio = {k: stats["kvscope"][k] / stats["minimal"][k] for k in ("min", "median", "p90", "max")}
+    print(f"  {'kvscope ÷ min':<14} " + " ".join(f"{ratio[k]:>6.2f}x" for k in ("min", "median", "p90", "max")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
