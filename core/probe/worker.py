@@ -32,6 +32,7 @@ from core.probe.request import RANDOM_LABEL, ContextResult, ProbeRequest
 from core.probe.scale import Scaled, scale_layers, smallest_exact
 
 CPU_BUDGET_BYTES = 8 << 30  # a probe on CPU must fit in this (weights + largest cache)
+CPU_ADDRESS_SPACE = CPU_BUDGET_BYTES + (8 << 30)  # its hard cap: the budget plus torch's own mappings and slack
 CPU_FULL_SIZE_PARAMS = 1_500_000_000  # at most this many parameters: a CPU probe runs the whole model if time allows
 CPU_TIME_SHARE = 0.5  # of the probe's timeout, the most a full-size CPU estimate may take (the estimate is rough)
 CPU_SLOWDOWN = 3.0  # real forward passes vs a plain matmul's FLOP rate: norms, attention, torch-fallback kernels
@@ -341,6 +342,8 @@ def run_transformers(req: ProbeRequest, ch: Channel, budget_s: float | None = No
     if req.device == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda: no CUDA device is visible to torch on this machine")
     device = "cuda" if req.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        limit_address_space(CPU_ADDRESS_SPACE)
     name, raw, origin = load_raw(req.model)
     name = req.name or name
     engine = engine_named("transformers")
@@ -576,11 +579,18 @@ def run_vllm(req: ProbeRequest, ch: Channel, budget_s: float | None = None) -> N
     ch.send("done", weights=label, notes=notes, env=env)
 
 
-def _exhaust_memory() -> None:
-    """Tests only: run out of memory for real, under an address-space limit (no machine is harmed)."""
+def limit_address_space(limit: int) -> None:
+    """Cap this process's address space: a runaway allocation then fails here as MemoryError instead of starving
+    the server beside it. Only on the CPU: CUDA's driver maps far more address space than it uses."""
     import resource
 
-    resource.setrlimit(resource.RLIMIT_AS, (1 << 31, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    resource.setrlimit(resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+
+
+def _exhaust_memory() -> None:
+    """Tests only: run out of memory for real, under an address-space limit (no machine is harmed)."""
+    limit_address_space(1 << 31)
     hoard = [bytearray(64 << 20) for _ in range(64)]  # 4 GiB: past the limit
     raise AssertionError(f"allocated {len(hoard)} blocks under a 2 GiB limit")
 
