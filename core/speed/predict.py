@@ -1,0 +1,249 @@
+"""Decode, prefill and time to first token for a Setup: a roofline per device plus a per-pass engine overhead.
+
+time of a pass on a device = max(bytes ÷ (bandwidth × eff), FLOPs ÷ (peak × eff)); devices a pass crosses
+(llama.cpp's -ngl split) add up; the engine's overhead comes on top. Every input is a field of the result, so a
+figure can be shown with its formula.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from core.dtypes import dtype_named
+from core.engines.llamacpp import LlamaCppEngine
+from core.engines.vllm_engine import VllmEngine
+from core.errors import InputError
+from core.fit import Setup
+from core.params import count_params
+from core.quant import default_format, tensor_bytes
+from core.speed.efficiency import Efficiency, efficiency_for
+from core.speed.work import PassWork, Weights, decode_work, prefill_work
+
+PREFILL_SPANS = 16  # prefill chunks are grouped into at most this many spans, each timed as one roofline
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Where the layers run: a card (None = CPU only) and the host's RAM and threads for layers left in RAM."""
+
+    ram_gb_s: float
+    threads: int
+    cpu_only: bool = False
+
+
+@dataclass(frozen=True)
+class DevicePart:
+    """The share of one pass that runs on one device."""
+
+    device: str  # "gpu" | "cpu"
+    layers: int
+    bytes: float
+    matmul_flops: float
+    attention_flops: float
+    bandwidth_gb_s: float  # before efficiency
+    peak_gflops: float  # before efficiency (CPU: already effective per thread × threads, per kind below)
+    memory_s: float
+    compute_s: float
+    efficiency: Efficiency
+
+    @property
+    def seconds(self) -> float:
+        return max(self.memory_s, self.compute_s)
+
+
+@dataclass(frozen=True)
+class Timing:
+    parts: tuple[DevicePart, ...]
+    overhead_s: float
+
+    @property
+    def memory_s(self) -> float:
+        return sum(p.memory_s for p in self.parts)
+
+    @property
+    def compute_s(self) -> float:
+        return sum(p.compute_s for p in self.parts)
+
+    @property
+    def seconds(self) -> float:
+        return sum(p.seconds for p in self.parts) + self.overhead_s
+
+    @property
+    def bytes(self) -> float:
+        return sum(p.bytes for p in self.parts)
+
+    @property
+    def flops(self) -> float:
+        return sum(p.matmul_flops + p.attention_flops for p in self.parts)
+
+    @property
+    def bound(self) -> str:
+        """What the largest share of the time waits on."""
+        shares = {
+            "memory": sum(p.memory_s for p in self.parts if p.memory_s >= p.compute_s),
+            "compute": sum(p.compute_s for p in self.parts if p.compute_s > p.memory_s),
+            "overhead": self.overhead_s,
+        }
+        return max(shares, key=lambda k: shares[k])
+
+
+@dataclass(frozen=True)
+class Speed:
+    context: int
+    batch: int
+    decode: Timing  # one step of `batch` sequences
+    prefill: Timing  # one prompt of `context` tokens, chunk by chunk
+    chunk: int  # prefill tokens per forward pass
+    fits_concurrency: float | None = None
+
+    @property
+    def decode_tok_s(self) -> float:
+        """Output tokens per second of each sequence."""
+        return 1.0 / self.decode.seconds
+
+    @property
+    def aggregate_tok_s(self) -> float:
+        return self.batch / self.decode.seconds
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return self.context / self.prefill.seconds
+
+    @property
+    def ttft_s(self) -> float:
+        """The first output token is sampled from the prefill's last logits: the prefill time of the prompt."""
+        return self.prefill.seconds
+
+    @property
+    def bytes_per_step(self) -> float:
+        return self.decode.bytes
+
+    @property
+    def bound(self) -> str:
+        return self.decode.bound
+
+
+def device_kind(setup: Setup, hw: Hardware) -> str:
+    return "cpu" if hw.cpu_only else "gpu"
+
+
+def _weights(setup: Setup) -> Weights:
+    model = setup.model
+    count = count_params(model)
+    fmt = setup.weights or default_format(model)
+    per_tensor = tensor_bytes(count, fmt, dtype_named(model.dtype).block_bytes)
+    scale = 1.0
+    if setup.weights_file is not None:  # a real file's total replaces the estimate, spread in proportion
+        estimate = sum(size for _, size in per_tensor)
+        scale = setup.weights_file.total_bytes / estimate if estimate else 1.0
+    return Weights.of(per_tensor, len(model.layers), count.lm_head == 0, scale)
+
+
+def placement(setup: Setup, hw: Hardware) -> tuple[int, bool]:
+    """(decoder layers on the GPU, output head on the GPU): llama.cpp's -ngl puts the first K layers there and the
+    head only once every layer is; CPU-only keeps everything in RAM."""
+    n = len(setup.model.layers)
+    if hw.cpu_only:
+        return 0, False
+    if setup.gpu_layers is None or not isinstance(setup.engine, LlamaCppEngine):
+        return n, True
+    return min(setup.gpu_layers, n), setup.gpu_layers > n
+
+
+def _part(device: str, work: PassWork, idx: range, head: bool, setup: Setup, hw: Hardware, prefill: bool) -> DevicePart:
+    eff = efficiency_for(setup.engine.name, device)
+    layers = [work.layers[i] for i in idx]
+    nbytes = sum(w.bytes for w in layers) + (work.head_bytes if head else 0.0)
+    matmul = sum(w.matmul_flops + w.state_flops for w in layers) + (work.head_flops if head else 0.0)
+    attention = float(sum(w.attention_flops for w in layers))
+    if device == "gpu":
+        card = setup.card
+        if not card.bandwidth_gb_s or not card.bf16_tflops:
+            raise InputError(
+                f"{card.name}: no bandwidth or peak figure to time it by; choose a listed card or --device cpu"
+            )
+        share = setup.tp  # tensor parallel: each GPU reads and computes its share, in parallel
+        bw = card.bandwidth_gb_s * share
+        peak = card.bf16_tflops * 1e3 * share
+        mm_rate = peak * (eff.prefill_compute if prefill else eff.decode_compute)
+        attn_rate = peak * eff.attention_compute
+    else:
+        bw = hw.ram_gb_s
+        peak = float(hw.threads)  # CPU figures are GFLOP/s per thread
+        mm_rate = peak * (eff.prefill_compute if prefill else eff.decode_compute)
+        attn_rate = peak * eff.attention_compute
+    memory_s = nbytes / (bw * 1e9 * eff.bandwidth)
+    compute_s = matmul / (mm_rate * 1e9) + attention / (attn_rate * 1e9)
+    return DevicePart(device, len(layers), nbytes, matmul, attention, bw, peak, memory_s, compute_s, eff)
+
+
+def _timing(work: PassWork, setup: Setup, hw: Hardware, prefill: bool, passes: int = 1) -> Timing:
+    n = len(work.layers)
+    on_gpu, head_on_gpu = placement(setup, hw)
+    parts = []
+    if on_gpu or head_on_gpu:
+        parts.append(_part("gpu", work, range(on_gpu), head_on_gpu, setup, hw, prefill))
+    if on_gpu < n or not head_on_gpu:
+        parts.append(_part("cpu", work, range(on_gpu, n), not head_on_gpu, setup, hw, prefill))
+    # the overhead of the device that drives the pass: the GPU's whenever one takes part
+    eff = efficiency_for(setup.engine.name, "gpu" if on_gpu or head_on_gpu else "cpu")
+    return Timing(tuple(parts), eff.overhead_s(n) * passes)
+
+
+def prefill_chunk(setup: Setup, context: int) -> int:
+    """Prompt tokens per forward pass: llama.cpp's n_ubatch, vLLM's max_num_batched_tokens (chunked prefill);
+    transformers runs the whole prompt at once."""
+    engine = setup.engine
+    if isinstance(engine, LlamaCppEngine):
+        return max(1, min(engine.options.n_ubatch, engine.options.n_batch))
+    if isinstance(engine, VllmEngine):
+        return max(1, engine.options.max_num_batched_tokens)
+    return context
+
+
+def _add(a: Timing, b: Timing) -> Timing:
+    return Timing(a.parts + b.parts, a.overhead_s + b.overhead_s)
+
+
+def _merge(t: Timing) -> Timing:
+    """Sum span parts per device so a prefill reads as one part per device."""
+    merged: dict[str, DevicePart] = {}
+    for p in t.parts:
+        q = merged.get(p.device)
+        merged[p.device] = p if q is None else DevicePart(
+            p.device, p.layers, q.bytes + p.bytes, q.matmul_flops + p.matmul_flops,
+            q.attention_flops + p.attention_flops, p.bandwidth_gb_s, p.peak_gflops,
+            q.memory_s + p.memory_s, q.compute_s + p.compute_s, p.efficiency,
+        )  # fmt: skip
+    return Timing(tuple(merged.values()), t.overhead_s)
+
+
+def prefill_timing(setup: Setup, hw: Hardware, context: int) -> tuple[Timing, int]:
+    """One prompt of `context` tokens, `chunk` tokens per pass; chunks are grouped into ≤ PREFILL_SPANS spans, each
+    timed as one roofline (its weights read once per chunk in it), so a long prompt costs a bounded amount of work."""
+    chunk = prefill_chunk(setup, context)
+    chunks = math.ceil(context / chunk)
+    weights = _weights(setup)
+    total: Timing | None = None
+    per_span = math.ceil(chunks / min(chunks, PREFILL_SPANS))
+    for first in range(0, chunks, per_span):
+        start = first * chunk
+        end = min(context, (first + per_span) * chunk)
+        passes = math.ceil((end - start) / chunk)
+        # serving engines (and kvscope's probe) run the output head on each pass's last position only
+        work = prefill_work(setup.model, setup.engine, weights, start, end, setup.kv_dtype, chunk=chunk, logits=passes)
+        t = _timing(work, setup, hw, prefill=True, passes=passes)
+        total = t if total is None else _add(total, t)
+    assert total is not None
+    return _merge(total), chunk
+
+
+def predict(setup: Setup, hw: Hardware, context: int, batch: int = 1) -> Speed:
+    if context <= 0 or batch <= 0:
+        raise InputError(f"context and batch must be positive (got context={context}, batch={batch})")
+    weights = _weights(setup)
+    work = decode_work(setup.model, setup.engine, weights, context, batch, setup.kv_dtype)
+    decode = _timing(work, setup, hw, prefill=False)
+    prefill, chunk = prefill_timing(setup, hw, context)
+    return Speed(context, batch, decode, prefill, chunk)
