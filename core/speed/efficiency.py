@@ -25,9 +25,10 @@ class Efficiency:
     engine: str
     device: str
     bandwidth: float
-    decode_compute: float  # matrix × vector (one token per sequence)
-    prefill_compute: float  # matrix × matrix (a chunk of tokens)
-    attention_compute: float  # q·k and p·v over the cached keys
+    decode_compute: float  # weights: matrix × vector (one token per sequence)
+    decode_attention: float  # one query's q·k and p·v over the cached keys (vector work, far below peak)
+    prefill_compute: float  # weights: matrix × matrix (a chunk of tokens)
+    prefill_attention: float  # a chunk's queries against the keys (matrix work)
     overhead_step_s: float  # per forward pass: scheduling, sampling, graph build, launches
     overhead_layer_s: float  # per decoder layer and pass (framework dispatch, e.g. eager PyTorch)
     status: str  # "fitted" | "assumed"

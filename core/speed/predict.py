@@ -8,6 +8,7 @@ figure can be shown with its formula.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from core.dtypes import dtype_named
@@ -23,33 +24,67 @@ from core.speed.work import PassWork, Weights, decode_work, prefill_work
 PREFILL_SPANS = 16  # prefill chunks are grouped into at most this many spans, each timed as one roofline
 
 
+Table = Mapping[tuple[str, str], Efficiency]
+
+
 @dataclass(frozen=True)
 class Hardware:
-    """Where the layers run: a card (None = CPU only) and the host's RAM and threads for layers left in RAM."""
+    """The host beside the Setup's card: RAM bandwidth and threads for layers left in RAM; cpu_only runs all there."""
 
     ram_gb_s: float
     threads: int
     cpu_only: bool = False
 
 
+def _eff(table: Table | None, engine: str, device: str) -> Efficiency:
+    if table is None:
+        return efficiency_for(engine, device)
+    return table.get((engine, device)) or efficiency_for(engine, device)
+
+
 @dataclass(frozen=True)
 class DevicePart:
-    """The share of one pass that runs on one device."""
+    """The share of one pass that runs on one device. The weight matmuls and the attention are separate kernels,
+    each with its own roofline: max(weights ÷ bandwidth, matmul FLOPs ÷ rate) + max(cache ÷ bandwidth, attention
+    FLOPs ÷ rate)."""
 
     device: str  # "gpu" | "cpu"
     layers: int
-    bytes: float
-    matmul_flops: float
+    weight_bytes: float  # weights (experts touched), recurrent state read and written, the output head
+    cache_bytes: float  # attention cache read (and, in prefill, written)
+    matmul_flops: float  # weights and recurrent updates
     attention_flops: float
     bandwidth_gb_s: float  # before efficiency
-    peak_gflops: float  # before efficiency (CPU: already effective per thread × threads, per kind below)
-    memory_s: float
-    compute_s: float
+    peak_gflops: float  # before efficiency; on a CPU, threads (its rates are per thread)
+    weights_s: float  # weight_bytes ÷ (bandwidth × eff)
+    matmul_s: float  # matmul_flops ÷ (peak × eff)
+    cache_s: float
+    attention_s: float
     efficiency: Efficiency
 
     @property
+    def bytes(self) -> float:
+        return self.weight_bytes + self.cache_bytes
+
+    @property
+    def memory_s(self) -> float:
+        return self.weights_s + self.cache_s
+
+    @property
+    def compute_s(self) -> float:
+        return self.matmul_s + self.attention_s
+
+    @property
     def seconds(self) -> float:
-        return max(self.memory_s, self.compute_s)
+        return max(self.weights_s, self.matmul_s) + max(self.cache_s, self.attention_s)
+
+    @property
+    def waits(self) -> dict[str, float]:
+        """Seconds waiting on memory and on compute: the larger side of each kernel's roofline."""
+        memory = (self.weights_s if self.weights_s >= self.matmul_s else 0.0) + (
+            self.cache_s if self.cache_s >= self.attention_s else 0.0
+        )
+        return {"memory": memory, "compute": self.seconds - memory}
 
 
 @dataclass(frozen=True)
@@ -81,8 +116,8 @@ class Timing:
     def bound(self) -> str:
         """What the largest share of the time waits on."""
         shares = {
-            "memory": sum(p.memory_s for p in self.parts if p.memory_s >= p.compute_s),
-            "compute": sum(p.compute_s for p in self.parts if p.compute_s > p.memory_s),
+            "memory": sum(p.waits["memory"] for p in self.parts),
+            "compute": sum(p.waits["compute"] for p in self.parts),
             "overhead": self.overhead_s,
         }
         return max(shares, key=lambda k: shares[k])
@@ -128,7 +163,7 @@ def device_kind(setup: Setup, hw: Hardware) -> str:
     return "cpu" if hw.cpu_only else "gpu"
 
 
-def _weights(setup: Setup) -> Weights:
+def setup_weights(setup: Setup) -> Weights:
     model = setup.model
     count = count_params(model)
     fmt = setup.weights or default_format(model)
@@ -151,10 +186,13 @@ def placement(setup: Setup, hw: Hardware) -> tuple[int, bool]:
     return min(setup.gpu_layers, n), setup.gpu_layers > n
 
 
-def _part(device: str, work: PassWork, idx: range, head: bool, setup: Setup, hw: Hardware, prefill: bool) -> DevicePart:
-    eff = efficiency_for(setup.engine.name, device)
+def _part(
+    device: str, work: PassWork, idx: range, head: bool, setup: Setup, hw: Hardware, prefill: bool, table: Table | None
+) -> DevicePart:
+    eff = _eff(table, setup.engine.name, device)
     layers = [work.layers[i] for i in idx]
-    nbytes = sum(w.bytes for w in layers) + (work.head_bytes if head else 0.0)
+    weight_bytes = sum(w.weight_bytes + w.state_bytes for w in layers) + (work.head_bytes if head else 0.0)
+    cache_bytes = float(sum(w.cache_bytes for w in layers))
     matmul = sum(w.matmul_flops + w.state_flops for w in layers) + (work.head_flops if head else 0.0)
     attention = float(sum(w.attention_flops for w in layers))
     if device == "gpu":
@@ -166,28 +204,28 @@ def _part(device: str, work: PassWork, idx: range, head: bool, setup: Setup, hw:
         share = setup.tp  # tensor parallel: each GPU reads and computes its share, in parallel
         bw = card.bandwidth_gb_s * share
         peak = card.bf16_tflops * 1e3 * share
-        mm_rate = peak * (eff.prefill_compute if prefill else eff.decode_compute)
-        attn_rate = peak * eff.attention_compute
     else:
         bw = hw.ram_gb_s
         peak = float(hw.threads)  # CPU figures are GFLOP/s per thread
-        mm_rate = peak * (eff.prefill_compute if prefill else eff.decode_compute)
-        attn_rate = peak * eff.attention_compute
-    memory_s = nbytes / (bw * 1e9 * eff.bandwidth)
-    compute_s = matmul / (mm_rate * 1e9) + attention / (attn_rate * 1e9)
-    return DevicePart(device, len(layers), nbytes, matmul, attention, bw, peak, memory_s, compute_s, eff)
+    mm_rate = peak * (eff.prefill_compute if prefill else eff.decode_compute)
+    attn_rate = peak * (eff.prefill_attention if prefill else eff.decode_attention)
+    rate = bw * 1e9 * eff.bandwidth
+    return DevicePart(
+        device, len(layers), weight_bytes, cache_bytes, matmul, attention, bw, peak,
+        weight_bytes / rate, matmul / (mm_rate * 1e9), cache_bytes / rate, attention / (attn_rate * 1e9), eff,
+    )  # fmt: skip
 
 
-def _timing(work: PassWork, setup: Setup, hw: Hardware, prefill: bool, passes: int = 1) -> Timing:
+def _timing(work: PassWork, setup: Setup, hw: Hardware, prefill: bool, table: Table | None, passes: int = 1) -> Timing:
     n = len(work.layers)
     on_gpu, head_on_gpu = placement(setup, hw)
     parts = []
     if on_gpu or head_on_gpu:
-        parts.append(_part("gpu", work, range(on_gpu), head_on_gpu, setup, hw, prefill))
+        parts.append(_part("gpu", work, range(on_gpu), head_on_gpu, setup, hw, prefill, table))
     if on_gpu < n or not head_on_gpu:
-        parts.append(_part("cpu", work, range(on_gpu, n), not head_on_gpu, setup, hw, prefill))
+        parts.append(_part("cpu", work, range(on_gpu, n), not head_on_gpu, setup, hw, prefill, table))
     # the overhead of the device that drives the pass: the GPU's whenever one takes part
-    eff = efficiency_for(setup.engine.name, "gpu" if on_gpu or head_on_gpu else "cpu")
+    eff = _eff(table, setup.engine.name, "gpu" if on_gpu or head_on_gpu else "cpu")
     return Timing(tuple(parts), eff.overhead_s(n) * passes)
 
 
@@ -207,24 +245,31 @@ def _add(a: Timing, b: Timing) -> Timing:
 
 
 def _merge(t: Timing) -> Timing:
-    """Sum span parts per device so a prefill reads as one part per device."""
+    """Sum span parts per device so a prefill reads as one part per device (each span kept its own maxima)."""
     merged: dict[str, DevicePart] = {}
     for p in t.parts:
         q = merged.get(p.device)
-        merged[p.device] = p if q is None else DevicePart(
-            p.device, p.layers, q.bytes + p.bytes, q.matmul_flops + p.matmul_flops,
-            q.attention_flops + p.attention_flops, p.bandwidth_gb_s, p.peak_gflops,
-            q.memory_s + p.memory_s, q.compute_s + p.compute_s, p.efficiency,
+        if q is None:
+            merged[p.device] = p
+            continue
+        # seconds stay additive: add the sides, then restore the larger side of each roofline in its own field
+        merged[p.device] = DevicePart(
+            p.device, p.layers, q.weight_bytes + p.weight_bytes, q.cache_bytes + p.cache_bytes,
+            q.matmul_flops + p.matmul_flops, q.attention_flops + p.attention_flops, p.bandwidth_gb_s, p.peak_gflops,
+            q.weights_s + p.weights_s, q.matmul_s + p.matmul_s, q.cache_s + p.cache_s, q.attention_s + p.attention_s,
+            p.efficiency,
         )  # fmt: skip
     return Timing(tuple(merged.values()), t.overhead_s)
 
 
-def prefill_timing(setup: Setup, hw: Hardware, context: int) -> tuple[Timing, int]:
+def prefill_timing(
+    setup: Setup, hw: Hardware, context: int, table: Table | None = None, weights: Weights | None = None
+) -> tuple[Timing, int]:
     """One prompt of `context` tokens, `chunk` tokens per pass; chunks are grouped into ≤ PREFILL_SPANS spans, each
     timed as one roofline (its weights read once per chunk in it), so a long prompt costs a bounded amount of work."""
     chunk = prefill_chunk(setup, context)
     chunks = math.ceil(context / chunk)
-    weights = _weights(setup)
+    weights = weights or setup_weights(setup)
     total: Timing | None = None
     per_span = math.ceil(chunks / min(chunks, PREFILL_SPANS))
     for first in range(0, chunks, per_span):
@@ -233,17 +278,25 @@ def prefill_timing(setup: Setup, hw: Hardware, context: int) -> tuple[Timing, in
         passes = math.ceil((end - start) / chunk)
         # serving engines (and kvscope's probe) run the output head on each pass's last position only
         work = prefill_work(setup.model, setup.engine, weights, start, end, setup.kv_dtype, chunk=chunk, logits=passes)
-        t = _timing(work, setup, hw, prefill=True, passes=passes)
+        t = _timing(work, setup, hw, True, table, passes=passes)
         total = t if total is None else _add(total, t)
     assert total is not None
     return _merge(total), chunk
 
 
-def predict(setup: Setup, hw: Hardware, context: int, batch: int = 1) -> Speed:
+def predict(
+    setup: Setup,
+    hw: Hardware,
+    context: int,
+    batch: int = 1,
+    table: Table | None = None,
+    weights: Weights | None = None,
+) -> Speed:
+    """`table` replaces entries of efficiencies.json (fitting does); `weights` saves recounting them per call."""
     if context <= 0 or batch <= 0:
         raise InputError(f"context and batch must be positive (got context={context}, batch={batch})")
-    weights = _weights(setup)
+    weights = weights or setup_weights(setup)
     work = decode_work(setup.model, setup.engine, weights, context, batch, setup.kv_dtype)
-    decode = _timing(work, setup, hw, prefill=False)
-    prefill, chunk = prefill_timing(setup, hw, context)
+    decode = _timing(work, setup, hw, False, table)
+    prefill, chunk = prefill_timing(setup, hw, context, table, weights)
     return Speed(context, batch, decode, prefill, chunk)

@@ -2,9 +2,10 @@
 
 Reads JSON from the file named by its argument: {"models": {name: gguf path}, "cases": [{"id", "model", "context",
 "threads", "decode_steps", "flash_attn": "auto"|"on"|"off", "n_ubatch"}]}. Each case makes a fresh context,
-prefills `context` random tokens (timed; logits only for the last one, as llama-cli does), then decodes
-`decode_steps` single tokens one llama_decode at a time (timed after one warm-up step). Prints one JSON line:
-{"cases": [{"id", "prefill_s", "prefill_tok_s", "decode_s", "decode_tok_s", "n_ctx"}]}.
+prefills `context` random tokens (logits only for the last one, as llama-cli does; the fastest of `prefill_reps`),
+then decodes `decode_steps` single tokens one llama_decode at a time after one warm-up step; decode tok/s is one
+over the median step, so a burst of other work on the machine moves it little. Prints one JSON line:
+{"cases": [{"id", "prefill_s", "prefill_tok_s", "decode_step_median_s", "decode_tok_s", ...}]}.
 
 Weights are loaded without the extra (AMX repack) buffer types: on this CPU they crash batches > 1 token
 (/work/shared/reference/engines-on-cpu.md), and the repacked layout would time a different kernel anyway.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import json
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -71,22 +73,30 @@ def run_case(model, vocab: int, case: dict) -> dict:
     rng = random.Random(case["context"])
     try:
         prompt = [rng.randrange(vocab) for _ in range(n)]
-        t0 = time.perf_counter()
-        decode(ctx, prompt, 0, params.n_ubatch)
-        llama_cpp.llama_synchronize(ctx)
-        prefill_s = time.perf_counter() - t0
+        mem = llama_cpp.llama_get_memory(ctx)
+        prefills = []
+        for _ in range(case.get("prefill_reps", 2)):  # the fastest of a few: other work on the machine only slows
+            llama_cpp.llama_memory_clear(mem, True)
+            t0 = time.perf_counter()
+            decode(ctx, prompt, 0, params.n_ubatch)
+            llama_cpp.llama_synchronize(ctx)
+            prefills.append(time.perf_counter() - t0)
         decode(ctx, [rng.randrange(vocab)], n, 1)  # warm-up step
-        t0 = time.perf_counter()
+        steps_s = []
         for i in range(steps):
+            t0 = time.perf_counter()
             decode(ctx, [rng.randrange(vocab)], n + 1 + i, 1)
             llama_cpp.llama_synchronize(ctx)
-        decode_s = time.perf_counter() - t0
+            steps_s.append(time.perf_counter() - t0)
+        median = statistics.median(steps_s)
         return {
             "id": case["id"],
-            "prefill_s": prefill_s,
-            "prefill_tok_s": n / prefill_s,
-            "decode_s": decode_s,
-            "decode_tok_s": steps / decode_s,
+            "prefill_s": min(prefills),
+            "prefill_tok_s": n / min(prefills),
+            "prefill_runs_s": prefills,
+            "decode_step_median_s": median,
+            "decode_tok_s": 1.0 / median,
+            "decode_mean_tok_s": steps / sum(steps_s),
             "n_ctx": llama_cpp.llama_n_ctx(ctx),
         }
     finally:

@@ -130,3 +130,44 @@ def git_commit() -> str:
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ""
+
+
+PROBE_DTYPE = "fp32"  # what the transformers probe computes in on this CPU (bf16 eager decode is ~100x slower here)
+
+
+def run_probe_speeds(names, contexts=CONTEXTS, steps: int = 16) -> list[dict[str, Any]]:
+    """The transformers probe (core.probe, run as the app runs it) on each model at full depth, CPU, random weights.
+    Returns one row per model and context with its prefill and decode tok/s."""
+    from core.probe import ProbeRequest, run_probe
+
+    rows = []
+    for name in names:
+        layers = MODELS[name]["num_hidden_layers"]
+        request = ProbeRequest(
+            model=str(config_path(name)),
+            contexts=tuple(contexts),
+            device="cpu",
+            decode_steps=steps,
+            scale_layers=layers,
+            weights="random",
+            dtype=PROBE_DTYPE,
+        )
+        result = run_probe(request, timeout=1800, directory=ARTIFACTS / "probe", record=False)
+        if not result.ok:
+            raise RuntimeError(f"probe of {name} failed: {result.error}\n{result.log_tail}")
+        for c in result.contexts:
+            rows.append(
+                {
+                    "id": f"{name}/{c.context}",
+                    "model": name,
+                    "context": c.context,
+                    "threads": os.cpu_count(),
+                    "dtype": PROBE_DTYPE,
+                    "decode_steps": steps,
+                    "prefill_tok_s": c.prefill_tok_s,
+                    "decode_tok_s": c.decode_tok_s,
+                    "decode_mode": c.decode_mode,
+                    "versions": result.env.get("versions", result.env),
+                }
+            )
+    return rows
