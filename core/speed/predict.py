@@ -199,7 +199,7 @@ def _part(
         card = setup.card
         if not card.bandwidth_gb_s or not card.bf16_tflops:
             raise InputError(
-                f"{card.name}: no bandwidth or peak figure to time it by; choose a listed card or --device cpu"
+                f"{card.name}: no bandwidth or peak figure to time it by; choose a listed card (or run on the CPU)"
             )
         share = setup.tp  # tensor parallel: each GPU reads and computes its share, in parallel
         bw = card.bandwidth_gb_s * share
