@@ -229,3 +229,14 @@ def test_cli_speed_cpu_uses_the_given_ram_bandwidth_and_threads():
     assert fast["rows"][0]["decode_tok_s"] > 2 * slow["rows"][0]["decode_tok_s"]
     both = run_cli("speed", "Qwen/Qwen3-8B", "--device", "cpu", "--gpu", "H100", "--ram-gbs", "20")
     assert both.returncode == 2 and "--device cpu" in both.stderr
+
+
+def test_fp8_weights_run_matmuls_on_fp8_peak_but_attention_stays_bf16():
+    h100 = card_named("H100")
+    bf16 = predict(Setup(QWEN3, configured("vllm"), h100, weights="bf16"), HOST, 65536)
+    fp8 = predict(Setup(QWEN3, configured("vllm"), h100, weights="fp8"), HOST, 65536)
+    assert h100.fp8_tflops == 2 * h100.bf16_tflops  # the card data: 1979 vs 989 dense
+    gpu8, gpu16 = fp8.prefill.parts[0], bf16.prefill.parts[0]
+    assert gpu8.matmul_s == pytest.approx(gpu16.matmul_s / 2, rel=1e-3)
+    assert gpu8.attention_s == pytest.approx(gpu16.attention_s)
+    assert 1 < fp8.prefill_tok_s / bf16.prefill_tok_s < 2

@@ -21,6 +21,7 @@ from core.quant import default_format, tensor_bytes
 from core.speed.efficiency import Efficiency, efficiency_for
 from core.speed.work import PassWork, Weights, decode_work, prefill_work
 
+FP8_FORMATS = frozenset({"fp8", "fp8_block"})
 PREFILL_SPANS = 16  # prefill chunks are grouped into at most this many spans, each timed as one roofline
 
 
@@ -56,6 +57,7 @@ class DevicePart:
     attention_flops: float
     bandwidth_gb_s: float  # before efficiency
     peak_gflops: float  # before efficiency; on a CPU, threads (its rates are per thread)
+    attention_peak_gflops: float  # attention stays bf16 when FP8 weights run their matmuls on FP8 tensor cores
     weights_s: float  # weight_bytes ÷ (bandwidth × eff)
     matmul_s: float  # matmul_flops ÷ (peak × eff)
     cache_s: float
@@ -203,15 +205,18 @@ def _part(
             )
         share = setup.tp  # tensor parallel: each GPU reads and computes its share, in parallel
         bw = card.bandwidth_gb_s * share
-        peak = card.bf16_tflops * 1e3 * share
+        # FP8 checkpoints run their matmuls on FP8 tensor cores where the card has them (vLLM's W8A8 path)
+        fp8 = setup.weights in FP8_FORMATS and card.fp8_tflops and isinstance(setup.engine, VllmEngine)
+        attention_peak = card.bf16_tflops * 1e3 * share
+        peak = card.fp8_tflops * 1e3 * share if fp8 else attention_peak
     else:
         bw = hw.ram_gb_s
-        peak = float(hw.threads)  # CPU figures are GFLOP/s per thread
+        peak = attention_peak = float(hw.threads)  # CPU figures are GFLOP/s per thread
     mm_rate = peak * (eff.prefill_compute if prefill else eff.decode_compute)
-    attn_rate = peak * (eff.prefill_attention if prefill else eff.decode_attention)
+    attn_rate = attention_peak * (eff.prefill_attention if prefill else eff.decode_attention)
     rate = bw * 1e9 * eff.bandwidth
     return DevicePart(
-        device, len(layers), weight_bytes, cache_bytes, matmul, attention, bw, peak,
+        device, len(layers), weight_bytes, cache_bytes, matmul, attention, bw, peak, attention_peak,
         weight_bytes / rate, matmul / (mm_rate * 1e9), cache_bytes / rate, attention / (attn_rate * 1e9), eff,
     )  # fmt: skip
 
@@ -256,8 +261,8 @@ def _merge(t: Timing) -> Timing:
         merged[p.device] = DevicePart(
             p.device, p.layers, q.weight_bytes + p.weight_bytes, q.cache_bytes + p.cache_bytes,
             q.matmul_flops + p.matmul_flops, q.attention_flops + p.attention_flops, p.bandwidth_gb_s, p.peak_gflops,
-            q.weights_s + p.weights_s, q.matmul_s + p.matmul_s, q.cache_s + p.cache_s, q.attention_s + p.attention_s,
-            p.efficiency,
+            p.attention_peak_gflops, q.weights_s + p.weights_s, q.matmul_s + p.matmul_s, q.cache_s + p.cache_s,
+            q.attention_s + p.attention_s, p.efficiency,
         )  # fmt: skip
     return Timing(tuple(merged.values()), t.overhead_s)
 

@@ -65,8 +65,8 @@ def _rates(p: DevicePart, prefill: bool) -> tuple[str, str, str]:
         bw = f"{p.bandwidth_gb_s:,.1f} GB/s RAM × {e.bandwidth:.3f}"
         return bw, f"{p.peak_gflops:g} threads × {mm:.3g} GFLOP/s", f"{p.peak_gflops:g} threads × {at:.3g} GFLOP/s"
     bw = f"{p.bandwidth_gb_s:,.0f} GB/s × {e.bandwidth:.3f}"
-    peak = p.peak_gflops / 1e3
-    return bw, f"{peak:,.0f} TFLOP/s × {mm:.3f}", f"{peak:,.0f} TFLOP/s × {at:.3f}"
+    peak, attention_peak = p.peak_gflops / 1e3, p.attention_peak_gflops / 1e3
+    return bw, f"{peak:,.0f} TFLOP/s × {mm:.3f}", f"{attention_peak:,.0f} TFLOP/s × {at:.3f}"
 
 
 def part_lines(t: Timing, prefill: bool) -> list[str]:
