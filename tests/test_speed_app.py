@@ -35,7 +35,14 @@ def test_context_table_has_decode_and_aggregate_columns(fit_page):
 def test_speed_explanation_names_every_term_and_efficiency(fit_page):
     expander = next(e for e in fit_page.expander if e.label == "How is the speed computed?")
     text = "\n".join(m.value for m in expander.markdown)
-    for term in ("Decode step", "Prefill", "Time to first token", "Efficiencies used", "tok/s", "1,935 GB/s"):
+    for term in (
+        "Decode step",
+        "Prefill",
+        "time to first token",
+        "Efficiencies used",
+        "tok/s",
+        "1,935,000,000,000 B/s",
+    ):
         assert term in text
     assert "assumed" in text  # vLLM on a GPU runs on priors, and says so
 
@@ -70,3 +77,24 @@ def test_published_figures_come_from_their_seed_and_carry_a_prediction():
         assert r["kvscope"]["error"] == pytest.approx(r["kvscope"]["predicted"] / r["value"] - 1, abs=5e-3)
     flagged = [r for r in rows if r["setup"]["engine"] == "vllm" and "inconsistent" in r.get("flag", "")]
     assert {(r["model"], r["context"]) for r in flagged} == {("Qwen/Qwen3.5-9B", 32768), ("Qwen/Qwen3-8B", 32768)}
+
+
+@pytest.mark.parametrize(
+    ("engine", "card", "ngl"), [("vllm", "A100 80GB PCIe", None), ("llama.cpp", "RTX 4060 8GB", 24)]
+)
+def test_every_speed_formula_evaluates_to_the_number_beside_it(engine, card, ngl):
+    from core.engines import configured
+    from core.fit import Setup
+    from core.gpus import card_named
+    from core.loading import load_model
+    from core.speed import Hardware, predict
+    from core.speed.report import speed_lines
+    from tests.test_app_formulas import check_line, evaluate, formulas
+
+    setup = Setup(load_model("Qwen/Qwen3.5-9B"), configured(engine), card_named(card), weights="bf16", gpu_layers=ngl)
+    lines = speed_lines(predict(setup, Hardware(ram_gb_s=60.0, threads=8), 32768, batch=2))
+    assert sum(check_line(line) for line in lines) >= (14 if ngl else 10)
+    for line in lines:  # tighter than check_line's half a unit: seconds are small numbers
+        for left, printed in formulas(line):
+            got, want = evaluate(left)[0], evaluate(printed)[0]
+            assert got == pytest.approx(want, rel=2e-3, abs=2e-6), (line, got, want)

@@ -52,21 +52,27 @@ def curve(setup: Setup, hw: Hardware, contexts: list[int]) -> list[dict]:
     return rows
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:,.3f} ms"
+def _s(seconds: float) -> str:
+    return f"{seconds:.6f} s"
+
+
+def _n(x: float) -> str:
+    return f"{round(x):,}"
 
 
 def _rates(p: DevicePart, prefill: bool) -> tuple[str, str, str]:
-    """(bandwidth, matmul rate, attention rate) as the formula shows them."""
+    """(bandwidth, matmul rate, attention rate) in SI units, as the formulas print them (they evaluate as printed)."""
     e = p.efficiency
     mm = e.prefill_compute if prefill else e.decode_compute
     at = e.prefill_attention if prefill else e.decode_attention
-    if p.device == "cpu":
-        bw = f"{p.bandwidth_gb_s:,.1f} GB/s RAM × {e.bandwidth:.3f}"
-        return bw, f"{p.peak_gflops:g} threads × {mm:.3g} GFLOP/s", f"{p.peak_gflops:g} threads × {at:.3g} GFLOP/s"
-    bw = f"{p.bandwidth_gb_s:,.0f} GB/s × {e.bandwidth:.3f}"
-    peak, attention_peak = p.peak_gflops / 1e3, p.attention_peak_gflops / 1e3
-    return bw, f"{peak:,.0f} TFLOP/s × {mm:.3f}", f"{attention_peak:,.0f} TFLOP/s × {at:.3f}"
+    bw = f"{_n(p.bandwidth_gb_s * 1e9)} B/s × {e.bandwidth:.4g}"
+    if p.device == "cpu":  # CPU rates are effective GFLOP/s per thread
+        return (
+            bw,
+            f"{p.peak_gflops:g} threads × {_n(mm * 1e9)} FLOP/s",
+            f"{p.peak_gflops:g} threads × {_n(at * 1e9)} FLOP/s",
+        )
+    return bw, f"{_n(p.peak_gflops * 1e9)} FLOP/s × {mm:.4g}", f"{_n(p.attention_peak_gflops * 1e9)} FLOP/s × {at:.4g}"
 
 
 def part_lines(t: Timing, prefill: bool) -> list[str]:
@@ -74,10 +80,11 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
     for p in t.parts:
         bw, mm, at = _rates(p, prefill)
         out.append(
-            f"- {p.device.upper()} ({p.layers} layers): weights + state {p.weight_bytes:,.0f} B ÷ ({bw}) = "
-            f"{_ms(p.weights_s)} vs matmul {p.matmul_flops:,.0f} FLOP ÷ ({mm}) = {_ms(p.matmul_s)}; "
-            f"cache {p.cache_bytes:,.0f} B ÷ ({bw}) = {_ms(p.cache_s)} vs attention {p.attention_flops:,.0f} FLOP ÷ "
-            f"({at}) = {_ms(p.attention_s)}; time = max + max = {_ms(p.seconds)}"
+            f"- {p.device.upper()} ({p.layers} layers) — weights and state: {_n(p.weight_bytes)} B ÷ ({bw}) = "
+            f"{_s(p.weights_s)}; matmuls: {_n(p.matmul_flops)} FLOP ÷ ({mm}) = {_s(p.matmul_s)}; "
+            f"cache: {_n(p.cache_bytes)} B ÷ ({bw}) = {_s(p.cache_s)}; attention: {_n(p.attention_flops)} FLOP ÷ "
+            f"({at}) = {_s(p.attention_s)}; on this device: {_s(p.seconds)} (the slower of weights and matmuls plus "
+            "the slower of cache and attention)"
         )
     return out
 
@@ -93,9 +100,9 @@ def speed_lines(s: Speed) -> list[str]:
     ]
     out += part_lines(s.decode, prefill=False)
     out.append(
-        f"- overhead {_ms(s.decode.overhead_s)}; step = {_ms(s.decode.seconds)} ({s.bound}-bound): "
-        f"1 ÷ {s.decode.seconds:.6f} s = {s.decode_tok_s:,.1f} tok/s per sequence, × {s.batch} = "
-        f"{s.aggregate_tok_s:,.1f} tok/s in all"
+        f"- overhead: {_s(s.decode.overhead_s)}; step: {_s(s.decode.seconds)} ({s.bound}-bound); per sequence: "
+        f"1 ÷ {_s(s.decode.seconds)} = {s.decode_tok_s:,.2f} tok/s; all sequences: {s.batch} × "
+        f"{s.decode_tok_s:,.2f} tok/s = {s.aggregate_tok_s:,.2f} tok/s"
     )
     chunks = math.ceil(s.context / s.chunk)
     out.append(
@@ -105,9 +112,9 @@ def speed_lines(s: Speed) -> list[str]:
     )
     out += part_lines(s.prefill, prefill=True)
     out.append(
-        f"- overhead {_ms(s.prefill.overhead_s)}; prefill = {s.prefill.seconds:,.3f} s ({s.prefill.bound}-bound): "
-        f"{s.context:,} ÷ {s.prefill.seconds:.3f} s = {s.prefill_tok_s:,.0f} tok/s. Time to first token = the "
-        f"prefill, {s.ttft_s:,.3f} s (the first token is sampled from the prompt's last logits)"
+        f"- overhead: {_s(s.prefill.overhead_s)}; prefill: {_s(s.prefill.seconds)} ({s.prefill.bound}-bound); "
+        f"{s.context:,} tokens ÷ {_s(s.prefill.seconds)} = {s.prefill_tok_s:,.1f} tok/s; time to first token: the "
+        f"prefill, {_s(s.ttft_s)} (the first token is sampled from the prompt's last logits)"
     )
     out.append("**Efficiencies used** (core/speed/efficiencies.json):")
     seen = set()
