@@ -30,10 +30,8 @@ from tests.bench.speed_runs import (
     CONTEXTS,
     MODELS,
     THREADS,
-    build_ggufs,
-    llamacpp_cases,
-    run_llamacpp,
     run_probe_speeds,
+    time_llamacpp,
 )
 
 TARGET = 0.20  # held-out llama.cpp decode within ±20 %
@@ -106,10 +104,7 @@ def main() -> None:
     load = os.getloadavg()
     ram = measure_ram_gb_s()
     section(f"this machine: RAM copy {ram:.1f} GB/s, {os.cpu_count()} cores, load average {load[0]:.2f}")
-    ggufs = build_ggufs(names)
-    warm = [c | {"id": "warm-" + c["id"]} for c in llamacpp_cases(names[:1], (256,), (2,), 4)]
-    measured = run_llamacpp(ggufs, warm + llamacpp_cases(names, contexts, THREADS))
-    measured = [r for r in measured if not r["id"].startswith("warm-")]
+    measured = time_llamacpp(names, contexts, THREADS)
     section("llama.cpp (llama-cpp-python 0.3.36, F16 GGUF, f16 cache, flash attention auto, n_ubatch 512)")
     llama_errors = compare(measured, "llama.cpp", ram)
     probe_rows = run_probe_speeds(names, contexts)

@@ -20,14 +20,12 @@ from tests.bench.speed_runs import (
     MODELS,
     ROOT,
     THREADS,
-    build_ggufs,
     engines_versions,
     git_commit,
     host,
-    llamacpp_cases,
     now,
-    run_llamacpp,
     run_probe_speeds,
+    time_llamacpp,
 )
 
 OUT = ROOT / "measurements" / "speed"
@@ -47,10 +45,7 @@ def provenance(ram_gb_s: float) -> dict:
 def main() -> None:
     names = tuple(MODELS)
     ram = measure_ram_gb_s()
-    ggufs = build_ggufs(names)
-    # a throw-away first case: the first decode after loading faults the mmapped weights in
-    warm = [c | {"id": "warm-" + c["id"]} for c in llamacpp_cases(names[:1], (256,), (2,), 4)]
-    rows = [r for r in run_llamacpp(ggufs, warm + llamacpp_cases(names, CONTEXTS, THREADS)) if r["id"][:5] != "warm-"]
+    rows = time_llamacpp(names, CONTEXTS, THREADS)
     meta = provenance(ram) | {
         "engine": "llama.cpp",
         "versions": engines_versions(),

@@ -98,14 +98,43 @@ def llamacpp_cases(names, contexts=CONTEXTS, threads=THREADS, steps=DECODE_STEPS
     ]
 
 
-def run_llamacpp(ggufs: dict[str, str], cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Time every case in one engines-venv process; returns the cases with their measured fields added."""
+PASSES = 2  # every case is timed in this many interleaved passes and the fastest kept: the machine is shared
+
+
+def best_of(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per id (a "#pass" suffix dropped), the fastest decode and the fastest prefill of its passes."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        key = r["id"].split("#")[0]
+        r = r | {"id": key}
+        if key not in out:
+            out[key] = r | {"passes": 1}
+            continue
+        best = out[key]
+        best["passes"] += 1
+        for field in ("decode_tok_s", "prefill_tok_s"):
+            best[field] = max(best[field], r[field])
+    return list(out.values())
+
+
+def run_llamacpp(ggufs: dict[str, str], cases: list[dict[str, Any]], passes: int = PASSES) -> list[dict[str, Any]]:
+    """Time every case in one engines-venv process, `passes` times over (interleaved), keeping the fastest."""
+    cases = [c | {"id": f"{c['id']}#{k}"} for k in range(passes) for c in cases]
     job = {"models": ggufs, "cases": cases}
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(job, f)
     out = _engines([str(ROOT / "tests" / "bench" / "llamacpp_speed_runner.py"), f.name], timeout=3600)
     measured = {r["id"]: r for r in json.loads(out.strip().splitlines()[-1])["cases"]}
-    return [case | measured[case["id"]] for case in cases]
+    return best_of([case | measured[case["id"]] for case in cases])
+
+
+def time_llamacpp(names=tuple(MODELS), contexts=CONTEXTS, threads=THREADS) -> list[dict[str, Any]]:
+    """Build the GGUFs (once) and time every model × threads × context, after a throw-away first case (the first
+    decode after loading faults the mmapped weights in)."""
+    ggufs = build_ggufs(tuple(names))
+    warm = [c | {"id": "warm-" + c["id"]} for c in llamacpp_cases(names[:1], (256,), (threads[-1],), 4)]
+    rows = run_llamacpp(ggufs, warm + llamacpp_cases(names, contexts, threads))
+    return [r for r in rows if not r["id"].startswith("warm-")]
 
 
 def engines_versions() -> dict[str, str]:
@@ -135,13 +164,13 @@ def git_commit() -> str:
 PROBE_DTYPE = "fp32"  # what the transformers probe computes in on this CPU (bf16 eager decode is ~100x slower here)
 
 
-def run_probe_speeds(names, contexts=CONTEXTS, steps: int = 16) -> list[dict[str, Any]]:
-    """The transformers probe (core.probe, run as the app runs it) on each model at full depth, CPU, random weights.
-    Returns one row per model and context with its prefill and decode tok/s."""
+def run_probe_speeds(names, contexts=CONTEXTS, steps: int = 16, passes: int = PASSES) -> list[dict[str, Any]]:
+    """The transformers probe (core.probe, run as the app runs it) on each model at full depth, CPU, random weights,
+    `passes` times over. Returns one row per model and context with its fastest prefill and decode tok/s."""
     from core.probe import ProbeRequest, run_probe
 
     rows = []
-    for name in names:
+    for name in [n for _ in range(passes) for n in names]:
         layers = MODELS[name]["num_hidden_layers"]
         request = ProbeRequest(
             model=str(config_path(name)),
@@ -170,4 +199,4 @@ def run_probe_speeds(names, contexts=CONTEXTS, steps: int = 16) -> list[dict[str
                     "versions": result.env.get("versions", result.env),
                 }
             )
-    return rows
+    return best_of(rows)
