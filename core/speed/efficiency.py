@@ -20,7 +20,8 @@ class Efficiency:
 
     On a GPU the compute figures are fractions of the card's dense peak; on a CPU there is no datasheet peak to take
     a fraction of, so they are effective GFLOP/s per thread. `bandwidth` is a fraction of the memory bandwidth (the
-    card's, or the RAM copy bandwidth measured on the machine)."""
+    card's, or the RAM copy bandwidth measured on the machine; a fitted CPU figure may exceed 1, since several
+    threads streaming reads outrun one thread's numpy copy)."""
 
     engine: str
     device: str
