@@ -6,7 +6,7 @@ PORT ?= 8501
 ENGINES_VENV ?= .venv-engines
 ENGINES_STAMP := $(ENGINES_VENV)/.installed-$(shell cat requirements-engines.txt tests/engines/install.sh | cksum | cut -d' ' -f1)
 
-.PHONY: setup engines browser run test lint bench clean presets
+.PHONY: setup engines browser run test lint bench bench-speed clean presets
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -52,6 +52,11 @@ bench: setup
 	$(PY) tests/bench/bench_cli.py
 	$(PY) tests/bench/bench_app.py
 	$(PY) tests/bench/bench_team.py
+
+# Predicted vs measured speed on this CPU (real llama.cpp and the transformers probe, a few minutes), then the
+# seeds' published GPU figures beside kvscope's prediction.
+bench-speed: setup engines
+	KVSCOPE_ENGINES_VENV=$(abspath $(ENGINES_VENV)) $(PY) tests/bench/bench_speed.py
 
 clean:
 	rm -rf $(VENV) $(ENGINES_VENV) tests/artifacts .pytest_cache

@@ -16,6 +16,9 @@ from core.report import (
     table_records,
     verdict,
 )
+from core.speed import Hardware, predict
+from core.speed.ram import ram_gb_s
+from core.speed.report import speed_lines, speed_or_none
 from core.units import format_bytes, format_tokens
 from ui.charts import breakdown
 from ui.inputs import downloads, sidebar
@@ -54,6 +57,22 @@ c4.metric("Cache at this context", format_bytes(row.cache_bytes), help="per GPU,
 for note in result.notes:
     st.info(note)
 
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def speeds(_result, ram: float, threads: int, key: str):
+    return speed_or_none(_result, Hardware(ram_gb_s=ram, threads=threads))
+
+
+# Layers left in system RAM (llama.cpp -ngl) run at its bandwidth: measured here once, editable for your machine.
+in_ram = setup.gpu_layers is not None and setup.gpu_layers <= len(model.layers)
+ram_measured = ram_gb_s()[0] if in_ram else 0.0
+ram, threads = ram_measured, 8
+if in_ram:
+    r1, r2 = st.columns(2)
+    ram = r1.number_input("System RAM bandwidth (GB/s)", min_value=1.0, value=round(ram_measured, 1), key="in_ram")
+    threads = int(r2.number_input("CPU threads", min_value=1, max_value=1024, value=8, key="in_threads"))
+speed_rows, no_speed = speeds(result, ram, threads, repr(setup))
+
 st.subheader("Context table")
 st.caption(f"{setup.card.name}" + (f" × {setup.gpus}" if setup.gpus > 1 else "") + ", per GPU")
 shown = pd.DataFrame(display_records(result))
@@ -63,6 +82,10 @@ if constant_table(result):  # a pure state-space model: one row says it all
         f"Every context from {format_tokens(result.rows[0].context)} to {format_tokens(result.rows[-1].context)} "
         "gives the same numbers: this model's cache is fixed state that does not grow with context."
     )
+if speed_rows:
+    by_context = {format_tokens(r["context"]): r for r in speed_rows}
+    shown["decode tok/s"] = [by_context[c]["decode_tok_s"] for c in shown["context"]]
+    shown["aggregate tok/s"] = [by_context[c]["aggregate_tok_s"] for c in shown["context"]]
 st.dataframe(
     shown,
     hide_index=True,
@@ -75,9 +98,17 @@ st.dataframe(
         **{c: st.column_config.NumberColumn(c, format="%.3f") for c in shown.columns if "GiB" in c},
         # vLLM reports a fractional concurrency; the other engines run whole sequences
         "requests": st.column_config.NumberColumn("requests", format="%.2f" if result.vllm else "%d"),
+        "decode tok/s": st.column_config.NumberColumn("decode tok/s", format="%.1f", help="one sequence"),
+        "aggregate tok/s": st.column_config.NumberColumn(
+            "aggregate tok/s", format="%.0f", help="all sequences together, with as many running as fit"
+        ),
     },
 )
-st.caption("Per GPU. Binary units: 1 GiB = 2³⁰ bytes. Requests = how many of that length fit at once.")
+st.caption(
+    "Per GPU. Binary units: 1 GiB = 2³⁰ bytes. Requests = how many of that length fit at once. Decode tok/s: "
+    "one sequence; aggregate: as many sequences as fit, together (a roofline with fitted or assumed engine "
+    "efficiencies, see below)." + (f" No speed: {no_speed}" if no_speed else "")
+)
 
 st.subheader("Where the memory goes")
 st.plotly_chart(breakdown(breakdown_records(result)), width="stretch")
@@ -86,5 +117,9 @@ with st.expander("How is this computed?"):
     st.markdown(usable_line(result))
     st.markdown("\n\n".join(row_lines(result, row)))
     st.caption(f"Engine rules: {setup.engine.name}; see core/engines/ for the source each rule was read from.")
+
+if speed_rows:
+    with st.expander("How is the speed computed?"):
+        st.markdown("\n\n".join(speed_lines(predict(setup, Hardware(ram_gb_s=ram, threads=threads), context))))
 
 downloads(inputs, shown, {"table": table_records(result)})

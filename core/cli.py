@@ -22,6 +22,7 @@ from core.gpus import Card, card_named
 from core.loading import load_model, presets
 from core.probe import add_probe_parser
 from core.report import table_records
+from core.speed.cli import print_speed, speed_report
 from core.units import format_bytes, format_tokens
 from core.weightfiles import read_weights
 
@@ -289,6 +290,18 @@ def print_models(out: dict) -> None:
         print(line + ("" if m["fits"] else f"  {m['why_not']}"))
 
 
+def cmd_speed(args: argparse.Namespace) -> dict:
+    cpu_only = args.device == "cpu"
+    if cpu_only and (args.gpu is not None or args.gpu_mem_gib is not None):
+        raise InputError("--device cpu runs everything in system RAM; drop --gpu / --gpu-mem-gib")
+    if cpu_only:
+        args.gpu_mem_gib = 1.0  # the Setup needs a card; with --device cpu nothing is placed on it
+    for value in args.batch or ():
+        if value <= 0:
+            raise InputError("--batch must be positive")
+    return speed_report(build_setup(args), args, cpu_only)
+
+
 def cmd_resolve(args: argparse.Namespace) -> dict:
     text = sys.stdin.read() if args.config == "-" else Path(args.config).read_text(encoding="utf-8")
     return resolve(parse_json(text, args.config))
@@ -351,6 +364,32 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_options(modelsp)
     modelsp.add_argument("--json", action="store_true")
     modelsp.set_defaults(run=cmd_models, show=print_models)
+
+    speed = sub.add_parser("speed", help="how fast: decode, aggregate and prefill tok/s, time to first token")
+    speed.add_argument("model", help="Hugging Face repo id, bundled preset, or path to a config.json")
+    speed.add_argument("--gpu", help="card name, e.g. 'RTX 4090', H100 (needs a bandwidth and peak figure)")
+    speed.add_argument("--gpu-mem-gib", type=float, help="memory of one GPU in GiB, instead of --gpu")
+    speed.add_argument("--device", choices=("gpu", "cpu"), default="gpu", help="cpu: no GPU, all in system RAM")
+    speed.add_argument("--gpus", type=positive_int, default=1)
+    speed.add_argument("--tp", type=positive_int, help="tensor parallel size (vLLM)")
+    speed.add_argument("--pp", type=positive_int, help="pipeline parallel size / layer split")
+    speed.add_argument("--weights", help="weight format, e.g. bf16, fp8, Q4_K_M (default: the checkpoint's)")
+    speed.add_argument("--kv-dtype", default="auto")
+    add_engine_options(speed)
+    speed.add_argument("--context", type=tokens, action="append", help="tokens, e.g. 32k (repeatable)")
+    speed.add_argument("--batch", type=positive_int, action="append", help="concurrent sequences (repeatable)")
+    speed.add_argument("--n-gpu-layers", "-ngl", type=int, dest="n_gpu_layers", help="llama.cpp: layers on the GPU")
+    speed.add_argument("--threads", type=positive_int, help="CPU threads for layers in RAM (default: all cores)")
+    speed.add_argument("--ram-gbs", type=float, help="system RAM bandwidth in GB/s (default: measured here, cached)")
+    speed.add_argument("--json", action="store_true")
+    speed.set_defaults(
+        run=cmd_speed,
+        show=print_speed,
+        weights_file=None,
+        kv_cache_memory_bytes=None,
+        max_model_len=None,
+        gpu_memory_utilization=0.92,
+    )
 
     add_probe_parser(sub)
     add_check_parser(sub)

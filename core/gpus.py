@@ -22,6 +22,7 @@ class Card:
     memory_bytes: int  # what the driver exposes to the GPU (unified: the GPU's share)
     bandwidth_gb_s: float | None
     bf16_tflops: float | None = None
+    fp8_tflops: float | None = None  # dense; None where the card has no FP8 tensor cores
     unified_memory: bool = False
     basis: str = ""  # where memory_bytes comes from, shown to the user
 
@@ -56,6 +57,7 @@ def _card(row: dict[str, str]) -> Card:
         memory_bytes=memory,
         bandwidth_gb_s=float(row["bandwidth_gb_s"]) if row["bandwidth_gb_s"] else None,
         bf16_tflops=float(row["bf16_tflops"]) if row["bf16_tflops"] else None,
+        fp8_tflops=float(row["fp8_tflops"]) if row["fp8_tflops"] else None,
         unified_memory=unified,
         basis=basis,
     )

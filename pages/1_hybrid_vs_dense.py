@@ -11,6 +11,9 @@ from core.compare import CARD_SIZES_GIB, asymptote, context_grid, max_context_by
 from core.errors import InputError
 from core.fit import Setup, context_limit
 from core.loading import load_model, presets
+from core.speed import Hardware
+from core.speed.published import points
+from core.speed.report import curve
 from core.units import GIB, MIB, format_tokens
 from core.whatif import all_full_attention
 from ui.charts import bars, curves, palette
@@ -35,6 +38,21 @@ def compute(_setup: Setup, comparators: tuple[str, ...], key: str):
         if name != setup.model.name:
             setups.append(with_model(setup, load_model(name, isolated=True)))
     return [series(s, grid) for s in setups], [max_context_by_card(s) for s in setups]
+
+
+@st.cache_data(show_spinner="Timing…", max_entries=64)
+def speed_curves(_setup: Setup, comparators: tuple[str, ...], key: str):
+    """Decode tok/s and time to first token over context for the same models; None when the card has no figures."""
+    setup = _setup
+    if not setup.card.bandwidth_gb_s or not setup.card.bf16_tflops:
+        return None
+    grid = context_grid(context_limit(setup))
+    setups = [setup]
+    with suppress(InputError):
+        setups.append(with_model(setup, all_full_attention(setup.model)))
+    setups += [with_model(setup, load_model(n, isolated=True)) for n in comparators if n != setup.model.name]
+    hw = Hardware(ram_gb_s=60.0, threads=8)  # only layers left in RAM (llama.cpp -ngl) use it
+    return {s.model.name: curve(s, hw, grid) for s in setups}
 
 
 def _on_comparators() -> None:
@@ -161,6 +179,39 @@ st.plotly_chart(
     ),
     width="stretch",
 )
+st.subheader(f"Speed on {setup.card.name}")
+timed = speed_curves(setup, tuple(chosen), repr(setup))
+if timed is None:
+    st.caption(f"{setup.card.name} has no bandwidth or peak figure: pick a listed card to see speed.")
+else:
+    for metric, title, key, log in (
+        ("decode_tok_s", "decode tok/s, one sequence", "decode_tok_s", False),
+        ("prefill_tok_s", "time to first token (s)", "ttft_s", True),
+    ):
+        fig = curves(
+            {name: ([r["context"] for r in rows], [r[key] for r in rows]) for name, rows in timed.items()},
+            title,
+            colors=colors,
+            log_y=log,
+            fmt=",.2f",
+        )
+        for name in timed:
+            for p in points(name, setup.card.name, setup.engine.name, metric):
+                y = p["value"] if metric == "decode_tok_s" else p["context"] / p["value"]  # published prefill → TTFT
+                hover = f"{p['source']['id']}: %{{y:,.2f}}<extra>{p.get('flag') or 'published'}</extra>"
+                marker = {"symbol": "x", "size": 11, "color": colors[name]}
+                fig.add_scatter(
+                    x=[p["context"]], y=[y], mode="markers", marker=marker, name=f"published: {name}",
+                    hovertemplate=hover,
+                )  # fmt: skip
+        st.plotly_chart(fig, width="stretch")
+    st.caption(
+        "A roofline per pass (weights and attention, each max(bytes ÷ bandwidth, FLOPs ÷ rate)) plus the engine's "
+        "overhead; the engine efficiencies are fitted on this project's CPU runs or assumed (see *Fit a card*, "
+        "'How is the speed computed?'). ✕ marks published figures for this card and engine "
+        "(measurements/speed/published_speed.jsonl), with their caveats in the hover; they are never fitted to."
+    )
+
 with st.expander("How is this computed?"):
     st.markdown(
         "\n".join(

@@ -1,0 +1,116 @@
+"""`python -m core speed`: per context and batch, the figures of core.speed as a table or JSON (the field names
+decode_tok_s, aggregate_tok_s, prefill_tok_s, ttft_s, bytes_per_step and bound are a contract)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import asdict
+
+from core.errors import InputError
+from core.fit import Setup, Solver
+from core.speed.predict import Hardware, Speed, placement, predict, setup_weights
+from core.speed.ram import ram_gb_s
+from core.units import format_bytes, format_tokens
+
+DEFAULT_CONTEXTS = (4096, 32768)
+
+
+def hardware(ram_gbs: float | None, threads: int | None, cpu_only: bool) -> tuple[Hardware, str]:
+    """The host: RAM bandwidth as given or measured here (cached), threads as given or every core."""
+    if ram_gbs is not None:
+        if not ram_gbs > 0:
+            raise InputError(f"--ram-gbs must be positive, got {ram_gbs}")
+        bw, source = ram_gbs, "given (--ram-gbs)"
+    else:
+        bw, source = ram_gb_s()
+    return Hardware(ram_gb_s=bw, threads=threads or os.cpu_count() or 1, cpu_only=cpu_only), source
+
+
+def needs_ram(setup: Setup, hw: Hardware) -> bool:
+    on_gpu, head = placement(setup, hw)
+    return hw.cpu_only or on_gpu < len(setup.model.layers) or not head
+
+
+def record(s: Speed) -> dict:
+    return {
+        "context": s.context,
+        "batch": s.batch,
+        "decode_tok_s": round(s.decode_tok_s, 3),
+        "aggregate_tok_s": round(s.aggregate_tok_s, 3),
+        "prefill_tok_s": round(s.prefill_tok_s, 3),
+        "ttft_s": round(s.ttft_s, 6),
+        "bytes_per_step": round(s.bytes_per_step),
+        "flops_per_step": round(s.decode.flops),
+        "bound": s.bound,
+        "decode_step_s": s.decode.seconds,
+        "decode_memory_s": s.decode.memory_s,
+        "decode_compute_s": s.decode.compute_s,
+        "overhead_s": s.decode.overhead_s,
+        "prefill_bound": s.prefill.bound,
+        "prefill_chunk": s.chunk,
+    }
+
+
+def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict:
+    solver = Solver(setup)
+    contexts = args.context or [c for c in DEFAULT_CONTEXTS if c <= solver.limit] or [solver.limit]
+    batches = args.batch or [1]
+    hw = Hardware(ram_gb_s=0.0, threads=args.threads or os.cpu_count() or 1, cpu_only=cpu_only)
+    ram_source = "not used (every layer on the GPU)"
+    if needs_ram(setup, hw) or args.ram_gbs is not None:
+        hw, ram_source = hardware(args.ram_gbs, args.threads, cpu_only)
+    weights = setup_weights(setup)
+    rows = []
+    effs = {}
+    for context in contexts:
+        if context > solver.limit:
+            raise InputError(f"context {format_tokens(context)} is above {setup.model.name}'s limit {solver.limit:,}")
+        fits = solver.concurrency(context) if not cpu_only else None
+        for batch in batches:
+            s = predict(setup, hw, context, batch, weights=weights)
+            for part in s.decode.parts:
+                effs[part.device] = asdict(part.efficiency)
+            rows.append(record(s) | {"max_concurrency": fits, "fits": fits is None or fits >= batch})
+    on_gpu, _ = placement(setup, hw)
+    return {
+        "model": setup.model.name,
+        "engine": setup.engine.name,
+        "device": "cpu" if cpu_only else setup.card.name,
+        "card_bandwidth_gb_s": None if cpu_only else setup.card.bandwidth_gb_s,
+        "card_bf16_tflops": None if cpu_only else setup.card.bf16_tflops,
+        "ram_gb_s": hw.ram_gb_s if needs_ram(setup, hw) else None,
+        "ram_source": ram_source,
+        "threads": hw.threads,
+        "layers_on_gpu": on_gpu,
+        "layers": len(setup.model.layers),
+        "weights": setup.weights or "checkpoint",
+        "kv_dtype": setup.kv_dtype,
+        "efficiencies": effs,
+        "rows": rows,
+    }
+
+
+def print_speed(out: dict) -> None:
+    where = "CPU only" if out["device"] == "cpu" else out["device"]
+    print(f"{out['model']} on {where}, {out['engine']}, {out['layers_on_gpu']} of {out['layers']} layers on the GPU")
+    if out["ram_gb_s"]:
+        print(f"system RAM {out['ram_gb_s']:.1f} GB/s ({out['ram_source']}), {out['threads']} threads")
+    for device, e in out["efficiencies"].items():
+        print(
+            f"{device} efficiencies ({e['status']}): bandwidth ×{e['bandwidth']:.3g}, "
+            f"decode {e['decode_compute']:.3g} (attention {e['decode_attention']:.3g}), "
+            f"prefill {e['prefill_compute']:.3g} (attention {e['prefill_attention']:.3g}) "
+            f"({'GFLOP/s per thread' if device == 'cpu' else '× dense peak'}), overhead "
+            f"{e['overhead_step_s'] * 1e3:.3g} ms/pass + {e['overhead_layer_s'] * 1e3:.3g} ms/layer"
+        )
+    head = f"{'context':>8} {'batch':>5} {'decode tok/s':>12} {'aggregate':>10} {'prefill tok/s':>13} "
+    print(head + f"{'TTFT s':>9} {'bytes/step':>11} {'bound':>8}")
+    for r in out["rows"]:
+        flag = "" if r["fits"] else "  (does not fit)"
+        print(
+            f"{format_tokens(r['context']):>8} {r['batch']:>5} {r['decode_tok_s']:>12.1f} "
+            f"{r['aggregate_tok_s']:>10.1f} {r['prefill_tok_s']:>13.0f} {r['ttft_s']:>9.3g} "
+            f"{format_bytes(r['bytes_per_step']):>11} "
+            f"{r['bound']:>8}{flag}"
+        )

@@ -1,0 +1,307 @@
+"""Decode, prefill and time to first token for a Setup: a roofline per device plus a per-pass engine overhead.
+
+time of a pass on a device = max(bytes ÷ (bandwidth × eff), FLOPs ÷ (peak × eff)); devices a pass crosses
+(llama.cpp's -ngl split) add up; the engine's overhead comes on top. Every input is a field of the result, so a
+figure can be shown with its formula.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from core.dtypes import dtype_named
+from core.engines.llamacpp import LlamaCppEngine
+from core.engines.vllm_engine import VllmEngine
+from core.errors import InputError
+from core.fit import Setup
+from core.params import count_params
+from core.quant import default_format, tensor_bytes
+from core.speed.efficiency import Efficiency, efficiency_for
+from core.speed.work import PassWork, Weights, decode_work, prefill_work
+
+FP8_FORMATS = frozenset({"fp8", "fp8_block"})
+PREFILL_SPANS = 16  # prefill chunks are grouped into at most this many spans, each timed as one roofline
+
+
+Table = Mapping[tuple[str, str], Efficiency]
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The host beside the Setup's card: RAM bandwidth and threads for layers left in RAM; cpu_only runs all there."""
+
+    ram_gb_s: float
+    threads: int
+    cpu_only: bool = False
+
+
+def _eff(table: Table | None, engine: str, device: str) -> Efficiency:
+    if table is None:
+        return efficiency_for(engine, device)
+    return table.get((engine, device)) or efficiency_for(engine, device)
+
+
+@dataclass(frozen=True)
+class DevicePart:
+    """The share of one pass that runs on one device. The weight matmuls and the attention are separate kernels,
+    each with its own roofline: max(weights ÷ bandwidth, matmul FLOPs ÷ rate) + max(cache ÷ bandwidth, attention
+    FLOPs ÷ rate)."""
+
+    device: str  # "gpu" | "cpu"
+    layers: int
+    weight_bytes: float  # weights (experts touched), recurrent state read and written, the output head
+    cache_bytes: float  # attention cache read (and, in prefill, written)
+    matmul_flops: float  # weights and recurrent updates
+    attention_flops: float
+    bandwidth_gb_s: float  # before efficiency
+    peak_gflops: float  # before efficiency; on a CPU, threads (its rates are per thread)
+    attention_peak_gflops: float  # attention stays bf16 when FP8 weights run their matmuls on FP8 tensor cores
+    weights_s: float  # weight_bytes ÷ (bandwidth × eff)
+    matmul_s: float  # matmul_flops ÷ (peak × eff)
+    cache_s: float
+    attention_s: float
+    efficiency: Efficiency
+
+    @property
+    def bytes(self) -> float:
+        return self.weight_bytes + self.cache_bytes
+
+    @property
+    def memory_s(self) -> float:
+        return self.weights_s + self.cache_s
+
+    @property
+    def compute_s(self) -> float:
+        return self.matmul_s + self.attention_s
+
+    @property
+    def seconds(self) -> float:
+        return max(self.weights_s, self.matmul_s) + max(self.cache_s, self.attention_s)
+
+    @property
+    def waits(self) -> dict[str, float]:
+        """Seconds waiting on memory and on compute: the larger side of each kernel's roofline."""
+        memory = (self.weights_s if self.weights_s >= self.matmul_s else 0.0) + (
+            self.cache_s if self.cache_s >= self.attention_s else 0.0
+        )
+        return {"memory": memory, "compute": self.seconds - memory}
+
+
+@dataclass(frozen=True)
+class Timing:
+    parts: tuple[DevicePart, ...]
+    overhead_s: float
+
+    @property
+    def memory_s(self) -> float:
+        return sum(p.memory_s for p in self.parts)
+
+    @property
+    def compute_s(self) -> float:
+        return sum(p.compute_s for p in self.parts)
+
+    @property
+    def seconds(self) -> float:
+        return sum(p.seconds for p in self.parts) + self.overhead_s
+
+    @property
+    def bytes(self) -> float:
+        return sum(p.bytes for p in self.parts)
+
+    @property
+    def flops(self) -> float:
+        return sum(p.matmul_flops + p.attention_flops for p in self.parts)
+
+    @property
+    def bound(self) -> str:
+        """What the largest share of the time waits on."""
+        shares = {
+            "memory": sum(p.waits["memory"] for p in self.parts),
+            "compute": sum(p.waits["compute"] for p in self.parts),
+            "overhead": self.overhead_s,
+        }
+        return max(shares, key=lambda k: shares[k])
+
+
+@dataclass(frozen=True)
+class Speed:
+    context: int
+    batch: int
+    decode: Timing  # one step of `batch` sequences
+    prefill: Timing  # one prompt of `context` tokens, chunk by chunk
+    chunk: int  # prefill tokens per forward pass
+    fits_concurrency: float | None = None
+
+    @property
+    def decode_tok_s(self) -> float:
+        """Output tokens per second of each sequence."""
+        return 1.0 / self.decode.seconds
+
+    @property
+    def aggregate_tok_s(self) -> float:
+        return self.batch / self.decode.seconds
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return self.context / self.prefill.seconds
+
+    @property
+    def ttft_s(self) -> float:
+        """The first output token is sampled from the prefill's last logits: the prefill time of the prompt."""
+        return self.prefill.seconds
+
+    @property
+    def bytes_per_step(self) -> float:
+        return self.decode.bytes
+
+    @property
+    def bound(self) -> str:
+        return self.decode.bound
+
+
+def device_kind(setup: Setup, hw: Hardware) -> str:
+    return "cpu" if hw.cpu_only else "gpu"
+
+
+def setup_weights(setup: Setup) -> Weights:
+    model = setup.model
+    count = count_params(model)
+    fmt = setup.weights or default_format(model)
+    per_tensor = tensor_bytes(count, fmt, dtype_named(model.dtype).block_bytes)
+    scale = 1.0
+    if setup.weights_file is not None:  # a real file's total replaces the estimate, spread in proportion
+        estimate = sum(size for _, size in per_tensor)
+        scale = setup.weights_file.total_bytes / estimate if estimate else 1.0
+    return Weights.of(per_tensor, len(model.layers), count.lm_head == 0, scale)
+
+
+def placement(setup: Setup, hw: Hardware) -> tuple[int, bool]:
+    """(decoder layers on the GPU, output head on the GPU): llama.cpp's -ngl puts the first K layers there and the
+    head only once every layer is; CPU-only keeps everything in RAM."""
+    n = len(setup.model.layers)
+    if hw.cpu_only:
+        return 0, False
+    if setup.gpu_layers is None or not isinstance(setup.engine, LlamaCppEngine):
+        return n, True
+    return min(setup.gpu_layers, n), setup.gpu_layers > n
+
+
+def _part(
+    device: str, work: PassWork, idx: range, head: bool, setup: Setup, hw: Hardware, prefill: bool, table: Table | None
+) -> DevicePart:
+    eff = _eff(table, setup.engine.name, device)
+    layers = [work.layers[i] for i in idx]
+    weight_bytes = sum(w.weight_bytes + w.state_bytes for w in layers) + (work.head_bytes if head else 0.0)
+    cache_bytes = float(sum(w.cache_bytes for w in layers))
+    matmul = sum(w.matmul_flops + w.state_flops for w in layers) + (work.head_flops if head else 0.0)
+    attention = float(sum(w.attention_flops for w in layers))
+    if device == "gpu":
+        card = setup.card
+        if not card.bandwidth_gb_s or not card.bf16_tflops:
+            raise InputError(
+                f"{card.name}: no bandwidth or peak figure to time it by; choose a listed card (or run on the CPU)"
+            )
+        share = setup.tp  # tensor parallel: each GPU reads and computes its share, in parallel
+        bw = card.bandwidth_gb_s * share
+        # FP8 checkpoints run their matmuls on FP8 tensor cores where the card has them (vLLM's W8A8 path)
+        fp8 = setup.weights in FP8_FORMATS and card.fp8_tflops and isinstance(setup.engine, VllmEngine)
+        attention_peak = card.bf16_tflops * 1e3 * share
+        peak = card.fp8_tflops * 1e3 * share if fp8 else attention_peak
+    else:
+        bw = hw.ram_gb_s
+        peak = attention_peak = float(hw.threads)  # CPU figures are GFLOP/s per thread
+    mm_rate = peak * (eff.prefill_compute if prefill else eff.decode_compute)
+    attn_rate = attention_peak * (eff.prefill_attention if prefill else eff.decode_attention)
+    rate = bw * 1e9 * eff.bandwidth
+    return DevicePart(
+        device, len(layers), weight_bytes, cache_bytes, matmul, attention, bw, peak, attention_peak,
+        weight_bytes / rate, matmul / (mm_rate * 1e9), cache_bytes / rate, attention / (attn_rate * 1e9), eff,
+    )  # fmt: skip
+
+
+def _timing(work: PassWork, setup: Setup, hw: Hardware, prefill: bool, table: Table | None, passes: int = 1) -> Timing:
+    n = len(work.layers)
+    on_gpu, head_on_gpu = placement(setup, hw)
+    parts = []
+    if on_gpu or head_on_gpu:
+        parts.append(_part("gpu", work, range(on_gpu), head_on_gpu, setup, hw, prefill, table))
+    if on_gpu < n or not head_on_gpu:
+        parts.append(_part("cpu", work, range(on_gpu, n), not head_on_gpu, setup, hw, prefill, table))
+    # the overhead of the device that drives the pass: the GPU's whenever one takes part
+    eff = _eff(table, setup.engine.name, "gpu" if on_gpu or head_on_gpu else "cpu")
+    return Timing(tuple(parts), eff.overhead_s(n) * passes)
+
+
+def prefill_chunk(setup: Setup, context: int) -> int:
+    """Prompt tokens per forward pass: llama.cpp's n_ubatch, vLLM's max_num_batched_tokens (chunked prefill);
+    transformers runs the whole prompt at once."""
+    engine = setup.engine
+    if isinstance(engine, LlamaCppEngine):
+        return max(1, min(engine.options.n_ubatch, engine.options.n_batch))
+    if isinstance(engine, VllmEngine):
+        return max(1, engine.options.max_num_batched_tokens)
+    return context
+
+
+def _add(a: Timing, b: Timing) -> Timing:
+    return Timing(a.parts + b.parts, a.overhead_s + b.overhead_s)
+
+
+def _merge(t: Timing) -> Timing:
+    """Sum span parts per device so a prefill reads as one part per device (each span kept its own maxima)."""
+    merged: dict[str, DevicePart] = {}
+    for p in t.parts:
+        q = merged.get(p.device)
+        if q is None:
+            merged[p.device] = p
+            continue
+        # seconds stay additive: add the sides, then restore the larger side of each roofline in its own field
+        merged[p.device] = DevicePart(
+            p.device, p.layers, q.weight_bytes + p.weight_bytes, q.cache_bytes + p.cache_bytes,
+            q.matmul_flops + p.matmul_flops, q.attention_flops + p.attention_flops, p.bandwidth_gb_s, p.peak_gflops,
+            p.attention_peak_gflops, q.weights_s + p.weights_s, q.matmul_s + p.matmul_s, q.cache_s + p.cache_s,
+            q.attention_s + p.attention_s, p.efficiency,
+        )  # fmt: skip
+    return Timing(tuple(merged.values()), t.overhead_s)
+
+
+def prefill_timing(
+    setup: Setup, hw: Hardware, context: int, table: Table | None = None, weights: Weights | None = None
+) -> tuple[Timing, int]:
+    """One prompt of `context` tokens, `chunk` tokens per pass; chunks are grouped into ≤ PREFILL_SPANS spans, each
+    timed as one roofline (its weights read once per chunk in it), so a long prompt costs a bounded amount of work."""
+    chunk = prefill_chunk(setup, context)
+    chunks = math.ceil(context / chunk)
+    weights = weights or setup_weights(setup)
+    total: Timing | None = None
+    per_span = math.ceil(chunks / min(chunks, PREFILL_SPANS))
+    for first in range(0, chunks, per_span):
+        start = first * chunk
+        end = min(context, (first + per_span) * chunk)
+        passes = math.ceil((end - start) / chunk)
+        # serving engines (and kvscope's probe) run the output head on each pass's last position only
+        work = prefill_work(setup.model, setup.engine, weights, start, end, setup.kv_dtype, chunk=chunk, logits=passes)
+        t = _timing(work, setup, hw, True, table, passes=passes)
+        total = t if total is None else _add(total, t)
+    assert total is not None
+    return _merge(total), chunk
+
+
+def predict(
+    setup: Setup,
+    hw: Hardware,
+    context: int,
+    batch: int = 1,
+    table: Table | None = None,
+    weights: Weights | None = None,
+) -> Speed:
+    """`table` replaces entries of efficiencies.json (fitting does); `weights` saves recounting them per call."""
+    if context <= 0 or batch <= 0:
+        raise InputError(f"context and batch must be positive (got context={context}, batch={batch})")
+    weights = weights or setup_weights(setup)
+    work = decode_work(setup.model, setup.engine, weights, context, batch, setup.kv_dtype)
+    decode = _timing(work, setup, hw, False, table)
+    prefill, chunk = prefill_timing(setup, hw, context, table, weights)
+    return Speed(context, batch, decode, prefill, chunk)

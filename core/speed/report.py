@@ -1,0 +1,133 @@
+"""Speed figures for the app: a column per context table row, curves over context, and 'How is this computed?'
+lines whose numbers are the ones core.speed used."""
+
+from __future__ import annotations
+
+import math
+
+from core.errors import InputError
+from core.fit import Fit, Setup
+from core.speed.predict import DevicePart, Hardware, Speed, Timing, predict, setup_weights
+from core.units import format_bytes, format_tokens
+
+
+def table_speeds(fit: Fit, hw: Hardware) -> list[dict]:
+    """Per row of a fit: decode tok/s of one sequence, and the aggregate with as many sequences as fit at once."""
+    setup = fit.setup
+    weights = setup_weights(setup)
+    out = []
+    for row in fit.rows:
+        one = predict(setup, hw, row.context, 1, weights=weights)
+        n = row.max_concurrency
+        batch = 1 if not row.fits or n == float("inf") else max(1, math.floor(n))
+        many = predict(setup, hw, row.context, batch, weights=weights) if batch > 1 else one
+        out.append(
+            {
+                "context": row.context,
+                "decode_tok_s": one.decode_tok_s if row.fits else None,
+                "aggregate_tok_s": many.aggregate_tok_s if row.fits else None,
+                "aggregate_batch": batch if row.fits else 0,
+                "ttft_s": one.ttft_s,
+                "bound": one.bound,
+            }
+        )
+    return out
+
+
+def speed_or_none(fit: Fit, hw: Hardware) -> tuple[list[dict] | None, str]:
+    """table_speeds, or why there are none (a custom card has no bandwidth or peak to time it by)."""
+    try:
+        return table_speeds(fit, hw), ""
+    except InputError as err:
+        return None, str(err)
+
+
+def curve(setup: Setup, hw: Hardware, contexts: list[int]) -> list[dict]:
+    """Decode tok/s (one sequence) and time to first token over context, for a chart."""
+    weights = setup_weights(setup)
+    rows = []
+    for n in contexts:
+        s = predict(setup, hw, n, 1, weights=weights)
+        rows.append({"context": n, "decode_tok_s": s.decode_tok_s, "ttft_s": s.ttft_s, "bound": s.bound})
+    return rows
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:.6f} s"
+
+
+def _n(x: float) -> str:
+    return f"{round(x):,}"
+
+
+def _rates(p: DevicePart, prefill: bool) -> tuple[str, str, str]:
+    """(bandwidth, matmul rate, attention rate) in SI units, as the formulas print them (they evaluate as printed)."""
+    e = p.efficiency
+    mm = e.prefill_compute if prefill else e.decode_compute
+    at = e.prefill_attention if prefill else e.decode_attention
+    bw = f"{_n(p.bandwidth_gb_s * 1e9)} B/s × {e.bandwidth:.4g}"
+    if p.device == "cpu":  # CPU rates are effective GFLOP/s per thread
+        return (
+            bw,
+            f"{p.peak_gflops:g} threads × {_n(mm * 1e9)} FLOP/s",
+            f"{p.peak_gflops:g} threads × {_n(at * 1e9)} FLOP/s",
+        )
+    return bw, f"{_n(p.peak_gflops * 1e9)} FLOP/s × {mm:.4g}", f"{_n(p.attention_peak_gflops * 1e9)} FLOP/s × {at:.4g}"
+
+
+def part_lines(t: Timing, prefill: bool) -> list[str]:
+    out = []
+    for p in t.parts:
+        bw, mm, at = _rates(p, prefill)
+        out.append(
+            f"- {p.device.upper()} ({p.layers} layers) — weights and state: {_n(p.weight_bytes)} B ÷ ({bw}) = "
+            f"{_s(p.weights_s)}; matmuls: {_n(p.matmul_flops)} FLOP ÷ ({mm}) = {_s(p.matmul_s)}; "
+            f"cache: {_n(p.cache_bytes)} B ÷ ({bw}) = {_s(p.cache_s)}; attention: {_n(p.attention_flops)} FLOP ÷ "
+            f"({at}) = {_s(p.attention_s)}; on this device: {_s(p.seconds)} (the slower of weights and matmuls plus "
+            "the slower of cache and attention)"
+        )
+    return out
+
+
+def speed_lines(s: Speed) -> list[str]:
+    """Every term of one prediction, with the efficiencies used and where they come from."""
+    out = [
+        f"### Speed at {format_tokens(s.context)} tokens, {s.batch} sequence{'s' if s.batch > 1 else ''}",
+        "Each pass runs two kinds of kernel, each as fast as its slower side allows: the weight matmuls "
+        "(max of weights ÷ bandwidth, FLOPs ÷ rate) and the attention (max of cache ÷ bandwidth, FLOPs ÷ rate); "
+        "devices a pass crosses add up, and the engine's per-pass overhead comes on top.",
+        f"**Decode step** ({format_bytes(round(s.bytes_per_step))} read, {s.decode.flops:,.0f} FLOP):",
+    ]
+    out += part_lines(s.decode, prefill=False)
+    out.append(
+        f"- overhead: {_s(s.decode.overhead_s)}; step: {_s(s.decode.seconds)} ({s.bound}-bound); per sequence: "
+        f"1 ÷ {_s(s.decode.seconds)} = {s.decode_tok_s:,.2f} tok/s; all sequences: {s.batch} × "
+        f"{s.decode_tok_s:,.2f} tok/s = {s.aggregate_tok_s:,.2f} tok/s"
+    )
+    chunks = math.ceil(s.context / s.chunk)
+    out.append(
+        f"**Prefill** of {s.context:,} tokens in {chunks:,} pass{'es' if chunks > 1 else ''} of ≤ {s.chunk:,} "
+        f"(each reads the weights once; attention is the causal triangle on full layers, a band on windowed ones, "
+        f"linear on recurrent ones):"
+    )
+    out += part_lines(s.prefill, prefill=True)
+    out.append(
+        f"- overhead: {_s(s.prefill.overhead_s)}; prefill: {_s(s.prefill.seconds)} ({s.prefill.bound}-bound); "
+        f"{s.context:,} tokens ÷ {_s(s.prefill.seconds)} = {s.prefill_tok_s:,.1f} tok/s; time to first token: the "
+        f"prefill, {_s(s.ttft_s)} (the first token is sampled from the prompt's last logits)"
+    )
+    out.append("**Efficiencies used** (core/speed/efficiencies.json):")
+    seen = set()
+    for p in s.decode.parts + s.prefill.parts:
+        e = p.efficiency
+        if (e.engine, e.device) in seen:
+            continue
+        seen.add((e.engine, e.device))
+        out.append(
+            f"- {e.engine} on {e.device} — {e.status}: bandwidth × {e.bandwidth:.3f}; decode matmul "
+            f"{e.decode_compute:.3g}, attention {e.decode_attention:.3g}; prefill matmul {e.prefill_compute:.3g}, "
+            f"attention {e.prefill_attention:.3g} ({e.compute_unit}); overhead {e.overhead_step_s * 1e3:.3g} ms per "
+            f"pass + {e.overhead_layer_s * 1e3:.3g} ms per layer. {e.provenance}"
+            + (f" Fitted on {e.fitted_on}; checked on {e.checked_on}." if e.fitted_on else "")
+        )
+    return out

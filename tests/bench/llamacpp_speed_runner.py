@@ -1,0 +1,132 @@
+"""Time real llama.cpp prefill and decode on this CPU (run in the engines' venv).
+
+Reads JSON from the file named by its argument: {"models": {name: gguf path}, "cases": [{"id", "model", "context",
+"threads", "decode_steps", "flash_attn": "auto"|"on"|"off", "n_ubatch"}]}. Each case makes a fresh context,
+prefills `context` random tokens (logits only for the last one, as llama-cli does; the fastest of `prefill_reps`,
+3 up to 1,024 tokens and 2 beyond),
+then decodes `decode_steps` single tokens one llama_decode at a time after one warm-up step; decode tok/s is one over
+the 10th-percentile step (the median is kept too), so other work on a shared machine moves it little. Prints one
+JSON line: {"cases": [{"id", "prefill_s", "prefill_tok_s", "decode_step_p10_s", "decode_tok_s", ...}]}.
+
+Weights are loaded without the extra (AMX repack) buffer types: on this CPU they crash batches > 1 token
+(/work/shared/reference/engines-on-cpu.md), and the repacked layout would time a different kernel anyway.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import llama_cpp
+
+FLASH = {
+    "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
+
+
+def quiet(level: int, text: bytes, user_data) -> None:
+    pass
+
+
+QUIET = llama_cpp.llama_log_callback(quiet)
+
+
+def decode(ctx, tokens: list[int], start: int, ubatch: int) -> None:
+    """One llama_decode of `tokens` at positions start…; logits only for the last (llama-cli's prompt eval)."""
+    n = len(tokens)
+    batch = llama_cpp.llama_batch_init(n, 0, 1)
+    try:
+        for i, tok in enumerate(tokens):
+            batch.token[i] = tok
+            batch.pos[i] = start + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = i == n - 1
+        batch.n_tokens = n
+        rc = llama_cpp.llama_decode(ctx, batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc}")
+    finally:
+        llama_cpp.llama_batch_free(batch)
+
+
+def run_case(model, vocab: int, case: dict) -> dict:
+    n = case["context"]
+    steps = case["decode_steps"]
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx = n + steps + 8
+    params.n_batch = n  # the whole prompt in one llama_decode; libllama splits it into n_ubatch pieces
+    params.n_ubatch = case.get("n_ubatch", 512)
+    params.n_seq_max = 1
+    params.n_threads = params.n_threads_batch = case["threads"]
+    params.flash_attn_type = FLASH[case.get("flash_attn", "auto")]
+    params.no_perf = True
+    ctx = llama_cpp.llama_init_from_model(model, params)
+    if not ctx:
+        return {"id": case["id"], "error": "llama_init_from_model failed"}
+    rng = random.Random(case["context"])
+    try:
+        prompt = [rng.randrange(vocab) for _ in range(n)]
+        mem = llama_cpp.llama_get_memory(ctx)
+        prefills = []
+        # the fastest of a few: other work on the machine only slows a run
+        for _ in range(case.get("prefill_reps", 3 if n <= 1024 else 2)):
+            llama_cpp.llama_memory_clear(mem, True)
+            t0 = time.perf_counter()
+            decode(ctx, prompt, 0, params.n_ubatch)
+            llama_cpp.llama_synchronize(ctx)
+            prefills.append(time.perf_counter() - t0)
+        decode(ctx, [rng.randrange(vocab)], n, 1)  # warm-up step
+        steps_s = []
+        for i in range(steps):
+            t0 = time.perf_counter()
+            decode(ctx, [rng.randrange(vocab)], n + 1 + i, 1)
+            llama_cpp.llama_synchronize(ctx)
+            steps_s.append(time.perf_counter() - t0)
+        median = statistics.median(steps_s)
+        fast = statistics.quantiles(steps_s, n=10)[0]  # the 10th percentile: steps other work did not slow
+        return {
+            "id": case["id"],
+            "prefill_s": min(prefills),
+            "prefill_tok_s": n / min(prefills),
+            "prefill_runs_s": prefills,
+            "decode_step_median_s": median,
+            "decode_step_p10_s": fast,
+            "decode_tok_s": 1.0 / fast,
+            "decode_median_tok_s": 1.0 / median,
+            "decode_mean_tok_s": steps / sum(steps_s),
+            "n_ctx": llama_cpp.llama_n_ctx(ctx),
+        }
+    finally:
+        llama_cpp.llama_free(ctx)
+
+
+def main() -> None:
+    job = json.loads(Path(sys.argv[1]).read_text())
+    llama_cpp.llama_log_set(QUIET, ctypes.c_void_p(0))
+    llama_cpp.llama_backend_init()
+    results = []
+    for name, path in job["models"].items():
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.use_extra_bufts = False
+        model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
+        if not model:
+            results += [{"id": c["id"], "error": f"could not load {path}"} for c in job["cases"] if c["model"] == name]
+            continue
+        try:
+            vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
+            results += [run_case(model, vocab, c) for c in job["cases"] if c["model"] == name]
+        finally:
+            llama_cpp.llama_model_free(model)
+    print("\n" + json.dumps({"cases": results}))
+
+
+if __name__ == "__main__":
+    main()

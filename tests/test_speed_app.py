@@ -1,0 +1,100 @@
+"""Speed in the app: the context table's tok/s columns, the speed explanation, the curves with published points;
+and the published figures as data, each traceable to its seed text."""
+
+from __future__ import annotations
+
+import json
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+from core.speed.published import published
+from tests.test_app import app
+
+A100_VLLM = {"card": "A100 80GB PCIe", "engine": "vllm", "weights": "bf16"}
+
+
+@pytest.fixture(scope="module")
+def fit_page():
+    return app(A100_VLLM)
+
+
+def test_context_table_has_decode_and_aggregate_columns(fit_page):
+    assert not fit_page.exception
+    table = fit_page.dataframe[0].value
+    fits = table[table["fits"]]
+    decode = list(fits["decode tok/s"])
+    assert decode and all(a >= b for a, b in pairwise(decode))  # more context never decodes faster
+    # with more than one request at once the batch produces more tokens in all than one sequence does
+    many = fits[fits["requests"] >= 2]
+    assert (many["aggregate tok/s"] > many["decode tok/s"]).all()
+    assert table[~table["fits"]]["decode tok/s"].isna().all()
+
+
+def test_speed_explanation_names_every_term_and_efficiency(fit_page):
+    expander = next(e for e in fit_page.expander if e.label == "How is the speed computed?")
+    text = "\n".join(m.value for m in expander.markdown)
+    for term in (
+        "Decode step",
+        "Prefill",
+        "time to first token",
+        "Efficiencies used",
+        "tok/s",
+        "1,935,000,000,000 B/s",
+    ):
+        assert term in text
+    assert "assumed" in text  # vLLM on a GPU runs on priors, and says so
+
+
+def test_custom_card_says_why_there_is_no_speed():
+    at = app({"card": "custom", "gib": "24"})
+    assert "decode tok/s" not in at.dataframe[0].value.columns
+    assert any("no bandwidth or peak figure" in c.value for c in at.caption)
+
+
+def test_hybrid_page_draws_speed_curves_with_published_points():
+    at = app(A100_VLLM | {"cmp": "Qwen/Qwen3-8B"})
+    at.switch_page("pages/1_hybrid_vs_dense.py").run()
+    assert not at.exception
+    assert "Speed on A100 80GB PCIe" in [s.value for s in at.subheader]
+    decode = json.loads(at.get("plotly_chart")[-2].proto.spec)
+    marks = [d for d in decode["data"] if d["name"].startswith("published")]
+    assert sorted(m["y"][0] for m in marks) == [56.3, 63.4, 69.7, 93.9]
+
+
+def test_published_figures_come_from_their_seed_and_carry_a_prediction():
+    rows = published()
+    assert len(rows) == 10
+    for r in rows:
+        seed = Path(r["source"]["seed"])
+        if seed.exists():  # the seed texts live outside the repository
+            text = seed.read_text()
+            value = f"{r['value']:,.1f}".rstrip("0").rstrip(".") if r["value"] < 1000 else f"{r['value']:,.0f}"
+            assert value in text or f"~{value}" in text, (value, seed)
+        assert r["verified"] is False and r["caveat"]
+        assert r["kvscope"]["predicted"] > 0
+        assert r["kvscope"]["error"] == pytest.approx(r["kvscope"]["predicted"] / r["value"] - 1, abs=5e-3)
+    flagged = [r for r in rows if r["setup"]["engine"] == "vllm" and "inconsistent" in r.get("flag", "")]
+    assert {(r["model"], r["context"]) for r in flagged} == {("Qwen/Qwen3.5-9B", 32768), ("Qwen/Qwen3-8B", 32768)}
+
+
+@pytest.mark.parametrize(
+    ("engine", "card", "ngl"), [("vllm", "A100 80GB PCIe", None), ("llama.cpp", "RTX 4060 8GB", 24)]
+)
+def test_every_speed_formula_evaluates_to_the_number_beside_it(engine, card, ngl):
+    from core.engines import configured
+    from core.fit import Setup
+    from core.gpus import card_named
+    from core.loading import load_model
+    from core.speed import Hardware, predict
+    from core.speed.report import speed_lines
+    from tests.test_app_formulas import check_line, evaluate, formulas
+
+    setup = Setup(load_model("Qwen/Qwen3.5-9B"), configured(engine), card_named(card), weights="bf16", gpu_layers=ngl)
+    lines = speed_lines(predict(setup, Hardware(ram_gb_s=60.0, threads=8), 32768, batch=2))
+    assert sum(check_line(line) for line in lines) >= (14 if ngl else 10)
+    for line in lines:  # tighter than check_line's half a unit: seconds are small numbers
+        for left, printed in formulas(line):
+            got, want = evaluate(left)[0], evaluate(printed)[0]
+            assert got == pytest.approx(want, rel=2e-3, abs=2e-6), (line, got, want)
