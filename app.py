@@ -60,6 +60,7 @@ for note in result.notes:
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def speeds(_result, ram: float, threads: int, key: str):
+    """`key` stands for the result: the setup and the contexts of its rows (one setup, several context sets)."""
     return speed_or_none(_result, Hardware(ram_gb_s=ram, threads=threads))
 
 
@@ -71,7 +72,7 @@ if in_ram:
     r1, r2 = st.columns(2)
     ram = r1.number_input("System RAM bandwidth (GB/s)", min_value=1.0, value=round(ram_measured, 1), key="in_ram")
     threads = int(r2.number_input("CPU threads", min_value=1, max_value=1024, value=8, key="in_threads"))
-speed_rows, no_speed = speeds(result, ram, threads, repr(setup))
+speed_rows, no_speed = speeds(result, ram, threads, f"{setup!r} {[r.context for r in result.rows]}")
 
 st.subheader("Context table")
 st.caption(f"{setup.card.name}" + (f" × {setup.gpus}" if setup.gpus > 1 else "") + ", per GPU")

@@ -98,3 +98,17 @@ def test_every_speed_formula_evaluates_to_the_number_beside_it(engine, card, ngl
         for left, printed in formulas(line):
             got, want = evaluate(left)[0], evaluate(printed)[0]
             assert got == pytest.approx(want, rel=2e-3, abs=2e-6), (line, got, want)
+
+
+def test_speed_columns_follow_a_new_context_on_the_same_setup():
+    """The speed rows are cached per setup and per set of contexts: a context outside the table must not reuse the
+    rows cached for the table alone (KeyError '64,000' before)."""
+    from tests.test_app import app
+
+    at = app({"model": "meta-llama/Llama-3.1-8B-Instruct", "card": "H100 80GB SXM5"})
+    assert not at.exception
+    at.text_input(key="in_ctx_text").input("64,000").run()
+    assert not at.exception, [e.value for e in at.exception]
+    table = at.dataframe[0].value
+    row = table[table["context"] == "64,000"]
+    assert len(row) == 1 and float(row["decode tok/s"].iloc[0]) > 0
