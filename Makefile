@@ -63,4 +63,4 @@ clean:
 
 # Re-resolve the bundled presets after changing them or upgrading transformers (tests/test_presets.py checks).
 presets: setup
-	$(PY) -m core.preset_cache
+	$(PY) -m core.model.preset_cache

@@ -23,13 +23,13 @@ from core.engines.vllm_engine import VllmEngine
 from core.engines.vllm_pipeline import pipeline_capacity
 from core.errors import InputError
 from core.fit import Setup, Solver
-from core.gpus import Card, card_named
-from core.layers import GatedDeltaNet
-from core.loading import model_from_config, preset_path
-from core.model import ModelSpec
+from core.memory.gpus import Card, card_named
+from core.memory.weightfiles import WeightFile
+from core.model.layers import GatedDeltaNet
+from core.model.loading import model_from_config, preset_path
+from core.model.spec import ModelSpec
+from core.model.whatif import all_full_attention
 from core.units import format_bytes
-from core.weightfiles import WeightFile
-from core.whatif import all_full_attention
 
 MEASUREMENTS = Path(__file__).resolve().parent.parent / "measurements"
 FILES = ("published.jsonl", "claims.jsonl")
@@ -281,7 +281,7 @@ def _rate(f: Figure, model: ModelSpec, engine: Engine, kv: str) -> Estimate:
 
 
 def _grouped(model: ModelSpec) -> dict[str, list]:
-    from core.model import kind_label
+    from core.model.spec import kind_label
 
     out: dict[str, list] = {}
     for layer in model.layers:

@@ -11,20 +11,20 @@ from pathlib import Path
 
 from core.argtypes import positive_int, tokens
 from core.check import add_check_parser
-from core.config import parse_json, resolve
 from core.engines import ENGINES, Engine, configured
 from core.engines.llamacpp import DEFAULT_FRONTEND, FRONTENDS
 from core.engines.vllm_engine import VERSIONS, VllmOptions
 from core.errors import InputError
 from core.finders import COST_BASIS, DEFAULT_CONTEXT, card_record, model_record, rank_cards, rank_models
 from core.fit import Setup, default_split, fit
-from core.gpus import Card, card_named
-from core.loading import load_model, presets
+from core.memory.gpus import Card, card_named
+from core.memory.weightfiles import read_weights
+from core.model.config import parse_json, resolve
+from core.model.loading import load_model, presets
 from core.probe import add_probe_parser
 from core.report import table_records
 from core.speed.cli import print_speed, speed_report
 from core.units import format_bytes, format_tokens
-from core.weightfiles import read_weights
 
 DEFAULT_CONTEXTS = (4096, 32768, 131072)
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass, replace
 
 from core.errors import InputError
 from core.fit import Setup, Solver, context_limit
-from core.gpus import Card
-from core.model import ModelSpec
+from core.memory.gpus import Card
+from core.model.spec import ModelSpec
 
 CARD_SIZES_GIB = (8, 12, 16, 24, 32, 48, 80, 96, 141)
 FAR = 1 << 22  # a context past every window: the per-token rate there is what the cache grows by for good

@@ -22,10 +22,10 @@ from core.engines.llamacpp import LlamaCppEngine
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
 from core.fit import Fit, Setup, Solver, context_limit, fit
-from core.gpus import Card, cards
-from core.model import ModelSpec
-from core.params import count_params
-from core.quant import default_format, weights_bytes
+from core.memory.gpus import Card, cards
+from core.memory.quant import default_format, weights_bytes
+from core.model.params import count_params
+from core.model.spec import ModelSpec
 from core.units import format_bytes, format_tokens
 
 DEFAULT_CONTEXT = 8192  # what the finders ask about when no context is given

@@ -10,16 +10,16 @@ from core.engines.base import CacheAccount
 from core.engines.hf_transformers import TransformersEngine
 from core.engines.llamacpp import LlamaCppEngine
 from core.engines.vllm_engine import Capacity, VllmEngine
+from core.engines.vllm_mxfp4 import Kernel, kernel_for, loading_growth
 from core.engines.vllm_pipeline import fullest_stage_fraction, pipeline_capacity
 from core.errors import InputError
-from core.gpus import Card
-from core.model import ModelSpec
-from core.overhead import Item, llamacpp_overhead, transformers_overhead, vllm_overhead
-from core.params import ParamCount, count_params
-from core.quant import default_format, tensor_bytes, weights_bytes
+from core.memory.gpus import Card
+from core.memory.overhead import Item, llamacpp_overhead, transformers_overhead, vllm_overhead
+from core.memory.quant import default_format, tensor_bytes, weights_bytes
+from core.memory.weightfiles import WeightFile
+from core.model.params import ParamCount, count_params
+from core.model.spec import ModelSpec
 from core.units import format_bytes, format_tokens
-from core.vllm_mxfp4 import Kernel, kernel_for, loading_growth
-from core.weightfiles import WeightFile
 
 TABLE_CONTEXTS = tuple(1 << k for k in range(12, 24))  # 4K … 8M, cut at the model's max
 SSM_CONTEXT_LIMIT = 1 << 24  # pure state-space models have no position limit; search stops here

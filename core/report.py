@@ -10,7 +10,7 @@ from core.engines.llamacpp import LlamaCppEngine
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
 from core.fit import Fit, Row, Setup, Solver, default_split
-from core.quant import FORMATS
+from core.memory.quant import FORMATS
 from core.units import GIB, format_bytes, format_tokens, plural, tokens_phrase
 
 

@@ -10,12 +10,12 @@ import streamlit as st
 from core.compare import CARD_SIZES_GIB, asymptote, context_grid, max_context_by_card, ratio, series, with_model
 from core.errors import InputError
 from core.fit import Setup, context_limit
-from core.loading import load_model, presets
+from core.model.loading import load_model, presets
+from core.model.whatif import all_full_attention
 from core.speed import Hardware
 from core.speed.published import points
 from core.speed.report import curve
 from core.units import GIB, MIB, format_tokens
-from core.whatif import all_full_attention
 from ui.charts import bars, curves, palette
 from ui.inputs import sidebar
 from ui.layout import FAVICON, mobile_css

@@ -8,7 +8,7 @@ import streamlit as st
 from core.errors import InputError
 from core.finders import COST_BASIS, rank_cards, rank_models
 from core.fit import Setup, context_limit
-from core.loading import load_model, presets
+from core.model.loading import load_model, presets
 from core.units import format_bytes, format_tokens
 from ui.inputs import sidebar
 from ui.layout import FAVICON, mobile_css

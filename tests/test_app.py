@@ -11,8 +11,8 @@ from streamlit.testing.v1 import AppTest
 
 from core.engines import engine_named
 from core.fit import Setup, context_limit, fit, table_contexts
-from core.gpus import Card, card_named
-from core.loading import load_model
+from core.memory.gpus import Card, card_named
+from core.model.loading import load_model
 from core.units import format_bytes, format_tokens
 from tests.conftest import ROOT
 from ui.state import DEFAULTS, Inputs, from_query, pack_config, to_query
@@ -138,7 +138,7 @@ def test_unknown_hub_model_offline_shows_a_message_and_the_default():
 
 
 def test_uploaded_config_travels_in_the_link():
-    raw = json.loads((ROOT / "core" / "presets" / "Qwen__Qwen3-8B.json").read_text())
+    raw = json.loads((ROOT / "core" / "model" / "presets" / "Qwen__Qwen3-8B.json").read_text())
     at = app({"config": pack_config(raw), "engine": "transformers", "weights": "bf16", "card": "H100"})
     assert not at.exception and not at.warning
     result, _ = expected(Inputs(engine="transformers", weights="bf16", card="H100 80GB SXM5", model="Qwen/Qwen3-8B"))

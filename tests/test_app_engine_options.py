@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from core.engines import configured
 from core.fit import Setup, context_limit, fit, table_contexts
-from core.gpus import Card
-from core.loading import load_model
+from core.memory.gpus import Card
+from core.model.loading import load_model
 from core.units import format_bytes
 from tests.test_app import app, metrics
 

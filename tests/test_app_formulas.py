@@ -13,8 +13,8 @@ import pytest
 from core.engines import configured
 from core.explain import row_lines, usable_line
 from core.fit import Setup, default_split, fit
-from core.gpus import card_named
-from core.loading import load_model
+from core.memory.gpus import card_named
+from core.model.loading import load_model
 from tests.test_app import app
 
 UNITS = {"GiB": 1 << 30, "MiB": 1 << 20, "KiB": 1 << 10, "B": 1}

@@ -15,8 +15,8 @@ from streamlit.testing.v1 import AppTest
 from core.compare import layout
 from core.engines import configured
 from core.fit import Setup, context_limit, fit, table_contexts
-from core.gpus import Card, card_named
-from core.loading import load_model
+from core.memory.gpus import Card, card_named
+from core.model.loading import load_model
 from core.report import engine_format_warning, verdict
 from core.units import format_tokens
 from tests.test_app import app, metrics

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from core.engines.vllm_engine import VllmEngine
-from core.loading import load_model
+from core.model.loading import load_model
 from tests.test_cli import run_cli
 
 

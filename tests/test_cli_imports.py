@@ -69,14 +69,14 @@ def test_cached_resolution_equals_a_fresh_one(tmp_path, monkeypatch):
     """What the cache returns on a hit is exactly what `resolve` gives (as JSON), for a preset and a new config."""
     import copy
 
-    import core.config
-    from core.loading import load_raw
+    import core.model.config
+    from core.model.loading import load_raw
 
-    monkeypatch.setattr(core.config, "_CACHE_DIR", tmp_path)
+    monkeypatch.setattr(core.model.config, "_CACHE_DIR", tmp_path)
     for raw in (load_raw("Qwen/Qwen3.5-9B")[1], tiny_raw("granitemoehybrid")):
         before = copy.deepcopy(raw)
-        fresh = json.loads(json.dumps(core.config.resolve(raw)))
+        fresh = json.loads(json.dumps(core.model.config.resolve(raw)))
         assert raw == before  # transformers edits nested dicts in place; resolve must not pass that on
-        assert core.config.resolve_cached(raw) == fresh  # a shipped hit, or a miss that writes the cache
-        assert core.config.resolve_cached(raw) == fresh  # a hit
+        assert core.model.config.resolve_cached(raw) == fresh  # a shipped hit, or a miss that writes the cache
+        assert core.model.config.resolve_cached(raw) == fresh  # a hit
     assert len(list(tmp_path.glob("*.json"))) == 1  # only the config that was not shipped

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from core.config import parse_json
 from core.errors import InputError
-from core.loading import model_from_config
+from core.model.config import parse_json
+from core.model.loading import model_from_config
 from tests.tiny_configs import tiny_raw
 
 

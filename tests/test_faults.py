@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 import core.probe.results as results
 from core.errors import InputError
-from core.loading import load_raw
+from core.model.loading import load_raw
 from core.probe import ProbeJob, ProbeRequest, ProbeResult, active_job, load_results, run_probe
 from core.probe.results import RESULTS_NAME, append_result
 from core.probe.runner import probe_lock

@@ -12,9 +12,9 @@ from core.engines import configured
 from core.errors import InputError
 from core.finders import rank_cards, rank_models, weight_ladder
 from core.fit import Setup, fit
-from core.gpus import Card, card_named, cards
-from core.loading import load_model, presets
-from core.params import count_params
+from core.memory.gpus import Card, card_named, cards
+from core.model.loading import load_model, presets
+from core.model.params import count_params
 from core.units import GIB, format_tokens
 from tests.conftest import ROOT
 

@@ -10,9 +10,9 @@ import pytest
 from core.engines import engine_named
 from core.errors import InputError
 from core.fit import Setup, Solver, fit
-from core.gpus import Card, card_named
-from core.loading import load_model
-from core.whatif import all_full_attention
+from core.memory.gpus import Card, card_named
+from core.model.loading import load_model
+from core.model.whatif import all_full_attention
 from tests.test_cli import run_cli
 
 GIB = 1 << 30
@@ -153,8 +153,8 @@ def test_card_lookup_names_the_ambiguity():
 
 
 def test_llamacpp_partial_offload_keeps_the_rest_in_ram():
-    from core.params import count_params
-    from core.quant import tensor_bytes
+    from core.memory.quant import tensor_bytes
+    from core.model.params import count_params
 
     setup = replace(eight_gb(QWEN35), gpu_layers=16)
     row = fit(setup, [32768]).rows[0]

@@ -10,10 +10,10 @@ import pytest
 torch = pytest.importorskip("torch")
 from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 
-from core.cachewalk import cache_bytes  # noqa: E402
-from core.config import from_mamba_ssm  # noqa: E402
 from core.engines import engine_named  # noqa: E402
-from core.loading import load_model, presets  # noqa: E402
+from core.model.cachewalk import cache_bytes  # noqa: E402
+from core.model.config import from_mamba_ssm  # noqa: E402
+from core.model.loading import load_model, presets  # noqa: E402
 
 BUILT_AS = {"kimi_k2": "deepseek_v3"}  # transformers has no kimi_k2 class; the checkpoint runs as DeepSeek-V3
 LENGTHS = (300, 5000)  # past gpt-oss' 128 and Gemma 3's 1,024-token windows

@@ -133,7 +133,7 @@ def test_every_silent_value_warns_in_the_app():
     assert "ignored" in shown
 
 
-SERVER_PATHS = ["/etc/hostname", "/etc/passwd", "../../etc/passwd", "/nonexistent/x.json", "core/presets/x.json"]
+SERVER_PATHS = ["/etc/hostname", "/etc/passwd", "../../etc/passwd", "/nonexistent/x.json", "core/model/presets/x.json"]
 
 
 @pytest.mark.parametrize("model", SERVER_PATHS)

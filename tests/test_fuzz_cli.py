@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.cli import main
-from core.config import MAX_CONFIG_BYTES
+from core.model.config import MAX_CONFIG_BYTES
 from tests.conftest import ROOT
 from tests.tiny_configs import TINY, tiny_raw
 

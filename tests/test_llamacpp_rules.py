@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from core.engines import engine_named
-from core.loading import load_model
+from core.model.loading import load_model
 
 LLAMA = engine_named("llama.cpp")
 
@@ -110,7 +110,7 @@ def test_recurrent_rollback_snapshots_only_where_llama_cpp_keeps_them():
 
 
 def test_gemma3_and_llama4_windows_follow_llama_cpps_fixed_patterns():
-    from core.loading import model_from_config
+    from core.model.loading import model_from_config
 
     raw = {
         "model_type": "gemma3_text",
@@ -134,7 +134,7 @@ def test_logged_llamacpp_sizes_for_gemma3_270m_are_reproduced():
     """unslothai/unsloth pull request 7530 read llama.cpp's own allocation log for gemma-3-270m (18 layers, every
     6th global, 1 KV head × 256, window 512): n_ctx 1024 over 4 slots → 1024 cells, 18.0 MiB; over 3 slots →
     1536 cells, 27.0 MiB (each slot's 342 tokens pad to 512 cells)."""
-    from core.loading import model_from_config
+    from core.model.loading import model_from_config
 
     raw = {
         "model_type": "gemma3_text",

@@ -13,10 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 
-from core.config import from_mamba_ssm  # noqa: E402
 from core.errors import InputError  # noqa: E402
-from core.loading import load_model, model_from_config, presets  # noqa: E402
-from core.params import count_params, tensors_of  # noqa: E402
+from core.model.config import from_mamba_ssm  # noqa: E402
+from core.model.loading import load_model, model_from_config, presets  # noqa: E402
+from core.model.params import count_params, tensors_of  # noqa: E402
 from tests.tiny_configs import BASE, TINY, tiny_raw  # noqa: E402
 
 # Variants the shared tiny set leaves out: more families, biases on, MoE placement rules, Zamba2 with two shared

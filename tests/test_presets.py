@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from core.config import SHIPPED_DIR, cache_key, resolve
 from core.engines import engine_named
-from core.loading import load_model, presets
+from core.model.config import SHIPPED_DIR, cache_key, resolve
+from core.model.loading import load_model, presets
 from tests.conftest import ROOT
 
-PROVENANCE = (ROOT / "core" / "presets" / "PROVENANCE.md").read_text()
+PROVENANCE = (ROOT / "core" / "model" / "presets" / "PROVENANCE.md").read_text()
 
 
 def test_at_least_twenty_presets():
@@ -56,7 +56,7 @@ def test_deepseek_v3_mla_latent_is_576_wide():
 
 @pytest.mark.parametrize("repo_id", sorted(presets()))
 def test_shipped_resolution_is_what_transformers_gives_now(repo_id):
-    """core/presets/resolved/ lets the app skip a child process; `make presets` rewrites it when this fails."""
+    """core/model/presets/resolved/ lets the app skip a child process; `make presets` rewrites it when this fails."""
     raw = json.loads(presets()[repo_id].read_text())
     shipped = SHIPPED_DIR / f"{cache_key(raw)}.json"
     assert shipped.is_file(), f"no shipped resolution for {repo_id}: run `make presets`"
@@ -64,11 +64,11 @@ def test_shipped_resolution_is_what_transformers_gives_now(repo_id):
 
 
 def test_app_resolution_of_a_preset_needs_no_child_process(monkeypatch):
-    import core.config
+    import core.model.config
 
     def refuse(*_args, **_kwargs):
         raise AssertionError("a child process was started for a bundled preset")
 
-    monkeypatch.setattr(core.config.subprocess, "run", refuse)
+    monkeypatch.setattr(core.model.config.subprocess, "run", refuse)
     raw = json.loads(presets()["Qwen/Qwen3.5-9B"].read_text())
-    assert core.config.resolve_isolated(raw)["layer_types"].count("full_attention") == 8
+    assert core.model.config.resolve_isolated(raw)["layer_types"].count("full_attention") == 8

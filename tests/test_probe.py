@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from core.loading import load_raw, model_from_config
+from core.model.loading import load_raw, model_from_config
 from core.probe import (
     RANDOM_LABEL,
     ProbeBusy,
@@ -152,8 +152,8 @@ def test_cpu_full_size_rule(params, need_gib, estimate_s, budget_s, refused):
 
 
 def test_small_presets_are_within_the_cpu_full_size_limit():
-    from core.loading import load_model
-    from core.params import count_params
+    from core.model.loading import load_model
+    from core.model.params import count_params
 
     for preset in ("LiquidAI/LFM2-1.2B", "ibm-granite/granite-4.0-h-1b"):
         assert count_params(load_model(preset)).total <= CPU_FULL_SIZE_PARAMS

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from core.engines import ENGINES, configured
 from core.errors import InputError
 from core.fit import Setup, fit
-from core.gpus import Card
-from core.layers import FullAttention
-from core.loading import model_from_config
-from core.model import ModelSpec
+from core.memory.gpus import Card
+from core.model.layers import FullAttention
+from core.model.loading import model_from_config
+from core.model.spec import ModelSpec
 from tests.tiny_configs import TINY, tiny_raw
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)

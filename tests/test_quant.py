@@ -8,9 +8,9 @@ from fractions import Fraction
 import pytest
 
 from core.errors import InputError
-from core.loading import load_model
-from core.params import Tensor, count_params, summarise
-from core.quant import FORMATS, default_format, format_named, weights_bytes
+from core.memory.quant import FORMATS, default_format, format_named, weights_bytes
+from core.model.loading import load_model
+from core.model.params import Tensor, count_params, summarise
 
 # Llama-3.1-8B's config.json
 H, LAYERS, HEADS, KV, D, INTER, VOCAB = 4096, 32, 32, 8, 128, 14336, 128_256

@@ -1,18 +1,14 @@
-"""Ollama's rules (core.runtimes) against a second reading of its source, hand arithmetic, and the directions its
-settings must move the answer. The transliteration below is written from ollama v0.12.10 llm/memory.go
+"""Ollama's rules (core.engines.runtimes) against a second reading of its source, hand arithmetic, and the
+directions its settings must move the answer. The transliteration below is written from ollama v0.12.10 llm/memory.go
 estimateGPULayers and fs/ggml/ggml.go GraphSize, keeping Go's shape (gpusWithSpace, tensorSplit, the j loop), so
-that a slip in core.runtimes' shorter loop shows up as a different split."""
+that a slip in core.engines.runtimes' shorter loop shows up as a different split."""
 
 from __future__ import annotations
 
 import pytest
 
 from core.engines.llamacpp import FRONTENDS
-from core.errors import InputError
-from core.fit import Setup, fit
-from core.gpus import card_named
-from core.loading import load_model
-from core.runtimes import (
+from core.engines.runtimes import (
     OllamaSettings,
     apple_gpu_bytes,
     default_num_ctx,
@@ -21,6 +17,10 @@ from core.runtimes import (
     lmstudio_gpu_layers,
     ollama_layers,
 )
+from core.errors import InputError
+from core.fit import Setup, fit
+from core.memory.gpus import card_named
+from core.model.loading import load_model
 from core.units import GIB, MIB
 
 MODELS = [

@@ -16,8 +16,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import core.probe
-from core.config import resolve
 from core.errors import InputError
+from core.model.config import resolve
 from core.probe import ProbeBusy, ProbeJob, ProbeRequest, active_job
 from tests.conftest import ROOT
 from tests.test_app import app
@@ -139,7 +139,7 @@ def test_the_sidebars_model_reader_refuses_paths_itself():
     """Not only the link parser: the function that reads the model refuses a path given to it directly."""
     from ui.inputs import _spec
 
-    for source in ("/etc/passwd", "../core/presets/Qwen__Qwen3-8B.json", "x/y.json", "~/.cache/x"):
+    for source in ("/etc/passwd", "../core/model/presets/Qwen__Qwen3-8B.json", "x/y.json", "~/.cache/x"):
         with pytest.raises(InputError, match="not a bundled preset or a Hub repo id"):
             _spec.__wrapped__(source, "", True)
 

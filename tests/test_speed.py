@@ -12,11 +12,11 @@ import pytest
 from core.engines import configured, engine_named
 from core.errors import InputError
 from core.fit import Setup
-from core.gpus import Card, card_named
-from core.loading import load_model, model_from_config
+from core.memory.gpus import Card, card_named
+from core.model.loading import load_model, model_from_config
+from core.model.whatif import all_full_attention
 from core.speed import Hardware, Weights, efficiencies, experts_touched, predict, setup_weights
 from core.speed.work import attended_sum, decode_work, prefill_work
-from core.whatif import all_full_attention
 from tests.test_cli import run_cli
 from tests.tiny_configs import tiny_raw
 

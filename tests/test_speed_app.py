@@ -85,8 +85,8 @@ def test_published_figures_come_from_their_seed_and_carry_a_prediction():
 def test_every_speed_formula_evaluates_to_the_number_beside_it(engine, card, ngl):
     from core.engines import configured
     from core.fit import Setup
-    from core.gpus import card_named
-    from core.loading import load_model
+    from core.memory.gpus import card_named
+    from core.model.loading import load_model
     from core.speed import Hardware, predict
     from core.speed.report import speed_lines
     from tests.test_app_formulas import check_line, evaluate, formulas

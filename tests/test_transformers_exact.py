@@ -11,9 +11,9 @@ import pytest
 torch = pytest.importorskip("torch")
 from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 
-from core.cachewalk import cache_bytes, pinned_bytes, walk  # noqa: E402
 from core.engines import engine_named  # noqa: E402
-from core.loading import model_from_config  # noqa: E402
+from core.model.cachewalk import cache_bytes, pinned_bytes, walk  # noqa: E402
+from core.model.loading import model_from_config  # noqa: E402
 from tests.tiny_configs import TINY, WINDOW, tiny_raw  # noqa: E402
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 
 from core.engines.vllm_engine import VllmEngine
+from core.engines.vllm_mxfp4 import KERNELS, expert_bytes, kernel_for, loading_growth
 from core.fit import Setup, Solver
-from core.gpus import card_named
-from core.loading import load_model
-from core.params import count_params
-from core.quant import weights_bytes
-from core.vllm_mxfp4 import KERNELS, expert_bytes, kernel_for, loading_growth
+from core.memory.gpus import card_named
+from core.memory.quant import weights_bytes
+from core.model.loading import load_model
+from core.model.params import count_params
 
 GIB = 1 << 30
 

@@ -14,8 +14,8 @@ from core.engines.vllm_engine import VllmEngine
 from core.engines.vllm_pipeline import pipeline_capacity, pp_partitions, stage_bytes_per_block
 from core.errors import InputError
 from core.fit import Setup, Solver
-from core.gpus import card_named
-from core.loading import load_model, model_from_config
+from core.memory.gpus import card_named
+from core.model.loading import load_model, model_from_config
 from tests.tiny_configs import tiny_raw
 
 GIB = 1 << 30

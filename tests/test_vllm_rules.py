@@ -11,7 +11,7 @@ import pytest
 from core.engines import engine_named
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
-from core.loading import load_model, model_from_config
+from core.model.loading import load_model, model_from_config
 from tests.tiny_configs import tiny_raw
 
 GIB = 1 << 30
@@ -150,7 +150,7 @@ def test_hopper_gdn_checkpoints_realign_blocks_and_add_one_per_request():
 
 def test_the_solver_picks_the_hopper_rules_from_the_card():
     from core.fit import Setup, Solver
-    from core.gpus import card_named
+    from core.memory.gpus import card_named
 
     model = load_model("Qwen/Qwen3.5-9B")
     for card, block in (("H100", 576), ("A100 80GB SXM4", 528)):

@@ -13,9 +13,9 @@ from safetensors.torch import save_file
 from core.engines import engine_named
 from core.errors import InputError
 from core.fit import Setup, fit
-from core.gpus import Card
-from core.loading import model_from_config
-from core.weightfiles import read_weights
+from core.memory.gpus import Card
+from core.memory.weightfiles import read_weights
+from core.model.loading import model_from_config
 from tests.tiny_configs import tiny_raw
 
 

@@ -7,9 +7,9 @@ from streamlit.testing.v1 import AppTest
 
 from core.engines import engine_named
 from core.errors import InputError
-from core.loading import load_model
+from core.model.loading import load_model
+from core.model.whatif import all_full_attention, edited
 from core.units import format_bytes
-from core.whatif import all_full_attention, edited
 from tests.conftest import ROOT
 
 QWEN35 = load_model("Qwen/Qwen3.5-9B")

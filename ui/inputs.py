@@ -7,19 +7,19 @@ from dataclasses import asdict, fields
 
 import streamlit as st
 
-from core.config import parse_json
 from core.engines import ENGINES, configured
 from core.engines.llamacpp import FRONTENDS
 from core.engines.vllm_engine import VERSIONS
 from core.errors import InputError
 from core.fit import Setup, default_split
-from core.gpus import Card, card_named, cards
-from core.loading import DEFAULT_MODEL, load_raw, model_from_config, presets
-from core.model import ModelSpec
-from core.quant import FORMATS
+from core.memory.gpus import Card, card_named, cards
+from core.memory.quant import FORMATS
+from core.model.config import parse_json
+from core.model.loading import DEFAULT_MODEL, load_raw, model_from_config, presets
+from core.model.spec import ModelSpec
+from core.model.whatif import edited
 from core.report import check, engine_format_warning, gpu_counts
 from core.units import format_tokens, parse_tokens
-from core.whatif import edited
 from ui.layout import fold_sidebar_on_phones
 from ui.state import (
     BOUNDS,

@@ -13,14 +13,14 @@ import zlib
 from dataclasses import asdict, dataclass, fields, replace
 from urllib.parse import quote, urlencode
 
-from core.config import parse_json
 from core.engines import ENGINES
 from core.engines.llamacpp import DEFAULT_FRONTEND, FRONTENDS
 from core.engines.vllm_engine import VERSIONS, VllmOptions
 from core.errors import InputError
-from core.gpus import card_named
-from core.loading import DEFAULT_MODEL, presets
-from core.quant import FORMATS
+from core.memory.gpus import card_named
+from core.memory.quant import FORMATS
+from core.model.config import parse_json
+from core.model.loading import DEFAULT_MODEL, presets
 from core.units import format_tokens, parse_tokens
 
 CUSTOM_CARD = "custom"
@@ -41,9 +41,9 @@ SWITCH = {"auto": None, "on": True, "off": False}  # an engine option: its defau
 PLATFORMS = ("cuda", "cpu")
 CHOICES = {"swa": SWITCH, "kvu": SWITCH, "vver": VERSIONS, "fe": FRONTENDS, "plat": PLATFORMS}  # engine options
 SOURCES = ("Preset", "Hub", "Upload")
-# org/name; never a path on the server (no "..", no "x.json" that core.loading would read as a file)
+# org/name; never a path on the server (no "..", no "x.json" that core.model.loading would read as a file)
 REPO_ID = re.compile(r"^(?!.*\.\.)(?!.*\.json$)[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$", re.ASCII)
-PATTERN = re.compile(r"^[A-Za-z]{0,64}$")  # what the sidebar's pattern box keeps; core.whatif judges the letters
+PATTERN = re.compile(r"^[A-Za-z]{0,64}$")  # what the sidebar's pattern box keeps; core.model.whatif judges the letters
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ def _check(key: str, value: str):
             raise InputError(f"use one of {', '.join(CHOICES[key])}")
         return value
     if key == "pat":
-        # Letters core.whatif rejects still travel, so the receiver sees the sender's "edit not applied" too.
+        # Letters core.model.whatif rejects still travel, so the receiver sees the sender's "edit not applied" too.
         if not PATTERN.match(value):
             raise InputError("a layer pattern is up to 64 letters")
         return value.upper()

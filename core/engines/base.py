@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from core.dtypes import CacheDtype, dtype_named
 from core.errors import InputError
-from core.layers import LayerKind, Storage
-from core.model import ModelSpec, kind_label
+from core.model.layers import LayerKind, Storage
+from core.model.spec import ModelSpec, kind_label
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from core.dtypes import FP32
 from core.engines.base import Engine
-from core.layers import LayerKind, Storage
-from core.model import ModelSpec
+from core.model.layers import LayerKind, Storage
+from core.model.spec import ModelSpec
 
 
 class TransformersEngine(Engine):

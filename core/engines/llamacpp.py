@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from core.dtypes import FP16, FP32, CacheDtype
 from core.engines.base import Engine, KindLine
 from core.errors import InputError
-from core.layers import (
+from core.model.layers import (
     ChunkedAttention,
     FullAttention,
     LayerKind,
@@ -44,7 +44,7 @@ from core.layers import (
     SlidingWindow,
     Storage,
 )
-from core.model import ModelSpec
+from core.model.spec import ModelSpec
 
 CELL_PAD = 256
 # Architectures whose GGUF conversion drops the sliding window: Mistral and Mixtral load as plain "llama", so
@@ -141,7 +141,7 @@ FRONTENDS: dict[str, Frontend] = {
         1,
         "ollama v0.32.15 llm/llama_server.go:371-372 (-c num_ctx×np -np np: an explicit -np keeps kv_unified off), "
         ":590-591 (-b and -ub num_batch, 512 by default: api/types.go:1116), envconfig/config.go:275 "
-        "(OLLAMA_NUM_PARALLEL 1); the context itself: core.runtimes.default_num_ctx",
+        "(OLLAMA_NUM_PARALLEL 1); the context itself: core.engines.runtimes.default_num_ctx",
     ),
     "library": Frontend(
         LlamaCppOptions(swa_full=True),

@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from core.dtypes import FP32, CacheDtype, dtype_named
 from core.engines.base import CacheAccount, Engine, KindLine
 from core.errors import InputError
-from core.layers import (
+from core.model.layers import (
     MLA,
     ChunkedAttention,
     FullAttention,
@@ -48,7 +48,7 @@ from core.layers import (
     SlidingWindow,
     Storage,
 )
-from core.model import ModelSpec
+from core.model.spec import ModelSpec
 
 KERNEL_BLOCK = 16  # FlashAttention's kernel block (MultipleOf(16)) on Ampere/Hopper
 CPU_KERNEL_BLOCK = 32  # CPUAttentionBackend.get_supported_kernel_block_sizes: MultipleOf(32)
@@ -284,7 +284,7 @@ class VllmEngine(Engine):
         return n // tp
 
     def _state_bytes(self, part: LayerKind, storage: Storage) -> int:
-        """The layer's own state tensors (core.layers), each split over tensor parallel along its first axis
+        """The layer's own state tensors (core.model.layers), each split over tensor parallel along its first axis
         (channels or heads), as mamba_utils.py shards them."""
         tp = self.options.tensor_parallel
         if isinstance(part, Mamba2) and part.n_groups % tp:

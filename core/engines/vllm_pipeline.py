@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from core.engines.vllm_engine import Capacity, Page, VllmEngine
 from core.errors import InputError
-from core.model import ModelSpec
+from core.model.spec import ModelSpec
 
 
 def pp_partitions(num_layers: int, pp: int) -> list[int]:

@@ -60,7 +60,7 @@ def layer_pattern(raw: dict[str, Any]) -> list[str]:
     if isinstance(cfg.get("attn_layer_period"), int):
         period, offset = cfg["attn_layer_period"], cfg.get("attn_layer_offset", 0)
         return ["attention" if i % period == offset else "mamba" for i in range(n)]
-    from core.config import resolve  # imports transformers (and torch): only reached for implicit patterns
+    from core.model.config import resolve  # imports transformers (and torch): only reached for implicit patterns
 
     return [str(t) for t in resolve(raw)["layer_types"]]
 

@@ -23,11 +23,11 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from core.cachewalk import cache_bytes, pinned_bytes
 from core.engines import engine_named
 from core.errors import InputError
-from core.loading import load_raw, model_from_config
-from core.params import count_params as count_spec_params
+from core.model.cachewalk import cache_bytes, pinned_bytes
+from core.model.loading import load_raw, model_from_config
+from core.model.params import count_params as count_spec_params
 from core.probe.request import RANDOM_LABEL, ContextResult, ProbeRequest
 from core.probe.scale import Scaled, scale_layers, smallest_exact
 
@@ -230,7 +230,7 @@ def choose_scale(
         spec = model_from_config(raw, name)
         try:
             params = count_spec_params(spec).total  # arithmetic: instant even for a 600B config
-        except InputError:  # an architecture core.params does not build: count it on the meta device
+        except InputError:  # an architecture core.model.params does not build: count it on the meta device
             params = count_params(torch, text_config(raw))[0]
         full_weights = params * _bytes_per_param(dtype)
         need = full_weights + engine.account(spec, max(req.contexts), req.batch, dtype).total

@@ -16,8 +16,8 @@ from core.engines.llamacpp import LlamaCppEngine
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
 from core.fit import Setup
-from core.params import count_params
-from core.quant import default_format, tensor_bytes
+from core.memory.quant import default_format, tensor_bytes
+from core.model.params import count_params
 from core.speed.efficiency import Efficiency, efficiency_for
 from core.speed.work import PassWork, Weights, decode_work, prefill_work
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from core.engines import Engine
 from core.engines.base import _cap_label
 from core.engines.llamacpp import LlamaCppEngine, as_llamacpp_sees
-from core.layers import MLA, FullAttention, LayerKind
-from core.model import ModelSpec, kind_label
-from core.params import Tensor
+from core.model.layers import MLA, FullAttention, LayerKind
+from core.model.params import Tensor
+from core.model.spec import ModelSpec, kind_label
 
 # Recurrent layers do a few multiply-adds per state element per token (decay, read k·S, rank-1 update, read q·S for
 # Gated DeltaNet; discretise, update, read C·h for Mamba): 6 FLOPs per element, 2 per conv-window element. Orders of
@@ -115,7 +115,7 @@ class PassWork:
 
 @dataclass(frozen=True)
 class Weights:
-    """Bytes and active parameters per decoder layer and outside them, from core.quant's per-tensor bytes."""
+    """Bytes and active parameters per decoder layer and outside them, from core.memory.quant's per-tensor bytes."""
 
     layer_bytes: tuple[float, ...]  # dense part: read whole every pass
     layer_expert_bytes: tuple[float, ...]  # all routed experts' bytes in the layer

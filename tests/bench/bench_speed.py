@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from core.engines import configured
 from core.fit import Setup
-from core.gpus import card_named
-from core.loading import load_model
+from core.memory.gpus import card_named
+from core.model.loading import load_model
 from core.speed import Hardware, efficiency_for, predict
 from core.speed.ram import measure_ram_gb_s
 from tests.bench import published_speed

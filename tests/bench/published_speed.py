@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from core.engines import configured
 from core.fit import Setup
-from core.gpus import card_named
-from core.loading import load_model
+from core.memory.gpus import card_named
+from core.model.loading import load_model
 from core.speed import Hardware, predict
 from tests.bench.speed_runs import ROOT, git_commit
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from core.engines import configured
 from core.fit import Setup
-from core.gpus import Card
-from core.loading import load_model
+from core.memory.gpus import Card
+from core.model.loading import load_model
 from core.speed import Efficiency, Hardware, efficiency_for, predict, setup_weights
 from tests.bench.speed_runs import PROBE_DTYPE, config_path
 

@@ -16,8 +16,8 @@ import pytest
 
 from core.engines import engine_named
 from core.fit import Setup, context_limit, fit, table_contexts
-from core.gpus import card_named
-from core.loading import load_model
+from core.memory.gpus import card_named
+from core.model.loading import load_model
 from core.report import verdict
 from core.units import GIB, format_bytes, format_tokens
 from tests.e2e.conftest import ARTIFACTS, WAIT_MS, full_page_screenshot, wait_for_app

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from core.engines import configured
 from core.finders import rank_cards, rank_models
-from core.gpus import card_named
-from core.loading import load_model, presets
+from core.memory.gpus import card_named
+from core.model.loading import load_model, presets
 from tests.e2e.conftest import ARTIFACTS, WAIT_MS, full_page_screenshot, wait_for_app
 from tests.e2e.test_browser import no_exception
 

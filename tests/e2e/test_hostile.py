@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from core.errors import InputError
 from core.fit import context_limit, fit, table_contexts
-from core.loading import presets
+from core.model.loading import presets
 from core.report import max_context_text
 from core.units import format_bytes
 from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, wait_for_app
@@ -95,7 +95,7 @@ class Member:
 
 def team(size: int = TEAM_SIZE) -> list[Member]:
     """`size` different views: models, engines, cards, contexts and KV types cycled, each with core's figures."""
-    from core.loading import load_model
+    from core.model.loading import load_model
     from ui.inputs import setup_for
 
     names = sorted(presets())

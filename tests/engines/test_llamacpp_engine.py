@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from core.engines.llamacpp import FRONTENDS, LlamaCppEngine, LlamaCppOptions
-from core.loading import model_from_config
+from core.model.loading import model_from_config
 from tests.engines.engine_env import LLAMACPP_TREE, ROOT, run_in_engines
 from tests.engines.llamacpp_models import MODELS
 

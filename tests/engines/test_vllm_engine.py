@@ -21,7 +21,7 @@ import pytest
 
 from core.engines.vllm_engine import RULES_VERSION, Capacity, Plan, VllmEngine
 from core.engines.vllm_pipeline import pipeline_capacity
-from core.loading import model_from_config
+from core.model.loading import model_from_config
 from tests.engines.engine_env import ROOT, run_in_engines
 from tests.engines.vllm_models import MODELS, REFUSED
 

@@ -32,11 +32,11 @@ def bandwidth_for(gpu: str | None, flag: float | None) -> tuple[float, str]:
     if flag:
         return flag, "--bandwidth-gb-s"
     try:
-        from core.gpus import card_named
+        from core.memory.gpus import card_named
 
         card = card_named(gpu or "")
         if card.bandwidth_gb_s:
-            return card.bandwidth_gb_s, f"core.gpus: {card.name}"
+            return card.bandwidth_gb_s, f"core.memory.gpus: {card.name}"
     except (ImportError, InputError, AttributeError):
         pass
     return DEFAULT_BANDWIDTH_GB_S, "default (H200)"

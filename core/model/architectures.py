@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import InputError
-from core.layers import (
+from core.model.layers import (
     MLA,
     ChunkedAttention,
     FullAttention,

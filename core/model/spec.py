@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.layers import Hybrid, LayerKind
+from core.model.layers import Hybrid, LayerKind
 
 
 def kind_label(layer: LayerKind) -> str:

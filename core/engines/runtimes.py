@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from core.dtypes import dtype_named
 from core.engines.llamacpp import LlamaCppEngine, LlamaCppOptions
 from core.errors import InputError
-from core.layers import FullAttention
-from core.model import ModelSpec
-from core.params import count_params
-from core.quant import tensor_bytes
+from core.memory.quant import tensor_bytes
+from core.model.layers import FullAttention
+from core.model.params import count_params
+from core.model.spec import ModelSpec
 from core.units import GIB, MIB
 
 OLLAMA_VERSION = "v0.32.15"
@@ -283,7 +283,7 @@ def apple_gpu_bytes(ram_bytes: int, wired_limit_mb: int = 0, default_share: floa
 
     llama.cpp sizes its Metal device by `recommendedMaxWorkingSetSize` (ggml-metal-device.m:1290, :1503), which
     follows iogpu.wired_limit_mb; the default share (about 2/3 of RAM on small Macs, 3/4 on larger ones) is Apple's
-    and not in any source here, so it is a parameter (core.gpus.UNIFIED_GPU_SHARE is 0.75)."""
+    and not in any source here, so it is a parameter (core.memory.gpus.UNIFIED_GPU_SHARE is 0.75)."""
     if ram_bytes <= 0:
         raise InputError("RAM must be positive")
     if wired_limit_mb < 0:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.model import ModelSpec
+from core.model.spec import ModelSpec
 from core.units import MIB
 
 CUDA_CONTEXT = 512 * MIB

@@ -1,4 +1,4 @@
-"""Bytes of a model's weights in a given storage format, from its parameter tensors (core.params).
+"""Bytes of a model's weights in a given storage format, from its parameter tensors (core.model.params).
 
 Whole-number arithmetic throughout: every format is bytes per block of weights along a row (scales included),
 plus any per-tensor or per-tile scale tensors, so a figure is what the checkpoint's tensors hold, not a rounded
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from core.errors import InputError
-from core.model import ModelSpec
-from core.params import CATEGORIES, ParamCount, Tensor
+from core.model.params import CATEGORIES, ParamCount, Tensor
+from core.model.spec import ModelSpec
 
 MATMUL = frozenset({"linear", "experts"})
 EVERYTHING = frozenset(CATEGORIES)
@@ -272,7 +272,7 @@ def tensor_bytes(count: ParamCount, fmt_name: str, model_dtype_bytes: int) -> li
 def weights_bytes(count: ParamCount, fmt_name: str, model_dtype_bytes: int) -> WeightBytes:
     """Weight bytes in total and per category. `model_dtype_bytes` is the size of what a format leaves alone."""
     if not count.tensors:
-        raise InputError("this parameter count carries no tensor list; build it with core.params.count_params")
+        raise InputError("this parameter count carries no tensor list; build it with core.model.params.count_params")
     by = dict.fromkeys(CATEGORIES, 0)
     for t, nbytes in tensor_bytes(count, fmt_name, model_dtype_bytes):
         by[t.category] += nbytes

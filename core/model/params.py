@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from core.architectures import ARCHITECTURES, DENSE_TYPES, Cfg, head_dim
 from core.errors import InputError
-from core.layers import GatedDeltaNet, LayerKind, Mamba1, Mamba2
-from core.model import ModelSpec
+from core.model.architectures import ARCHITECTURES, DENSE_TYPES, Cfg, head_dim
+from core.model.layers import GatedDeltaNet, LayerKind, Mamba1, Mamba2
+from core.model.spec import ModelSpec
 
 CATEGORIES = ("embedding", "lm_head", "linear", "experts", "router", "other")
 
@@ -161,7 +161,7 @@ class _Model:
         self.experts("ffn_down_exps", self.h, inter, n, top_k, bias)
 
     def state_layer(self) -> LayerKind:
-        """The architecture's constant-state layer, with its shape read once by core.architectures."""
+        """The architecture's constant-state layer, with its shape read once by core.model.architectures."""
         arch = ARCHITECTURES.get(self.c.model_type) or ARCHITECTURES[str(self.c.data.get("_top_model_type"))]
         assert arch.state is not None
         return arch.state(self.c)

@@ -8,11 +8,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from core.architectures import Cfg, build_layers
-from core.config import MAX_CONFIG_BYTES, parse_json, resolve_cached, resolve_isolated
 from core.dtypes import dtype_named
 from core.errors import InputError
-from core.model import ModelSpec
+from core.model.architectures import Cfg, build_layers
+from core.model.config import MAX_CONFIG_BYTES, parse_json, resolve_cached, resolve_isolated
+from core.model.spec import ModelSpec
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 DEFAULT_MODEL = "Qwen/Qwen3.5-9B"

@@ -136,7 +136,7 @@ def derived_layer_types(cfg: dict[str, Any]) -> list[str]:
 
 def resolve(raw: dict[str, Any]) -> dict[str, Any]:
     """The decoder's text config with the architecture's defaults applied, as a plain JSON-able dict."""
-    from core.architectures import ARCHITECTURES  # the table of what kvscope can size
+    from core.model.architectures import ARCHITECTURES  # the table of what kvscope can size
 
     # A deep copy: transformers edits nested dicts in place (a VLM's vision_config), which would change the
     # caller's config and so its cache key.
@@ -246,7 +246,7 @@ def resolve_isolated(raw: dict[str, Any], timeout: float = 120) -> dict[str, Any
         capture_output=True,
         text=True,
         timeout=timeout,
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
     )
     if proc.returncode != 0:
         message = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "config resolution failed"

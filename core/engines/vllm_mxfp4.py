@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.gpus import Card
+from core.memory.gpus import Card
 
 MX_BLOCK = 32  # values per E8M0 scale byte
 HOPPER_WARPS = 8  # num_warps vLLM passes to _swizzle_mxfp4 on Hopper

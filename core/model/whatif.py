@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from core.architectures import ARCHITECTURES, Cfg
 from core.errors import InputError
-from core.layers import MLA, FullAttention, LayerKind, NoCache, SlidingWindow
-from core.model import ModelSpec
+from core.model.architectures import ARCHITECTURES, Cfg
+from core.model.layers import MLA, FullAttention, LayerKind, NoCache, SlidingWindow
+from core.model.spec import ModelSpec
 
 
 def attention_of(model: ModelSpec) -> LayerKind:

@@ -1,4 +1,4 @@
-"""Write core/presets/resolved/: every bundled preset resolved with the installed transformers (`make presets`).
+"""Write core/model/presets/resolved/: every bundled preset resolved with the installed transformers (`make presets`).
 
 The app reads these instead of starting a child process to import transformers on its first render."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from core.config import SHIPPED_DIR, cache_key, parse_json, resolve
-from core.loading import presets
+from core.model.config import SHIPPED_DIR, cache_key, parse_json, resolve
+from core.model.loading import presets
 
 
 def main() -> None:

@@ -1,0 +1,1 @@
+"""Where the memory goes besides the cache: weights by format, exact weight files, engine overhead, the cards."""
