@@ -112,6 +112,16 @@ def engine_options(engine: Engine) -> dict:
     return asdict(options) if options is not None else {}
 
 
+def add_card_options(p: argparse.ArgumentParser, gpu_help: str, split: bool) -> None:
+    """--gpu or --gpu-mem-gib, and with `split` how many GPUs and how the model is split over them."""
+    p.add_argument("--gpu", help=gpu_help)
+    p.add_argument("--gpu-mem-gib", type=float, help="memory of one GPU in GiB, instead of --gpu")
+    if split:
+        p.add_argument("--gpus", type=positive_int, default=1)
+        p.add_argument("--tp", type=positive_int, help="tensor parallel size (vLLM)")
+        p.add_argument("--pp", type=positive_int, help="pipeline parallel size / layer split")
+
+
 def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", default="transformers", choices=sorted(ENGINES))
     vllm = p.add_argument_group("vLLM")
@@ -142,10 +152,14 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def build_setup(args: argparse.Namespace) -> Setup:
+def card_from(args: argparse.Namespace) -> Card:
     if (args.gpu is None) == (args.gpu_mem_gib is None):
         raise InputError("give the card either by name (--gpu 'RTX 4090') or by memory (--gpu-mem-gib 24)")
-    card = card_named(args.gpu) if args.gpu is not None else Card.custom(args.gpu_mem_gib)
+    return card_named(args.gpu) if args.gpu is not None else Card.custom(args.gpu_mem_gib)
+
+
+def build_setup(args: argparse.Namespace) -> Setup:
+    card = card_from(args)
     engine = build_engine(args)
     gpus = args.gpus
     tp, pp = default_split(engine, gpus, args.tp, args.pp)
@@ -257,9 +271,7 @@ def print_cards(out: dict) -> None:
 
 
 def cmd_models(args: argparse.Namespace) -> dict:
-    if (args.gpu is None) == (args.gpu_mem_gib is None):
-        raise InputError("give the card either by name (--gpu 'RTX 4090') or by memory (--gpu-mem-gib 24)")
-    card = card_named(args.gpu) if args.gpu is not None else Card.custom(args.gpu_mem_gib)
+    card = card_from(args)
     models = [load_model(m) for m in (args.models or list(presets()))]
     engine = build_engine(args)
     answers = rank_models(models, engine, card, args.context)
@@ -322,11 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     fitp = sub.add_parser("fit", help="does a model fit a card: max context, concurrency, the context table")
     fitp.add_argument("model", help="Hugging Face repo id, bundled preset, or path to a config.json")
-    fitp.add_argument("--gpu", help="card name, e.g. 'RTX 4090', H100, 'A100 40GB'")
-    fitp.add_argument("--gpu-mem-gib", type=float, help="memory of one GPU in GiB, instead of --gpu")
-    fitp.add_argument("--gpus", type=positive_int, default=1)
-    fitp.add_argument("--tp", type=positive_int, help="tensor parallel size (vLLM)")
-    fitp.add_argument("--pp", type=positive_int, help="pipeline parallel size / layer split")
+    add_card_options(fitp, "card name, e.g. 'RTX 4090', H100, 'A100 40GB'", split=True)
     fitp.add_argument(
         "--weights", help="weight format, e.g. bf16, fp8, int4-awq, mxfp4, Q4_K_M (default: the checkpoint's)"
     )
@@ -358,8 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     modelsp = sub.add_parser("models", help="every bundled model ranked for a card, in the best format that fits")
     modelsp.add_argument("models", nargs="*", help="repo ids, presets or config paths (default: every bundled preset)")
-    modelsp.add_argument("--gpu", help="card name, e.g. 'RTX 4060', H100")
-    modelsp.add_argument("--gpu-mem-gib", type=float, help="memory of one GPU in GiB, instead of --gpu")
+    add_card_options(modelsp, "card name, e.g. 'RTX 4060', H100", split=False)
     modelsp.add_argument("--context", type=tokens, default=DEFAULT_CONTEXT, help="tokens per request (default 8K)")
     add_engine_options(modelsp)
     modelsp.add_argument("--json", action="store_true")
@@ -367,12 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     speed = sub.add_parser("speed", help="how fast: decode, aggregate and prefill tok/s, time to first token")
     speed.add_argument("model", help="Hugging Face repo id, bundled preset, or path to a config.json")
-    speed.add_argument("--gpu", help="card name, e.g. 'RTX 4090', H100 (needs a bandwidth and peak figure)")
-    speed.add_argument("--gpu-mem-gib", type=float, help="memory of one GPU in GiB, instead of --gpu")
+    add_card_options(speed, "card name, e.g. 'RTX 4090', H100 (needs a bandwidth and peak figure)", split=True)
     speed.add_argument("--device", choices=("gpu", "cpu"), default="gpu", help="cpu: no GPU, all in system RAM")
-    speed.add_argument("--gpus", type=positive_int, default=1)
-    speed.add_argument("--tp", type=positive_int, help="tensor parallel size (vLLM)")
-    speed.add_argument("--pp", type=positive_int, help="pipeline parallel size / layer split")
     speed.add_argument("--weights", help="weight format, e.g. bf16, fp8, Q4_K_M (default: the checkpoint's)")
     speed.add_argument("--kv-dtype", default="auto")
     add_engine_options(speed)
