@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -419,9 +420,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemoryError:
         print("error: out of memory sizing this input; check its layer count and widths", file=sys.stderr)
         return 2
-    if args.json or args.show is None:
-        json.dump(out, sys.stdout, indent=2)
-        print()
-    else:
-        args.show(out)
+    try:
+        if args.json or args.show is None:
+            json.dump(out, sys.stdout, indent=2)
+            print()
+        else:
+            args.show(out)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader closed early (`| head`): not an error of ours, and no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush does not fail again
     return 0

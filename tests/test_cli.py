@@ -90,3 +90,19 @@ def test_errors_are_one_clear_line_without_traceback(args, message):
     assert proc.returncode != 0
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_reader_that_closes_early_gets_no_traceback():
+    """`python -m core fit … | head -1`: the pipe closes before the table is written."""
+    env = os.environ | {"HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "core", "fit", "Qwen/Qwen3-8B", "--gpu-mem-gib", "24"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env=env,
+    )
+    proc.stdout.close()  # before the interpreter has started, so every write meets a closed pipe
+    _, err = proc.communicate(timeout=60)
+    assert "Traceback" not in err.decode(), err.decode()
+    assert proc.returncode == 0
