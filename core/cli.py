@@ -12,8 +12,10 @@ from pathlib import Path
 
 from core.argtypes import positive_int, tokens
 from core.check import add_check_parser
+from core.cluster_report import cluster_report, parse_layout, print_cluster
 from core.engines import ENGINES, Engine, configured
 from core.engines.llamacpp import DEFAULT_FRONTEND, FRONTENDS
+from core.engines.vllm_cluster import Cluster
 from core.engines.vllm_engine import VERSIONS, VllmOptions
 from core.errors import InputError
 from core.finders import COST_BASIS, DEFAULT_CONTEXT, card_record, model_record, rank_cards, rank_models
@@ -315,6 +317,21 @@ def cmd_speed(args: argparse.Namespace) -> dict:
     return speed_report(build_setup(args), args, cpu_only)
 
 
+def cmd_cluster(args: argparse.Namespace) -> dict:
+    cluster = Cluster(card_from(args), args.nodes, args.gpus_per_node)
+    return cluster_report(
+        load_model(args.model),
+        cluster,
+        args.context,
+        weights=args.weights,
+        kv_dtype=args.kv_dtype,
+        expert_parallel=args.expert_parallel,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        pp_inside_nodes=args.pp_inside_nodes,
+        layout=parse_layout(args.layout) if args.layout else None,
+    )
+
+
 def cmd_resolve(args: argparse.Namespace) -> dict:
     text = sys.stdin.read() if args.config == "-" else Path(args.config).read_text(encoding="utf-8")
     return resolve(parse_json(text, args.config))
@@ -394,6 +411,26 @@ def build_parser() -> argparse.ArgumentParser:
         max_model_len=None,
         gpu_memory_utilization=0.92,
     )
+
+    clusterp = sub.add_parser("cluster", help="vLLM on nodes × GPUs: every TP × PP × DP (EP) plan, best first")
+    clusterp.add_argument("model", help="Hugging Face repo id, bundled preset, or path to a config.json")
+    add_card_options(clusterp, "card name, e.g. H100, H200", split=False)
+    clusterp.add_argument("--nodes", type=positive_int, default=1)
+    clusterp.add_argument("--gpus-per-node", type=positive_int, default=8)
+    clusterp.add_argument("--context", type=tokens, default=DEFAULT_CONTEXT, help="tokens per request (default 8K)")
+    clusterp.add_argument("--weights", help="weight format (default: the checkpoint's)")
+    clusterp.add_argument("--kv-dtype", default="auto")
+    clusterp.add_argument(
+        "--expert-parallel",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="MoE: only plans with (or without) --enable-expert-parallel (default: both)",
+    )
+    clusterp.add_argument("--pp-inside-nodes", action="store_true", help="also plans with PP stages inside a node")
+    clusterp.add_argument("--layout", help="one plan instead of the search: TP,PP,DP[,ep], e.g. 1,1,16,ep")
+    clusterp.add_argument("--gpu-memory-utilization", type=float, default=0.92, help="vLLM (default 0.92)")
+    clusterp.add_argument("--json", action="store_true")
+    clusterp.set_defaults(run=cmd_cluster, show=print_cluster)
 
     add_probe_parser(sub)
     add_check_parser(sub)

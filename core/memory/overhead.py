@@ -58,12 +58,14 @@ def parallel_items(world: int) -> list[Item]:
     return [Item("NCCL buffers", NCCL, "256 MiB per rank with tensor/pipeline parallel")] if world > 1 else []
 
 
-def vllm_overhead(model: ModelSpec, max_num_batched_tokens: int, world: int = 1) -> list[Item]:
-    logits = VLLM_MAX_NUM_SEQS * model.vocab_size * 4 * 2
+def vllm_overhead(
+    model: ModelSpec, max_num_batched_tokens: int, world: int = 1, max_num_seqs: int = VLLM_MAX_NUM_SEQS
+) -> list[Item]:
+    logits = max_num_seqs * model.vocab_size * 4 * 2
     return [
         Item("CUDA context", CUDA_CONTEXT, "512 MiB"),
         activations(model, max_num_batched_tokens, "profile-run activations"),
-        Item("sampler logits", logits, f"{VLLM_MAX_NUM_SEQS} seqs × {model.vocab_size:,} vocab × 4 B × 2"),
+        Item("sampler logits", logits, f"{max_num_seqs} seqs × {model.vocab_size:,} vocab × 4 B × 2"),
         Item("CUDA graphs and workspaces", VLLM_GRAPHS_AND_WORKSPACES, "896 MiB"),
         *parallel_items(world),
     ]

