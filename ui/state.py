@@ -36,10 +36,12 @@ BOUNDS = {
     "kvh": (0, 4096),
     "hd": (0, 4096),
     "win": (0, 1 << 24),
+    "nodes": (1, 512),
+    "gpn": (1, 64),
 }
 SWITCH = {"auto": None, "on": True, "off": False}  # an engine option: its default, or forced on/off
 PLATFORMS = ("cuda", "cpu")
-CHOICES = {"swa": SWITCH, "kvu": SWITCH, "vver": VERSIONS, "fe": FRONTENDS, "plat": PLATFORMS}  # engine options
+CHOICES = {"swa": SWITCH, "kvu": SWITCH, "vver": VERSIONS, "fe": FRONTENDS, "plat": PLATFORMS, "ep": SWITCH}
 SOURCES = ("Preset", "Hub", "Upload")
 # org/name; never a path on the server (no "..", no "x.json" that core.model.loading would read as a file)
 REPO_ID = re.compile(r"^(?!.*\.\.)(?!.*\.json$)[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$", re.ASCII)
@@ -71,6 +73,10 @@ class Inputs:
     win: int = 0
     pat: str = ""  # what-if layer pattern, e.g. LLLF
     cmp: str = "Qwen/Qwen3-8B"  # comparators on the hybrid-vs-dense page, comma separated
+    ccard: str = "H100 80GB SXM5"  # the cluster page's card, its nodes and GPUs per node, and EP (auto = both)
+    nodes: int = 2
+    gpn: int = 8
+    ep: str = "auto"
 
 
 DEFAULTS = Inputs()
@@ -118,6 +124,8 @@ def _check(key: str, value: str):
         return value
     if key == "card":
         return value if value == CUSTOM_CARD else card_named(value).name
+    if key == "ccard":
+        return card_named(value).name
     if key in BOUNDS:
         lo, hi = BOUNDS[key]
         kind = float if isinstance(lo, float) else int

@@ -1,0 +1,104 @@
+"""vLLM past one machine: every TP × PP × DP (EP) plan of a cluster for the chosen model, best first, with the
+arithmetic of the best plan, plain TP and DP-attention. The page only draws: core.engines.vllm_cluster computes."""
+
+import pandas as pd
+import streamlit as st
+
+from core.cluster_report import cluster_report
+from core.engines.vllm_cluster import Cluster
+from core.errors import InputError
+from core.memory.gpus import card_named, cards
+from core.units import format_bytes, format_tokens
+from ui.inputs import sidebar
+from ui.layout import FAVICON, mobile_css
+from ui.state import BOUNDS, SWITCH
+
+st.set_page_config(page_title="kvscope — vLLM across nodes", page_icon=FAVICON, layout="wide")
+mobile_css()
+st.title("vLLM across nodes")
+inputs, model, _ = sidebar(model_only=True)
+st.caption(
+    "Tensor parallel inside a node, pipeline parallel across nodes, data-parallel engine cores, expert parallel for "
+    "MoE: how many requests each cut of the cluster holds at once. MLA models keep their whole latent on every TP "
+    "rank, so DP-attention (one engine core per GPU) often holds several times more."
+)
+
+c1, c2, c3, c4 = st.columns(4)
+names = [name for name, card in cards().items() if not card.unified_memory]
+c1.selectbox("Card", names, key="in_ccard")
+c2.number_input("Nodes", *BOUNDS["nodes"], key="in_nodes")
+c3.number_input("GPUs per node", *BOUNDS["gpn"], key="in_gpn")
+c4.selectbox(
+    "Expert parallel",
+    list(SWITCH),
+    key="in_ep",
+    help="--enable-expert-parallel for MoE models: auto lists plans with and without it",
+)
+st.caption(
+    f"{format_tokens(inputs.ctx)}-token requests (the sidebar's context), KV dtype {inputs.kv}, weights as the "
+    "checkpoint, `vllm serve` defaults for the card."
+)
+
+
+@st.cache_data(show_spinner="Planning every cut…", max_entries=32)
+def report(_model, key: str, card: str, nodes: int, gpn: int, context: int, kv: str, ep: str) -> dict:
+    """`key` (the model's repr) stands in for the model, which Streamlit cannot hash."""
+    cluster = Cluster(card_named(card), nodes, gpn)
+    return cluster_report(_model, cluster, context, kv_dtype=kv, expert_parallel=SWITCH[ep])
+
+
+kv = inputs.kv if inputs.kv in ("auto", "fp8", "bf16", "fp16") else "auto"
+try:
+    context = min(inputs.ctx, model.max_context or inputs.ctx)
+    out = report(model, repr(model), inputs.ccard, inputs.nodes, inputs.gpn, context, kv, inputs.ep)
+except InputError as err:
+    st.error(str(err))
+    st.stop()
+
+best = out["best"]
+m1, m2, m3 = st.columns(3)
+m1.metric("Best plan", best["layout"] if best["fits"] else "none fits")
+m2.metric(f"Requests at {format_tokens(context)}", f"{best['requests']:,}")
+gain = out["best_vs_plain_tp"]
+m3.metric("vs plain TP", f"{gain:.2f}×" if gain else "–")
+if best["fits"]:
+    st.code(f"vllm serve {model.name} {best['vllm_flags']}", language="bash", wrap_lines=True)
+
+frame = pd.DataFrame(
+    {
+        "plan": p["layout"],
+        "requests": p["requests"],
+        "per DP rank": p["requests_per_dp_rank"],
+        "cache tokens": p["cache_tokens"],
+        "weights / GPU": format_bytes(p["weights_bytes_per_gpu"]) if p["weights_bytes_per_gpu"] else "–",
+        "KV budget / GPU": format_bytes(max(0, p["kv_budget_bytes_per_gpu"] or 0)),
+        "why not": p["why_not"] or "",
+    }
+    for p in out["plans"]
+)
+st.dataframe(
+    frame,
+    hide_index=True,
+    key="cluster_table",
+    column_config={
+        "requests": st.column_config.NumberColumn(help="DP ranks × requests one engine core holds", format="localized"),
+        "cache tokens": st.column_config.NumberColumn(
+            help="KV cache size every DP rank logs, added up", format="localized"
+        ),
+    },
+)
+
+titles = {
+    "plain_tp": "Plain TP: TP inside a node, PP across nodes",
+    "dp_attention": "DP-attention: one engine core per GPU",
+}
+with st.expander(f"How is it computed? Best plan: {best['layout']}"):
+    st.code("\n".join(out["best_arithmetic"]), language=None)
+for name, recipe in out["recipes"].items():
+    vs = f" — {recipe['requests_vs_plain_tp']:.2f}× plain TP" if recipe["requests_vs_plain_tp"] else ""
+    with st.expander(f"{titles[name]} ({recipe['layout']}){vs}"):
+        st.code("\n".join(recipe["arithmetic"]), language=None)
+st.caption(
+    "Not modelled: the all-to-all buffers of EP kernels (DeepEP reserves its own), EPLB's redundant experts, "
+    "decode context parallel, MTP draft layers. Rules and their vLLM sources: core/engines/vllm_cluster.py."
+)

@@ -1,0 +1,51 @@
+"""The "vLLM across nodes" page under AppTest: what it shows must be core.engines.vllm_cluster's plans for the
+inputs in the link, and its inputs must travel in the link."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from core.engines.vllm_cluster import Cluster, evaluate, plain_tp, plans
+from core.memory.gpus import card_named
+from core.model.loading import load_model
+from ui.state import from_query
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _page(params: dict[str, str]) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.query_params.update(params)
+    at.run()
+    at.switch_page("pages/6_cluster.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_page_shows_cores_plans_for_the_link():
+    at = _page({"model": "deepseek-ai/DeepSeek-V3", "ctx": "32k", "ccard": "H200", "nodes": "2", "gpn": "8"})
+    model = load_model("deepseek-ai/DeepSeek-V3")
+    cluster = Cluster(card_named("H200"), 2, 8)
+    expected = plans(model, cluster, 32768)
+    shown = at.dataframe[0].value
+    assert list(shown["plan"]) == [r.label for r in expected]
+    assert list(shown["requests"]) == [r.requests for r in expected]
+    metrics = {m.label: m.value for m in at.metric}
+    base = evaluate(model, cluster, plain_tp(model, cluster), 32768)
+    assert metrics["Best plan"] == expected[0].label
+    assert metrics["vs plain TP"] == f"{expected[0].requests / base.requests:.2f}×"
+    assert any(expected[0].layout.flags() in c.value for c in at.code)
+
+
+def test_cluster_inputs_round_trip_and_bad_values_are_named():
+    at = _page({"model": "moonshotai/Kimi-K2-Instruct", "ctx": "32k", "ccard": "H100", "nodes": "4", "ep": "on"})
+    shown = at.dataframe[0].value
+    assert all("EP" in plan for plan in shown["plan"] if "DP" in plan)  # only plans with expert parallel
+    assert shown["requests"].sum() > 0 and all("PP 4" in p or "DP" in p for p in shown["plan"])  # 32 GPUs
+    assert (at.query_params["ep"], at.query_params["nodes"]) == ("on", "4")
+    assert "ccard" not in at.query_params  # "H100" is the default card by its full name: links stay short
+    inputs, ignored = from_query({"nodes": "0", "gpn": "lots", "ccard": "no such card", "ep": "maybe"})
+    assert (inputs.nodes, inputs.gpn, inputs.ep) == (2, 8, "auto")
+    assert len(ignored) == 4 and all(k in " ".join(ignored) for k in ("nodes", "gpn", "ccard", "ep"))
