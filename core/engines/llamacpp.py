@@ -340,11 +340,4 @@ class LlamaCppEngine(Engine):
 
 __all__ = [
     "DEFAULT_FRONTEND",
-    "FRONTENDS",
-    "Frontend",
-    "LlamaCppCache",
-    "LlamaCppEngine",
-    "LlamaCppOptions",
-    "as_llamacpp_sees",
-    "pad",
-]
+    "FRONTENDS", "Frontend", "LlamaCppCache", "LlamaCppEngine", "LlamaCppOptions", "as_llamacpp_sees", "pad"]

@@ -76,11 +76,9 @@ def expert_bytes(hidden: int, intermediate: int, kernel: Kernel | None = None) -
     """One expert of one layer: gate_up (2I × H) and down (H × I) in MXFP4, plus their biases.
     kernel None = as the checkpoint ships it (bf16 biases, no padding)."""
     if kernel is None:
-        return (
-            _fp4_matrix(2 * intermediate, hidden, KERNELS["marlin"])
-            + _fp4_matrix(hidden, intermediate, KERNELS["marlin"])
-            + 2 * (2 * intermediate + hidden)
-        )
+        return _fp4_matrix(2 * intermediate, hidden, KERNELS["marlin"]) + _fp4_matrix(
+            hidden, intermediate, KERNELS["marlin"]
+        ) + 2 * (2 * intermediate + hidden)
     h, i = round_up(hidden, kernel.pad_hidden), round_up(intermediate, kernel.pad_intermediate)
     return _fp4_matrix(2 * i, h, kernel) + _fp4_matrix(h, i, kernel) + kernel.bias_bytes * (2 * i + h)
 
