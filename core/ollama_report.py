@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 
 from core.engines.runtimes import (
     ESTIMATOR_VERSION,
+    KV_BYTES,
     OLLAMA_VERSION,
     OllamaSettings,
     OllamaSplit,
+    gguf_facts,
     llama_engine,
     ollama_layers,
     uses_flash_attention,
@@ -26,6 +28,7 @@ from core.memory.gpus import Card
 from core.model.spec import ModelSpec
 from core.speed.cli import hardware
 from core.speed.predict import Hardware, Speed, predict
+from core.speed.report import speed_lines
 from core.units import format_bytes, format_tokens
 
 # The cards issue 13 asks about: 8, 12, 16 and 24 GB (names as in core/memory/data/gpus.csv).
@@ -93,6 +96,8 @@ class OllamaRow:
     bound: str
     ram_gb_s: float
     threads: int
+    weights: str
+    gpu_overhead: int  # OLLAMA_GPU_OVERHEAD, bytes
     split: OllamaSplit = field(repr=False, compare=False)
     fit: Fit = field(repr=False, compare=False)
     speed: Speed = field(repr=False, compare=False)
@@ -159,6 +164,8 @@ def ollama_row(
         bound=speed.bound,
         ram_gb_s=hw.ram_gb_s,
         threads=hw.threads,
+        weights=weights,
+        gpu_overhead=settings.gpu_overhead,
         split=split,
         fit=result,
         speed=speed,
@@ -248,3 +255,48 @@ def print_report(out: dict) -> None:
             f"{format_bytes(r['kvscope_gpu_bytes']):>11} {'yes' if r['kvscope_fits'] else 'no':>4} "
             f"{r['decode_tok_s']:>12.1f} {r['prefill_tok_s']:>13.0f}"
         )
+
+
+def explain(row: OllamaRow, model: ModelSpec) -> list[str]:
+    """Markdown lines: each figure of the row with the estimator's terms and kvscope's account that produce it."""
+    t, split = row.split.terms, row.split
+    assert t is not None  # ollama_layers always records its terms
+    f = gguf_facts(model, row.weights)
+    n = len(t.blocks)
+    k = min(split.layers, n)  # blocks on the GPU: the last k
+    placed = sum(t.blocks[i] + t.kv_per_layer[i] for i in range(n - k, n))
+    output = t.output if split.full else 0
+    reserve = row.gpu_overhead + t.graph + t.minimum + 2 * t.buffer
+    fit_row = row.fit.rows[0]
+    ngl = "all" if split.gpu_layers is None else split.gpu_layers
+    return [
+        f"### {row.model} on {row.card} ({format_bytes(row.card_memory_bytes)} free)",
+        f"**Ollama's estimate** (llm/memory.go estimateGPULayers at {ESTIMATOR_VERSION}), num_ctx {row.num_ctx:,} × "
+        f"OLLAMA_NUM_PARALLEL {row.num_parallel} = {t.context:,} tokens, batch {t.batch}, weights {row.weights}:",
+        f"- KV per layer: {t.context:,} × ({f.key_length} + {f.value_length}) × {f.heads_kv} KV heads × "
+        f"{KV_BYTES[t.kv_type]:g} B ({t.kv_type}) = {t.kv_per_layer[0]:,} B; all {n} layers: "
+        f"{format_bytes(t.kv_total)}",
+        f"- buffer block held back: blk.0 ({format_bytes(t.blocks[0])}) + its KV = {format_bytes(t.buffer)}",
+        f"- graph: partial offload {format_bytes(t.graph_partial)}, full offload {format_bytes(t.graph_full)}; every "
+        f"placement test reserves the larger, {format_bytes(t.graph)}",
+        f"- minimum memory (CUDA): {format_bytes(t.minimum)}",
+        f"- the GPU is used only if free ≥ OLLAMA_GPU_OVERHEAD + graph + minimum + 2 × buffer = "
+        f"{format_bytes(row.gpu_overhead)} + {format_bytes(t.graph)} + {format_bytes(t.minimum)} + 2 × "
+        f"{format_bytes(t.buffer)} = {format_bytes(reserve)}: "
+        + ("yes" if row.card_memory_bytes >= reserve else "no, so every layer stays in RAM"),
+        f"- blocks placed from the last down while free > overhead + used + graph + block: {k} of {n}"
+        + (f", then the output layer ({format_bytes(t.output)})" if split.full else "; the output layer stays in RAM"),
+        f"- VRAM estimate = minimum + buffer + blocks placed + output + graph used = {format_bytes(t.minimum)} + "
+        f"{format_bytes(t.buffer)} + {format_bytes(placed)} + {format_bytes(output)} + "
+        f"{format_bytes(split.graph_bytes)} = **{format_bytes(split.vram_bytes)}**"
+        + ("" if split.layers else " (no layers: no VRAM estimate)")
+        + f"; with what stays in RAM, {format_bytes(split.total_bytes)} in all",
+        f"**kvscope's llama.cpp account of the same split** (-ngl {ngl}, -c {t.context:,} -np {row.num_parallel}, "
+        f"cache {t.kv_type}):",
+        f"- weights on the GPU {format_bytes(fit_row.weights_bytes)} + compute buffers "
+        f"{format_bytes(fit_row.overhead_bytes)} + {row.num_parallel} × cache {format_bytes(fit_row.cache_bytes)} = "
+        f"**{format_bytes(row.kvscope_gpu_bytes)}** of {format_bytes(row.fit.usable_bytes)}: "
+        f"{'fits' if row.kvscope_fits else 'does not fit'} (headroom {format_bytes(row.kvscope_headroom_bytes)})",
+        f"**Speed** on a host with {row.ram_gb_s:.1f} GB/s RAM and {row.threads} threads for the layers in RAM:",
+        *speed_lines(row.speed),
+    ]
