@@ -24,6 +24,7 @@ PAGES = [
     "pages/2_measure_live.py",
     "pages/3_fact_check.py",
     "pages/4_finders.py",
+    "pages/5_ollama.py",
 ]
 
 
