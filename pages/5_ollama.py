@@ -8,7 +8,7 @@ from core.engines.runtimes import ESTIMATOR_VERSION, OLLAMA_KV_TYPES, OLLAMA_VER
 from core.errors import InputError
 from core.memory.gpus import card_named, cards
 from core.model.loading import load_model, presets
-from core.ollama_report import DEFAULT_CARDS, MEASURED, SPEED_AT, TYPICAL_SOURCE, UNCHECKED, explain, host, ollama_grid
+from core.ollama_report import DEFAULT_CARDS, MEASURED, SPEED_AT, TYPICAL_SOURCE, explain, host, ollama_grid
 from core.units import GIB, MIB, format_tokens, parse_tokens
 from ui.inputs import sidebar
 from ui.layout import FAVICON, mobile_css
@@ -26,7 +26,7 @@ st.caption(
     f"For each card, the layers Ollama puts on the GPU and the context it gives a request, from its own estimator "
     f"(llm/memory.go estimateGPULayers at {ESTIMATOR_VERSION}, defaults of {OLLAMA_VERSION}; read from source and "
     "re-derived by a test), set beside kvscope's llama.cpp account of that same split and the speed it predicts. "
-    f"{UNCHECKED}."
+    "None of it was checked against a running Ollama (none runs here)."
 )
 with st.expander("Ollama settings and host", expanded=True):
     c1, c2, c3 = st.columns(3)
@@ -71,12 +71,12 @@ table = pd.DataFrame(
         "num_ctx": format_tokens(r.num_ctx),
         "KV": r.kv_type,
         "Ollama layers": r.offloaded,
+        "decode tok/s": r.decode_tok_s,
+        "prefill tok/s": r.prefill_tok_s,
         "Ollama VRAM (GiB)": r.ollama_vram_bytes / GIB,
         "Ollama total (GiB)": r.ollama_total_bytes / GIB,
         "kvscope GPU (GiB)": r.kvscope_gpu_bytes / GIB,
         "kvscope fits": r.kvscope_fits,
-        "decode tok/s": r.decode_tok_s,
-        "prefill tok/s": r.prefill_tok_s,
         "TTFT (s)": r.ttft_s,
     }
     for r in rows
