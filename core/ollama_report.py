@@ -42,7 +42,7 @@ DEFAULT_CARDS = (
 # theoretical peak. core.speed's fitted llama.cpp CPU efficiency (× 1.16) is relative to a numpy copy, which runs
 # below the theoretical peak, so on this figure the RAM-resident share is timed optimistically: an upper bound.
 TYPICAL_RAM_GB_S = 2 * 8 * 5600e6 / 1e9
-TYPICAL_THREADS = 8  # an 8-core desktop CPU; Ollama runs one thread per physical core by default
+TYPICAL_THREADS = 8  # an 8-core desktop CPU (Ollama chooses its own thread count; its rule is not modelled here)
 TYPICAL_SOURCE = (
     f"typical desktop: dual-channel DDR5-5600, 2 × 8 B × 5,600 MT/s = {TYPICAL_RAM_GB_S:.1f} GB/s theoretical peak"
 )
