@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from core.errors import InputError
-from core.units import parse_tokens
+from core.units import parse_bytes, parse_tokens
 
 
 def positive_int(text: str) -> int:
@@ -22,5 +22,13 @@ def tokens(text: str) -> int:
     """A token count: 8192, 32k, 128K."""
     try:
         return parse_tokens(text)
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def byte_size(text: str) -> int:
+    """A size in bytes: 1073741824, 512MiB, 1.5GiB."""
+    try:
+        return parse_bytes(text)
     except InputError as err:
         raise argparse.ArgumentTypeError(str(err)) from None

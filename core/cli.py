@@ -10,11 +10,12 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from core.argtypes import positive_int, tokens
+from core.argtypes import byte_size, positive_int, tokens
 from core.check import add_check_parser
 from core.cluster_report import cluster_report, parse_layout, print_cluster
 from core.engines import ENGINES, Engine, configured
 from core.engines.llamacpp import DEFAULT_FRONTEND, FRONTENDS
+from core.engines.runtimes import OLLAMA_KV_TYPES, OllamaSettings
 from core.engines.vllm_cluster import Cluster
 from core.engines.vllm_engine import VERSIONS, VllmOptions
 from core.errors import InputError
@@ -24,6 +25,7 @@ from core.memory.gpus import Card, card_named
 from core.memory.weightfiles import read_weights
 from core.model.config import parse_json, resolve
 from core.model.loading import load_model, presets
+from core.ollama_report import DEFAULT_CARDS, MEASURED, host, print_report, report
 from core.probe import add_probe_parser
 from core.report import table_records
 from core.speed.cli import print_speed, speed_report
@@ -305,6 +307,19 @@ def print_models(out: dict) -> None:
         print(line + ("" if m["fits"] else f"  {m['why_not']}"))
 
 
+def cmd_ollama(args: argparse.Namespace) -> dict:
+    settings = OllamaSettings(
+        num_ctx=args.num_ctx,
+        num_parallel=args.num_parallel,
+        kv_cache_type=args.kv_cache_type,
+        flash_attention=None if args.flash_attention is None else args.flash_attention == "on",
+        gpu_overhead=args.gpu_overhead,
+    )
+    cards = [card_named(name) for name in (args.gpu or DEFAULT_CARDS)]
+    hw, source = host(args.ram_gbs, args.threads)
+    return report([load_model(m) for m in args.models], cards, settings, args.weights, hw, source)
+
+
 def cmd_speed(args: argparse.Namespace) -> dict:
     cpu_only = args.device == "cpu"
     if cpu_only and (args.gpu is not None or args.gpu_mem_gib is not None):
@@ -389,6 +404,22 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_options(modelsp)
     modelsp.add_argument("--json", action="store_true")
     modelsp.set_defaults(run=cmd_models, show=print_models)
+
+    ollamap = sub.add_parser("ollama", help="Ollama's layer split and num_ctx per card, kvscope's account, the speed")
+    ollamap.add_argument("models", nargs="+", metavar="MODEL", help="repo ids, presets or config paths")
+    ollamap.add_argument("--gpu", action="append", help=f"card name (repeatable; default: {', '.join(DEFAULT_CARDS)})")
+    ollamap.add_argument("--num-ctx", type=tokens, help="num_ctx per request, e.g. 32k (default: Ollama's by VRAM)")
+    ollamap.add_argument("--num-parallel", type=positive_int, default=1, help="OLLAMA_NUM_PARALLEL (default 1)")
+    ollamap.add_argument("--kv-cache-type", default="f16", help=f"OLLAMA_KV_CACHE_TYPE: {', '.join(OLLAMA_KV_TYPES)}")
+    ollamap.add_argument("--flash-attention", choices=("on", "off"), help="OLLAMA_FLASH_ATTENTION (default unset)")
+    ollamap.add_argument("--gpu-overhead", type=byte_size, default=0, help="OLLAMA_GPU_OVERHEAD: bytes or e.g. 512MiB")
+    ollamap.add_argument("--weights", default="q4_k_m", help="GGUF weight format (default q4_k_m)")
+    ollamap.add_argument(
+        "--ram-gbs", help=f"host RAM bandwidth in GB/s, or '{MEASURED}' (default: a typical DDR5-5600 desktop)"
+    )
+    ollamap.add_argument("--threads", type=positive_int, help="CPU threads for layers in RAM (default 8)")
+    ollamap.add_argument("--json", action="store_true")
+    ollamap.set_defaults(run=cmd_ollama, show=print_report)
 
     speed = sub.add_parser("speed", help="how fast: decode, aggregate and prefill tok/s, time to first token")
     speed.add_argument("model", help="Hugging Face repo id, bundled preset, or path to a config.json")

@@ -55,6 +55,28 @@ def plural(n: float, word: str, text: str | None = None) -> str:
     return f"{text if text is not None else n} {word}{'' if n == 1 else 's'}"
 
 
+_BYTES = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(|B|KiB|MiB|GiB)\s*$")
+_BYTE_SCALE = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+def parse_bytes(text: str | int) -> int:
+    """`1073741824`, `512 MiB`, `1.5GiB` → bytes (0 or more). Binary units only: `GB` would be ambiguous."""
+    if isinstance(text, int):
+        value = text
+    else:
+        match = _BYTES.match(str(text))
+        if not match:
+            raise InputError(f"cannot read {text!r} as a size; write bytes (1073741824) or e.g. 512MiB, 1.5GiB")
+        number, unit = match.groups()
+        exact = Fraction(number) * _BYTE_SCALE[unit]
+        if exact.denominator != 1:
+            raise InputError(f"{text!r} is not a whole number of bytes")
+        value = int(exact)
+    if value < 0:
+        raise InputError(f"a size must be 0 or more bytes, got {text!r}")
+    return value
+
+
 _UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 
 

@@ -24,6 +24,8 @@ PAGES = [
     "pages/2_measure_live.py",
     "pages/3_fact_check.py",
     "pages/4_finders.py",
+    "pages/5_ollama.py",
+    "pages/6_cluster.py",
 ]
 
 

@@ -6,11 +6,13 @@ from hypothesis import strategies as st
 
 from core.dtypes import Q4_0, Q8_0, dtype_named
 from core.errors import InputError
-from core.units import format_bytes, format_tokens, parse_tokens
+from core.units import format_bytes, format_tokens, parse_bytes, parse_tokens
 
 
-@pytest.mark.parametrize(("text", "tokens"), [("32k", 32768), ("128K", 131072), ("1M", 1 << 20), ("4096", 4096),
-                                               ("1.5k", 1536), (" 8k ", 8192)])
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [("32k", 32768), ("128K", 131072), ("1M", 1 << 20), ("4096", 4096), ("1.5k", 1536), (" 8k ", 8192)],
+)
 def test_parse_tokens(text, tokens):
     assert parse_tokens(text) == tokens
 
@@ -24,6 +26,19 @@ def test_parse_tokens_rejects(text):
 @given(st.integers(min_value=1, max_value=1 << 40))
 def test_format_tokens_round_trips(n):
     assert parse_tokens(format_tokens(n).replace(",", "")) == n
+
+
+@pytest.mark.parametrize(
+    ("text", "size"), [("1073741824", 1 << 30), ("512MiB", 512 << 20), (" 1.5 GiB ", 3 << 29), ("0", 0), ("7B", 7)]
+)
+def test_parse_bytes(text, size):
+    assert parse_bytes(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "1GB", "-1", "1.5", "0.5KiB x", "2 TiB", "1e9"])
+def test_parse_bytes_rejects(text):
+    with pytest.raises(InputError):
+        parse_bytes(text)
 
 
 def test_format_bytes_is_binary_and_labelled():

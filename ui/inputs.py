@@ -260,6 +260,7 @@ def sidebar(*, model_only: bool = False) -> tuple[Inputs, ModelSpec, Setup]:
         st.page_link("pages/2_measure_live.py", label="Measure live", icon=":material/speed:")
         st.page_link("pages/3_fact_check.py", label="Fact-check", icon=":material/fact_check:")
         st.page_link("pages/4_finders.py", label="Which card, which model", icon=":material/travel_explore:")
+        st.page_link("pages/5_ollama.py", label="Ollama on your card", icon=":material/memory:")
         st.page_link("pages/6_cluster.py", label="vLLM across nodes", icon=":material/hub:")
         st.divider()
         problems = _model_inputs()

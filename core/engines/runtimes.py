@@ -29,7 +29,7 @@ layer (output_norm + output, or token_embd when tied) under the same test.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from core.dtypes import dtype_named
 from core.engines.llamacpp import LlamaCppEngine, LlamaCppOptions
@@ -198,6 +198,60 @@ def graph_sizes(f: GgufFacts, context: int, batch: int, kv_total: int) -> tuple[
 
 
 @dataclass(frozen=True)
+class EstimatorTerms:
+    """The inputs estimateGPULayers weighs blocks against, for one model and setting (shown with each split)."""
+
+    num_ctx: int  # capped at the model's training context
+    kv_type: str
+    context: int  # num_ctx × num_parallel (GraphSize: context *= numParallel)
+    batch: int  # min(num_ctx, num_batch)
+    kv_per_layer: tuple[int, ...]  # context × (key_length + value_length) × head_count_kv × bytes
+    graph_partial: int  # after memory.go:228-230 (Metal: the full graph)
+    graph_full: int
+    minimum: int  # ml/device.go:320-325
+    buffer: int  # blk.0 + its KV, held back (memory.go:186-192)
+    blocks: tuple[int, ...]  # bytes of each blk.i's tensors
+    output: int
+
+    @property
+    def kv_total(self) -> int:
+        return sum(self.kv_per_layer)
+
+    @property
+    def graph(self) -> int:
+        """max(partial, full): what every placement test reserves."""
+        return max(self.graph_partial, self.graph_full)
+
+
+def estimator_terms(
+    model: ModelSpec, free_bytes: int, settings: OllamaSettings, weights: str = "q4_k_m", library: str = "cuda"
+) -> EstimatorTerms:
+    f = gguf_facts(model, weights)
+    num_ctx = settings.num_ctx or default_num_ctx(free_bytes, settings.gpu_overhead)
+    num_ctx = min(num_ctx, model.max_context or num_ctx)
+    kvct = kv_type(model, settings)
+    context = num_ctx * settings.num_parallel
+    batch = min(num_ctx, settings.num_batch)
+    kv = tuple(int(context * (f.key_length + f.value_length) * f.heads_kv * KV_BYTES[kvct]) for _ in f.blocks)
+    partial, full = graph_sizes(f, context, batch, sum(kv))
+    if library == "metal":  # memory.go:228-230: no partial-offload overhead on Metal
+        partial = full
+    return EstimatorTerms(
+        num_ctx=num_ctx,
+        kv_type=kvct,
+        context=context,
+        batch=batch,
+        kv_per_layer=kv,
+        graph_partial=partial,
+        graph_full=full,
+        minimum=MINIMUM_MEMORY[library],
+        buffer=f.blocks[0] + kv[0],
+        blocks=f.blocks,
+        output=f.output,
+    )
+
+
+@dataclass(frozen=True)
 class OllamaSplit:
     """What estimateGPULayers returns for one GPU."""
 
@@ -209,6 +263,7 @@ class OllamaSplit:
     graph_bytes: int
     num_ctx: int
     kv_type: str
+    terms: EstimatorTerms | None = field(default=None, repr=False, compare=False)
 
     @property
     def full(self) -> bool:
@@ -230,48 +285,38 @@ def ollama_layers(
     """estimateGPULayers (llm/memory.go at v0.12.10) for one GPU with `free_bytes` free, num_gpu unset (-1)."""
     if free_bytes <= 0:
         raise InputError("free GPU memory must be positive")
-    f = gguf_facts(model, weights)
-    num_ctx = settings.num_ctx or default_num_ctx(free_bytes, settings.gpu_overhead)
-    num_ctx = min(num_ctx, model.max_context or num_ctx)
-    kvct = kv_type(model, settings)
-    context = num_ctx * settings.num_parallel
-    batch = min(num_ctx, settings.num_batch)
-    kv = [int(context * (f.key_length + f.value_length) * f.heads_kv * KV_BYTES[kvct]) for _ in f.blocks]
-    kv_total = sum(kv)
-    partial, full = graph_sizes(f, context, batch, kv_total)
-    if library == "metal":  # memory.go:228-230: no partial-offload overhead on Metal
-        partial = full
-    graph = max(partial, full)
-    overhead, minimum = settings.gpu_overhead, MINIMUM_MEMORY[library]
-    buffer = f.blocks[0] + kv[0]
-    on_gpu = free_bytes >= overhead + graph + minimum + 2 * buffer  # memory.go:269-291
-    allocated = minimum + buffer if on_gpu else 0
+    t = estimator_terms(model, free_bytes, settings, weights, library)
+    kv, graph = t.kv_per_layer, t.graph
+    overhead = settings.gpu_overhead
+    on_gpu = free_bytes >= overhead + graph + t.minimum + 2 * t.buffer  # memory.go:269-291
+    allocated = t.minimum + t.buffer if on_gpu else 0
     layers = overflow = 0
-    for i in reversed(range(len(f.blocks))):  # memory.go:308-342, from the last block down
-        size = f.blocks[i] + kv[i]
+    for i in reversed(range(len(t.blocks))):  # memory.go:308-342, from the last block down
+        size = t.blocks[i] + kv[i]
         if on_gpu and free_bytes > overhead + allocated + graph + size:
             allocated += size
             layers += 1
         else:
             on_gpu = False  # one GPU: it leaves the list, and every block below overflows
             overflow += size
-    if on_gpu and free_bytes > overhead + allocated + graph + f.output:  # memory.go:349-360
-        allocated += f.output
+    if on_gpu and free_bytes > overhead + allocated + graph + t.output:  # memory.go:349-360
+        allocated += t.output
         layers += 1
-    full_offload = layers == len(f.blocks) + 1
+    full_offload = layers == len(t.blocks) + 1
     if not full_offload:
-        overflow += f.output  # memory.go:362-365
-    graph_used = (full if full_offload else partial) if layers else 0  # memory.go:368-377
+        overflow += t.output  # memory.go:362-365
+    graph_used = (t.graph_full if full_offload else t.graph_partial) if layers else 0  # memory.go:368-377
     allocated += graph_used
     return OllamaSplit(
         layers=layers,
-        blocks=len(f.blocks),
+        blocks=len(t.blocks),
         vram_bytes=allocated if layers else 0,  # memory.go:426-431: no layers, no VRAM estimate
         total_bytes=allocated + overflow,
-        kv_bytes=kv_total,
+        kv_bytes=t.kv_total,
         graph_bytes=graph_used,
-        num_ctx=num_ctx,
-        kv_type=kvct,
+        num_ctx=t.num_ctx,
+        kv_type=t.kv_type,
+        terms=t,
     )
 
 

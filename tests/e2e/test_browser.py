@@ -15,9 +15,11 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from core.engines import engine_named
+from core.engines.runtimes import ollama_layers
 from core.fit import Setup, context_limit, fit, table_contexts
 from core.memory.gpus import card_named
 from core.model.loading import load_model
+from core.ollama_report import DEFAULT_CARDS
 from core.report import verdict
 from core.units import GIB, format_bytes, format_tokens
 from tests.e2e.conftest import ARTIFACTS, WAIT_MS, full_page_screenshot, wait_for_app
@@ -25,7 +27,12 @@ from ui.state import from_query
 
 MODEL, ENGINE, WEIGHTS, CARD, CTX = "Qwen/Qwen3-8B", "vllm", "bf16", "H100 80GB SXM5", 32768
 SHARE_LINK = "/?model=Qwen/Qwen3-8B&engine=vllm&weights=bf16&card=H100%2080GB%20SXM5&ctx=32K"
-PAGES = [("Hybrid vs full attention", "/hybrid_vs_dense"), ("Measure live", "/measure_live")]
+PAGES = [
+    ("Hybrid vs full attention", "/hybrid_vs_dense"),
+    ("Measure live", "/measure_live"),
+    ("Ollama on your card", "/ollama"),
+]
+MODEL_ONLY = ("Measure live", "Ollama on your card")  # pages whose card, engine and context are their own
 
 
 def expected(kv: str):
@@ -158,7 +165,7 @@ def test_share_link_fit_toggle_download_and_pages(page, server):
         no_exception(page, label)
         expect(page.locator('[data-testid="stSidebar"] input[aria-label="Model"]')).to_have_value(MODEL)
         engine_box = page.locator('[data-testid="stSidebar"] input[aria-label="Engine"]')
-        if label == "Measure live":  # the probe takes no card, engine or context: hidden, but kept in the link
+        if label in MODEL_ONLY:  # no card, engine or context in the sidebar: hidden, but kept in the link
             expect(engine_box).to_have_count(0)
         else:
             expect(engine_box).to_have_value(ENGINE)
@@ -168,6 +175,14 @@ def test_share_link_fit_toggle_download_and_pages(page, server):
         if label == "Hybrid vs full attention":
             # cache, ratio, requests, longest context per card size, decode tok/s and time to first token
             expect(page.locator('[data-testid="stPlotlyChart"]')).to_have_count(6)
+        if label == "Ollama on your card":  # Qwen3-8B (all full attention): one row per default card
+            cells = grid_rows(page)
+            assert [r[cells[0].index("card")] for r in cells[1:]] == list(DEFAULT_CARDS), cells
+            layers = cells[0].index("Ollama layers")
+            for r in cells[1:]:
+                card = card_named(r[cells[0].index("card")])
+                split = ollama_layers(load_model(MODEL, isolated=True), card.memory_bytes)
+                assert r[layers] == f"{split.layers}/{split.blocks + 1}", r
         if label != "Fit a card":
             full_page_screenshot(page, ARTIFACTS / f"{path.strip('/')}.png")
     # back on the first page: still the fp8 answer

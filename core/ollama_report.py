@@ -1,0 +1,302 @@
+"""Ollama on a card: the layer split and context its estimator chooses (core.engines.runtimes), kvscope's own
+llama.cpp account of that same split, and how fast it then runs (core.speed).
+
+The point is the step the estimator hides: a model that "loads" with 20 of 33 layers on the GPU reads the other 13
+from system RAM every token, so the host's RAM bandwidth is an input here, with its source stated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from core.engines.runtimes import (
+    ESTIMATOR_VERSION,
+    KV_BYTES,
+    OLLAMA_VERSION,
+    OllamaSettings,
+    OllamaSplit,
+    gguf_facts,
+    llama_engine,
+    ollama_layers,
+    uses_flash_attention,
+)
+from core.errors import InputError
+from core.fit import Fit, Setup, fit
+from core.memory.gpus import Card
+from core.model.spec import ModelSpec
+from core.speed.cli import hardware
+from core.speed.predict import Hardware, Speed, predict
+from core.speed.report import speed_lines
+from core.units import format_bytes, format_tokens
+
+# The cards issue 13 asks about: 8, 12, 16 and 24 GB (names as in core/memory/data/gpus.csv).
+DEFAULT_CARDS = (
+    "GeForce RTX 4060 8GB",
+    "GeForce RTX 3060 12GB",
+    "GeForce RTX 4060 Ti 16GB",
+    "GeForce RTX 4090 24GB",
+)
+# A typical desktop host: dual-channel DDR5-5600, 2 channels × 8 B per transfer × 5,600 MT/s = 89.6 GB/s, the
+# theoretical peak. core.speed's fitted llama.cpp CPU efficiency (× 1.16) is relative to a numpy copy, which runs
+# below the theoretical peak, so on this figure the RAM-resident share is timed optimistically: an upper bound.
+TYPICAL_RAM_GB_S = 2 * 8 * 5600e6 / 1e9
+TYPICAL_THREADS = 8  # an 8-core desktop CPU (Ollama chooses its own thread count; its rule is not modelled here)
+TYPICAL_SOURCE = (
+    f"typical desktop: dual-channel DDR5-5600, 2 × 8 B × 5,600 MT/s = {TYPICAL_RAM_GB_S:.1f} GB/s theoretical peak"
+)
+MEASURED = "measured"
+DEFAULT_SETTINGS = OllamaSettings()  # every variable unset, num_ctx by the card
+
+
+def host(ram_gb_s: float | str | None = None, threads: int | None = None) -> tuple[Hardware, str]:
+    """The host that runs the layers left in RAM, and where its bandwidth comes from: None → the typical desktop
+    above; "measured" → this machine (core.speed.ram, cached; threads default to every core); a number (or its
+    text, as the CLI passes it) → as given."""
+    if threads is not None and threads < 1:
+        raise InputError(f"threads must be at least 1, got {threads}")
+    if ram_gb_s is None:
+        return Hardware(ram_gb_s=TYPICAL_RAM_GB_S, threads=threads or TYPICAL_THREADS), TYPICAL_SOURCE
+    if ram_gb_s == MEASURED:
+        return hardware(None, threads, cpu_only=False)
+    if isinstance(ram_gb_s, str):
+        try:
+            ram_gb_s = float(ram_gb_s)
+        except ValueError:
+            raise InputError(f"RAM bandwidth is a number of GB/s or {MEASURED!r}, got {ram_gb_s!r}") from None
+    if not math.isfinite(ram_gb_s) or ram_gb_s <= 0:
+        raise InputError(f"RAM bandwidth must be a positive number of GB/s, got {ram_gb_s}")
+    return hardware(ram_gb_s, threads or TYPICAL_THREADS, cpu_only=False)
+
+
+@dataclass(frozen=True)
+class OllamaRow:
+    """One model on one card: Ollama's choice, kvscope's account of it, the speed that follows."""
+
+    model: str
+    card: str
+    card_memory_bytes: int
+    num_ctx: int  # per request, capped at the model's training context
+    num_parallel: int
+    kv_type: str  # what the estimator sizes the cache in
+    flash_attention: bool
+    layers: int  # Ollama's num_gpu: blocks on the GPU, +1 when the output layer goes too
+    blocks: int
+    ollama_vram_bytes: int  # estimateGPULayers' VRAMSize
+    ollama_total_bytes: int  # its TotalSize
+    ollama_kv_bytes: int
+    ollama_graph_bytes: int
+    kvscope_gpu_bytes: int  # kvscope's llama.cpp account of the same split: weights + overhead + num_parallel caches
+    kvscope_headroom_bytes: int
+    kvscope_fits: bool  # room for num_parallel sequences of num_ctx
+    decode_tok_s: float  # one request, its cache at num_ctx
+    prefill_tok_s: float  # a num_ctx-token prompt
+    ttft_s: float
+    bound: str
+    ram_gb_s: float
+    threads: int
+    weights: str
+    gpu_overhead: int  # OLLAMA_GPU_OVERHEAD, bytes
+    split: OllamaSplit = field(repr=False, compare=False)
+    fit: Fit = field(repr=False, compare=False)
+    speed: Speed = field(repr=False, compare=False)
+
+    @property
+    def full(self) -> bool:
+        return self.layers > self.blocks
+
+    @property
+    def offloaded(self) -> str:
+        """As Ollama logs it: "offloaded 20/33 layers to GPU" (the output layer counts as one)."""
+        return f"{self.layers}/{self.blocks + 1}"
+
+
+def ollama_setup(model: ModelSpec, card: Card, split: OllamaSplit, settings: OllamaSettings, weights: str) -> Setup:
+    """llama.cpp as Ollama runs it, with the estimator's split as -ngl and its cache type."""
+    return Setup(
+        model=model,
+        engine=llama_engine(model, settings),
+        card=card,
+        weights=weights,
+        kv_dtype=split.kv_type,
+        gpu_layers=split.gpu_layers,
+    )
+
+
+def ollama_row(
+    model: ModelSpec,
+    card: Card,
+    settings: OllamaSettings = DEFAULT_SETTINGS,
+    weights: str = "q4_k_m",
+    hw: Hardware | None = None,
+) -> OllamaRow:
+    """Ollama's split of `model` on a `card` with nothing else on it, checked and timed by kvscope."""
+    hw = hw or host()[0]
+    split = ollama_layers(model, card.memory_bytes, settings, weights)
+    setup = ollama_setup(model, card, split, settings, weights)
+    # llama-server gets -c num_ctx × np -np np with kv_unified off: np streams of num_ctx cells each, which is
+    # kvscope's per-sequence cache num_parallel times over (core.engines.llamacpp, the "ollama" front end).
+    result = fit(setup, [split.num_ctx])
+    row = result.rows[0]
+    need = row.weights_bytes + row.overhead_bytes + settings.num_parallel * row.cache_bytes
+    speed = predict(setup, hw, split.num_ctx, 1)
+    return OllamaRow(
+        model=model.name,
+        card=card.name,
+        card_memory_bytes=card.memory_bytes,
+        num_ctx=split.num_ctx,
+        num_parallel=settings.num_parallel,
+        kv_type=split.kv_type,
+        flash_attention=uses_flash_attention(model, settings),
+        layers=split.layers,
+        blocks=split.blocks,
+        ollama_vram_bytes=split.vram_bytes,
+        ollama_total_bytes=split.total_bytes,
+        ollama_kv_bytes=split.kv_bytes,
+        ollama_graph_bytes=split.graph_bytes,
+        kvscope_gpu_bytes=need,
+        kvscope_headroom_bytes=result.usable_bytes - need,
+        kvscope_fits=row.max_concurrency >= settings.num_parallel,
+        decode_tok_s=speed.decode_tok_s,
+        prefill_tok_s=speed.prefill_tok_s,
+        ttft_s=speed.ttft_s,
+        bound=speed.bound,
+        ram_gb_s=hw.ram_gb_s,
+        threads=hw.threads,
+        weights=weights,
+        gpu_overhead=settings.gpu_overhead,
+        split=split,
+        fit=result,
+        speed=speed,
+    )
+
+
+def ollama_grid(
+    models: Iterable[ModelSpec],
+    cards: Iterable[Card],
+    settings: OllamaSettings = DEFAULT_SETTINGS,
+    weights: str = "q4_k_m",
+    hw: Hardware | None = None,
+) -> list[OllamaRow]:
+    """ollama_row for every model on every card, model by model."""
+    hw = hw or host()[0]
+    cards = list(cards)
+    return [ollama_row(m, c, settings, weights, hw) for m in models for c in cards]
+
+
+def row_record(row: OllamaRow) -> dict:
+    """The JSON fields of a row (`python -m core ollama --json`); the split, fit and speed objects stay behind."""
+    out = {name: getattr(row, name) for name in OllamaRow.__dataclass_fields__ if name not in ("split", "fit", "speed")}
+    out["offloaded"] = row.offloaded
+    out["full_offload"] = row.full
+    return out
+
+
+SPEED_AT = (
+    "one request: decode with num_ctx tokens cached (the window Ollama allocated, full); prefill of a "
+    "num_ctx-token prompt"
+)
+UNCHECKED = (
+    f"Ollama's figures are its {ESTIMATOR_VERSION} estimateGPULayers (defaults of {OLLAMA_VERSION}) read from "
+    "source, for a card with nothing else on it; none of it was checked against a running Ollama"
+)
+
+
+def report(
+    models: Iterable[ModelSpec],
+    cards: Iterable[Card],
+    settings: OllamaSettings,
+    weights: str,
+    hw: Hardware,
+    ram_source: str,
+) -> dict:
+    """What `python -m core ollama` prints: the settings, the host and a row per model and card."""
+    rows = ollama_grid(models, cards, settings, weights, hw)
+    return {
+        "ollama_version": OLLAMA_VERSION,
+        "estimator_version": ESTIMATOR_VERSION,
+        "weights": weights,
+        "settings": {
+            "num_ctx": settings.num_ctx,
+            "num_parallel": settings.num_parallel,
+            "kv_cache_type": settings.kv_cache_type,
+            "flash_attention": settings.flash_attention,
+            "gpu_overhead": settings.gpu_overhead,
+            "num_batch": settings.num_batch,
+        },
+        "ram_gb_s": hw.ram_gb_s,
+        "ram_source": ram_source,
+        "threads": hw.threads,
+        "speed_at": SPEED_AT,
+        "note": UNCHECKED,
+        "rows": [row_record(r) for r in rows],
+    }
+
+
+def print_report(out: dict) -> None:
+    s = out["settings"]
+    ctx = "Ollama's default for the card" if s["num_ctx"] is None else format_tokens(s["num_ctx"])
+    print(
+        f"Ollama {out['estimator_version']} estimate, weights {out['weights']}, num_ctx {ctx}, "
+        f"OLLAMA_NUM_PARALLEL {s['num_parallel']}, OLLAMA_KV_CACHE_TYPE {s['kv_cache_type']}, OLLAMA_GPU_OVERHEAD "
+        f"{format_bytes(s['gpu_overhead'])}"
+    )
+    print(f"host RAM {out['ram_gb_s']:.1f} GB/s ({out['ram_source']}), {out['threads']} threads")
+    print(f"speed: {out['speed_at']}")
+    print(f"note: {out['note']}")
+    head = f"{'model':<34} {'card':<25} {'num_ctx':>7} {'KV':>4} {'layers':>6} {'Ollama VRAM':>11} "
+    print(head + f"{'Ollama total':>12} {'kvscope GPU':>11} {'fits':>4} {'decode tok/s':>12} {'prefill tok/s':>13}")
+    for r in out["rows"]:
+        print(
+            f"{r['model'][:34]:<34} {r['card'][:25]:<25} {format_tokens(r['num_ctx']):>7} {r['kv_type']:>4} "
+            f"{r['offloaded']:>6} {format_bytes(r['ollama_vram_bytes']):>11} "
+            f"{format_bytes(r['ollama_total_bytes']):>12} "
+            f"{format_bytes(r['kvscope_gpu_bytes']):>11} {'yes' if r['kvscope_fits'] else 'no':>4} "
+            f"{r['decode_tok_s']:>12.1f} {r['prefill_tok_s']:>13.0f}"
+        )
+
+
+def explain(row: OllamaRow, model: ModelSpec) -> list[str]:
+    """Markdown lines: each figure of the row with the estimator's terms and kvscope's account that produce it."""
+    t, split = row.split.terms, row.split
+    assert t is not None  # ollama_layers always records its terms
+    f = gguf_facts(model, row.weights)
+    n = len(t.blocks)
+    k = min(split.layers, n)  # blocks on the GPU: the last k
+    placed = sum(t.blocks[i] + t.kv_per_layer[i] for i in range(n - k, n))
+    output = t.output if split.full else 0
+    reserve = row.gpu_overhead + t.graph + t.minimum + 2 * t.buffer
+    fit_row = row.fit.rows[0]
+    ngl = "all" if split.gpu_layers is None else split.gpu_layers
+    return [
+        f"### {row.model} on {row.card} ({format_bytes(row.card_memory_bytes)} free)",
+        f"**Ollama's estimate** (llm/memory.go estimateGPULayers at {ESTIMATOR_VERSION}), num_ctx {row.num_ctx:,} × "
+        f"OLLAMA_NUM_PARALLEL {row.num_parallel} = {t.context:,} tokens, batch {t.batch}, weights {row.weights}:",
+        f"- KV per layer: {t.context:,} × ({f.key_length} + {f.value_length}) × {f.heads_kv} KV heads × "
+        f"{KV_BYTES[t.kv_type]:g} B ({t.kv_type}) = {t.kv_per_layer[0]:,} B; all {n} layers: "
+        f"{format_bytes(t.kv_total)}",
+        f"- buffer block held back: blk.0 ({format_bytes(t.blocks[0])}) + its KV = {format_bytes(t.buffer)}",
+        f"- graph: partial offload {format_bytes(t.graph_partial)}, full offload {format_bytes(t.graph_full)}; every "
+        f"placement test reserves the larger, {format_bytes(t.graph)}",
+        f"- minimum memory (CUDA): {format_bytes(t.minimum)}",
+        f"- the GPU is used only if free ≥ OLLAMA_GPU_OVERHEAD + graph + minimum + 2 × buffer = "
+        f"{format_bytes(row.gpu_overhead)} + {format_bytes(t.graph)} + {format_bytes(t.minimum)} + 2 × "
+        f"{format_bytes(t.buffer)} = {format_bytes(reserve)}: "
+        + ("yes" if row.card_memory_bytes >= reserve else "no, so every layer stays in RAM"),
+        f"- blocks placed from the last down while free > overhead + used + graph + block: {k} of {n}"
+        + (f", then the output layer ({format_bytes(t.output)})" if split.full else "; the output layer stays in RAM"),
+        f"- VRAM estimate = minimum + buffer + blocks placed + output + graph used = {format_bytes(t.minimum)} + "
+        f"{format_bytes(t.buffer)} + {format_bytes(placed)} + {format_bytes(output)} + "
+        f"{format_bytes(split.graph_bytes)} = **{format_bytes(split.vram_bytes)}**"
+        + ("" if split.layers else " (no layers: no VRAM estimate)")
+        + f"; with what stays in RAM, {format_bytes(split.total_bytes)} in all",
+        f"**kvscope's llama.cpp account of the same split** (-ngl {ngl}, -c {t.context:,} -np {row.num_parallel}, "
+        f"cache {t.kv_type}):",
+        f"- weights on the GPU {format_bytes(fit_row.weights_bytes)} + compute buffers "
+        f"{format_bytes(fit_row.overhead_bytes)} + {row.num_parallel} × cache {format_bytes(fit_row.cache_bytes)} = "
+        f"**{format_bytes(row.kvscope_gpu_bytes)}** of {format_bytes(row.fit.usable_bytes)}: "
+        f"{'fits' if row.kvscope_fits else 'does not fit'} (headroom {format_bytes(row.kvscope_headroom_bytes)})",
+        f"**Speed** on a host with {row.ram_gb_s:.1f} GB/s RAM and {row.threads} threads for the layers in RAM:",
+        *speed_lines(row.speed),
+    ]

@@ -1,0 +1,110 @@
+"""Ollama on your card: the layers and context Ollama's estimator chooses per card, kvscope's account of that split,
+and the speed that follows. The page only reads inputs and draws; core.ollama_report does the work."""
+
+import pandas as pd
+import streamlit as st
+
+from core.engines.runtimes import ESTIMATOR_VERSION, OLLAMA_KV_TYPES, OLLAMA_VERSION, OllamaSettings
+from core.errors import InputError
+from core.memory.gpus import card_named, cards
+from core.model.loading import load_model, presets
+from core.ollama_report import DEFAULT_CARDS, MEASURED, SPEED_AT, TYPICAL_SOURCE, explain, host, ollama_grid
+from core.units import GIB, MIB, format_tokens, parse_tokens
+from ui.inputs import sidebar
+from ui.layout import FAVICON, mobile_css
+
+st.set_page_config(page_title="kvscope — Ollama", page_icon=FAVICON, layout="wide")
+mobile_css()
+st.title("Ollama on your card")
+inputs, model, setup = sidebar(model_only=True)  # card, engine and context are Ollama's own here
+GGUF_WEIGHTS = ("q8_0", "q6_k", "q5_k_m", "q4_k_m", "q3_k_m", "q2_k", "iq4_xs", "fp16", "bf16")
+RAM_CHOICES = {"typical": f"Typical desktop ({TYPICAL_SOURCE.split(': ', 1)[1]})", "given": "Enter a figure"}
+RAM_CHOICES[MEASURED] = "Measured on the server running kvscope"
+FLASH = {"unset": None, "on": True, "off": False}
+
+st.caption(
+    f"For each card, the layers Ollama puts on the GPU and the context it gives a request, from its own estimator "
+    f"(llm/memory.go estimateGPULayers at {ESTIMATOR_VERSION}, defaults of {OLLAMA_VERSION}; read from source and "
+    "re-derived by a test), set beside kvscope's llama.cpp account of that same split and the speed it predicts. "
+    "None of it was checked against a running Ollama (none runs here)."
+)
+with st.expander("Ollama settings and host", expanded=True):
+    c1, c2, c3 = st.columns(3)
+    listed = [name for name, card in cards().items() if card.bandwidth_gb_s and card.bf16_tflops]
+    chosen = c1.multiselect("Cards", listed, default=list(DEFAULT_CARDS), key="ol_cards")
+    others = c1.multiselect("Also compare", sorted(presets()), key="ol_models", help="more models, one row per card")
+    ctx_text = c2.text_input("num_ctx", key="ol_ctx", placeholder="Ollama's default for the card", help="e.g. 8k")
+    parallel = int(c2.number_input("OLLAMA_NUM_PARALLEL", 1, 64, 1, key="ol_np"))
+    kv_type = c2.selectbox("OLLAMA_KV_CACHE_TYPE", OLLAMA_KV_TYPES, key="ol_kv", help="q8_0/q4_0 need flash attention")
+    flash = c2.radio("OLLAMA_FLASH_ATTENTION", list(FLASH), horizontal=True, key="ol_fa")
+    overhead_mib = c2.number_input("OLLAMA_GPU_OVERHEAD (MiB)", 0, 1 << 20, 0, step=256, key="ol_overhead")
+    weights = c3.selectbox("Weights (GGUF)", GGUF_WEIGHTS, index=GGUF_WEIGHTS.index("q4_k_m"), key="ol_weights")
+    ram_choice = c3.radio("Host RAM bandwidth", list(RAM_CHOICES), format_func=RAM_CHOICES.get, key="ol_ram")
+    ram_given = c3.number_input("RAM GB/s", 1.0, 2000.0, 60.0, key="ol_ram_gbs", disabled=ram_choice != "given")
+    threads = int(c3.number_input("CPU threads", 1, 1024, 8, key="ol_threads"))
+
+try:
+    num_ctx = parse_tokens(ctx_text) if ctx_text.strip() else None
+    settings = OllamaSettings(
+        num_ctx=num_ctx,
+        num_parallel=parallel,
+        kv_cache_type=kv_type,
+        flash_attention=FLASH[flash],
+        gpu_overhead=int(overhead_mib) * MIB,
+    )
+    ram = {"typical": None, "given": ram_given, MEASURED: MEASURED}[ram_choice]
+    hw, ram_source = host(ram, threads)
+    specs = [model, *(load_model(name, isolated=True) for name in others if name != model.name)]
+    rows = ollama_grid(specs, [card_named(name) for name in chosen], settings, weights, hw)
+except InputError as err:
+    hint = " Pick one whose every layer is full attention, e.g. Qwen/Qwen3-8B." if "full-attention" in str(err) else ""
+    st.error(f"{err}.{hint}")
+    st.stop()
+
+if not rows:
+    st.info("Pick at least one card.")
+    st.stop()
+table = pd.DataFrame(
+    {
+        "model": r.model,
+        "card": r.card,
+        "num_ctx": format_tokens(r.num_ctx),
+        "KV": r.kv_type,
+        "Ollama layers": r.offloaded,
+        "decode tok/s": r.decode_tok_s,
+        "prefill tok/s": r.prefill_tok_s,
+        "Ollama VRAM (GiB)": r.ollama_vram_bytes / GIB,
+        "Ollama total (GiB)": r.ollama_total_bytes / GIB,
+        "kvscope GPU (GiB)": r.kvscope_gpu_bytes / GIB,
+        "kvscope fits": r.kvscope_fits,
+        "TTFT (s)": r.ttft_s,
+    }
+    for r in rows
+)
+gib = {c: st.column_config.NumberColumn(c, format="%.2f") for c in table.columns if "GiB" in c}
+st.dataframe(
+    table,
+    hide_index=True,
+    key="ollama_table",
+    column_config={
+        "card": st.column_config.TextColumn("card", pinned=True),
+        "Ollama layers": st.column_config.TextColumn(
+            "Ollama layers", help="as Ollama logs 'offloaded N/M layers to GPU': blocks, plus the output layer"
+        ),
+        **gib,
+        "kvscope fits": st.column_config.CheckboxColumn("kvscope fits", help="kvscope's llama.cpp account, this split"),
+        "decode tok/s": st.column_config.NumberColumn("decode tok/s", format="%.1f", help="one request"),
+        "prefill tok/s": st.column_config.NumberColumn("prefill tok/s", format="%.0f"),
+        "TTFT (s)": st.column_config.NumberColumn("TTFT (s)", format="%.2f", help="prefill of a num_ctx prompt"),
+    },
+)
+st.caption(
+    f"Speed: {SPEED_AT}. Layers left in RAM run at {hw.ram_gb_s:.1f} GB/s ({ram_source}), {hw.threads} threads. "
+    "Binary units: 1 GiB = 2³⁰ bytes. Each card is taken as empty (its whole memory free)."
+)
+
+with st.expander("How is each figure computed?"):
+    labels = [f"{r.model} on {r.card}" for r in rows]
+    row = rows[labels.index(st.selectbox("Row", labels, key="ol_row"))]
+    spec = next(m for m in specs if m.name == row.model)
+    st.markdown("\n\n".join(explain(row, spec)))

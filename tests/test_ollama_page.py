@@ -1,0 +1,141 @@
+"""The "Ollama on your card" page under AppTest: its table is what core's estimator, fit and speed model give for
+the same inputs, computed here from core (ollama_layers, fit, predict, default_num_ctx), not read off the page."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.engines.runtimes import MINIMUM_MEMORY, OllamaSettings, default_num_ctx, llama_engine, ollama_layers
+from core.fit import Setup, fit
+from core.memory.gpus import card_named
+from core.model.loading import load_model
+from core.speed.predict import Hardware, predict
+from core.units import GIB, MIB, format_bytes, format_tokens
+from tests.test_app import app
+from tests.test_runtimes import CARDS
+
+PAGE = "pages/5_ollama.py"
+TYPICAL = Hardware(ram_gb_s=2 * 8 * 5600 / 1000, threads=8)  # dual-channel DDR5-5600 peak, 8 threads
+
+
+def ollama_page(params: dict[str, str]):
+    at = app(params)
+    at.switch_page(PAGE).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def expected(name: str, card_name: str, settings: OllamaSettings, hw: Hardware, weights: str = "q4_k_m") -> dict:
+    model, card = load_model(name), card_named(card_name)
+    split = ollama_layers(model, card.memory_bytes, settings, weights)
+    setup = Setup(
+        model=model,
+        engine=llama_engine(model, settings),
+        card=card,
+        weights=weights,
+        kv_dtype=split.kv_type,
+        gpu_layers=split.gpu_layers,
+    )
+    row = fit(setup, [split.num_ctx]).rows[0]
+    cache = (
+        llama_engine(model, settings)
+        .account(setup_model(setup), split.num_ctx, settings.num_parallel, split.kv_type)
+        .total
+    )
+    speed = predict(setup, hw, split.num_ctx, 1)
+    return {
+        "num_ctx": format_tokens(split.num_ctx),
+        "KV": split.kv_type,
+        "Ollama layers": f"{split.layers}/{len(model.layers) + 1}",
+        "Ollama VRAM (GiB)": split.vram_bytes / GIB,
+        "kvscope GPU (GiB)": (row.weights_bytes + row.overhead_bytes + cache) / GIB,
+        "decode tok/s": speed.decode_tok_s,
+        "prefill tok/s": speed.prefill_tok_s,
+    }
+
+
+def setup_model(setup: Setup):
+    """The layers the Setup keeps on the GPU (their cache is the one on the card)."""
+    n = len(setup.model.layers) if setup.gpu_layers is None else min(setup.gpu_layers, len(setup.model.layers))
+    return setup.model.with_layers(setup.model.layers[:n])
+
+
+def check(table, name: str, card_name: str, settings: OllamaSettings, hw: Hardware) -> None:
+    shown = table[(table["model"] == name) & (table["card"] == card_name)]
+    assert len(shown) == 1, (name, card_name)
+    got = shown.iloc[0]
+    for column, value in expected(name, card_name, settings, hw).items():
+        if isinstance(value, float):
+            assert got[column] == pytest.approx(value, rel=1e-9), column
+        else:
+            assert got[column] == value, column
+
+
+def test_default_cards_show_cores_split_context_and_speed():
+    at = ollama_page({"model": "Qwen/Qwen3-8B"})
+    table = at.dataframe[0].value
+    assert list(table["card"]) == CARDS
+    for card_name in CARDS:
+        check(table, "Qwen/Qwen3-8B", card_name, OllamaSettings(), TYPICAL)
+    # Ollama's default context by VRAM: 4K below 23 GiB, 32K on the 24 GB card
+    assert list(table["num_ctx"]) == [format_tokens(default_num_ctx(card_named(c).memory_bytes)) for c in CARDS]
+    assert "89.6 GB/s" in " ".join(c.value for c in at.caption)
+
+
+def test_settings_host_and_a_second_model_reach_the_table():
+    at = ollama_page({"model": "Qwen/Qwen3-8B"})
+    at.multiselect(key="ol_cards").set_value(["GeForce RTX 4060 8GB", "GeForce RTX 4090 24GB"])
+    at.multiselect(key="ol_models").set_value(["microsoft/phi-4"])
+    at.text_input(key="ol_ctx").input("8k")
+    at.number_input(key="ol_np").set_value(2)
+    at.selectbox(key="ol_kv").set_value("q8_0")
+    at.radio(key="ol_fa").set_value("on")
+    at.number_input(key="ol_overhead").set_value(1024)
+    at.radio(key="ol_ram").set_value("given").run()  # the figure box opens once "given" is chosen
+    at.number_input(key="ol_ram_gbs").set_value(40.0)
+    at.number_input(key="ol_threads").set_value(12)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    table = at.dataframe[0].value
+    settings = OllamaSettings(num_ctx=8192, num_parallel=2, kv_cache_type="q8_0", flash_attention=True,
+                              gpu_overhead=1024 * MIB)  # fmt: skip
+    hw = Hardware(ram_gb_s=40.0, threads=12)
+    assert len(table) == 4
+    for name in ("Qwen/Qwen3-8B", "microsoft/phi-4"):
+        for card_name in ("GeForce RTX 4060 8GB", "GeForce RTX 4090 24GB"):
+            check(table, name, card_name, settings, hw)
+    assert set(table["KV"]) == {"q8_0"}
+    # phi-4 does not fit whole on the 8 GB card with 1 GiB reserved: some of it runs from RAM, and slower
+    phi = table[table["model"] == "microsoft/phi-4"].set_index("card")
+    layers, total = phi.loc["GeForce RTX 4060 8GB", "Ollama layers"].split("/")
+    assert int(layers) < int(total)
+    assert phi.loc["GeForce RTX 4060 8GB", "decode tok/s"] < phi.loc["GeForce RTX 4090 24GB", "decode tok/s"]
+
+
+def test_the_explanation_shows_the_estimators_terms():
+    at = ollama_page({"model": "Qwen/Qwen3-8B"})
+    at.selectbox(key="ol_row").set_value("Qwen/Qwen3-8B on GeForce RTX 4060 8GB").run()
+    expander = next(e for e in at.expander if e.label == "How is each figure computed?")
+    text = "\n".join(m.value for m in expander.markdown)
+    model, card = load_model("Qwen/Qwen3-8B"), card_named("GeForce RTX 4060 8GB")
+    terms = ollama_layers(model, card.memory_bytes).terms
+    # KV per layer by hand: 4096 tokens × (128 + 128) × 8 KV heads × 2 B
+    assert terms.kv_per_layer[0] == 4096 * 256 * 8 * 2
+    for figure in (
+        f"{terms.kv_per_layer[0]:,} B",
+        f"= {format_bytes(terms.buffer)}",
+        f"partial offload {format_bytes(terms.graph_partial)}",
+        f"full offload {format_bytes(terms.graph_full)}",
+        format_bytes(MINIMUM_MEMORY["cuda"]),
+        "457.00 MiB",
+        "Decode step",
+        "tok/s",
+    ):
+        assert figure in text, figure
+
+
+def test_a_model_the_estimate_does_not_cover_says_so():
+    at = ollama_page({"model": "Qwen/Qwen3.5-9B"})  # the app's default: Gated DeltaNet layers beside attention
+    assert not at.dataframe
+    message = " ".join(e.value for e in at.error)
+    assert "full-attention models only" in message and "Qwen/Qwen3-8B" in message
