@@ -321,6 +321,15 @@ def _table(engines: dict[str, list[dict]], capacities: dict, seconds: float) -> 
                     f"{lin[kvb]['output']} / {expected[kvb][1]} | {lin[sh]['output']} / {expected[sh][1]} | "
                     f"{_weight_bytes(w)['total']:,} / {_expected_weight_bytes(run, w):,} |"
                 )
+    lines += [
+        "",
+        "## Not run here",
+        "",
+        '- `LLM(data_parallel_size=2)` in one process: vLLM refuses it (entrypoints/llm.py 281-294: "is not '
+        'supported for single-process usage and may hang"); the ranks run as one process each instead.',
+        '- DP for a dense model: the offline per-process form refuses it (config/parallel.py 1011-1015: "Offline '
+        'data parallel mode is not supported/useful for dense models."), so DP is checked on the MoE model only.',
+    ]
     return "\n".join(lines) + "\n"
 
 
