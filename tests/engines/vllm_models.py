@@ -29,6 +29,8 @@ ARCHITECTURES = {
     "mistral": "MistralForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
     "deepseek_v2": "DeepseekV2ForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
     "qwen3_5_text": "Qwen3_5ForCausalLM",
     "qwen3_next": "Qwen3NextForCausalLM",
     "granitemoehybrid": "GraniteMoeHybridForCausalLM",

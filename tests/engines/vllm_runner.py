@@ -8,7 +8,8 @@ Run with the engines' Python (tests/engines/engine_env.py), never imported by kv
 
     {"id": "...", "config": {config.json dict}, "kv_cache_memory_bytes": int, "max_model_len": int,
      "kv_cache_dtype": "auto", "enable_prefix_caching": bool, "block_size": int | null,
-     "mamba_ssm_cache_dtype": "auto", "max_num_batched_tokens": int | null, "pipeline_parallel_size": int}
+     "mamba_ssm_cache_dtype": "auto", "max_num_batched_tokens": int | null, "pipeline_parallel_size": int,
+     "tensor_parallel_size": int}
 
 vLLM is imported once; every case starts an `LLM` with dummy weights from a directory holding only that config.json,
 reads the engine's own `kv_cache_config` (the scheduler's copy: num_blocks and each group's spec) and the
@@ -161,6 +162,74 @@ def _group_key(spec) -> str:
     return json.dumps(_spec(spec), sort_keys=True)
 
 
+def rank_report(worker) -> dict:
+    """What one worker (one rank) holds: its ranks, every parameter's shape and dtype size, and each fused-MoE
+    layer's expert split. Sent to the workers by `collective_rpc`, so it must only import inside."""
+    from vllm.distributed import parallel_state
+
+    model = worker.model_runner.model
+    params = {name: [list(p.shape), p.element_size()] for name, p in model.named_parameters()}
+    # the CPU backend repacks linear weights after loading (the Parameter is left empty): read each linear's own
+    # per-rank sizes instead
+    linears = {}
+    moe = {}
+    for name, module in model.named_modules():
+        if hasattr(module, "input_size_per_partition") and hasattr(module, "output_size_per_partition"):
+            linears[name] = {
+                "type": type(module).__name__,
+                "input": module.input_size_per_partition,
+                "output": module.output_size_per_partition,
+                "tp_size": getattr(module, "tp_size", None),
+            }
+        elif getattr(module, "weight", None) is not None and module.weight.numel() == 0:  # e.g. the MoE router
+            linears[name] = {
+                "type": type(module).__name__,
+                "input": getattr(module, "input_size", None),
+                "output": getattr(module, "output_size", None),
+                "tp_size": getattr(module, "tp_size", None),
+            }
+        elif hasattr(module, "num_embeddings_per_partition"):
+            linears[name] = {
+                "type": type(module).__name__,
+                "input": module.embedding_dim,
+                "output": module.num_embeddings_per_partition,
+                "tp_size": getattr(module, "tp_size", None),
+            }
+        if hasattr(module, "w13_weight") and hasattr(module, "w2_weight"):
+            moe_config = getattr(module, "moe_config", None)
+            config = getattr(moe_config, "moe_parallel_config", None)
+            moe[name] = {
+                "intermediate_size_per_partition": getattr(moe_config, "intermediate_size_per_partition", None),
+                "intermediate_size_per_partition_unpadded": getattr(
+                    moe_config, "intermediate_size_per_partition_unpadded", None
+                ),
+                "type": type(module).__name__,
+                "local_num_experts": getattr(module, "local_num_experts", None),
+                "global_num_experts": getattr(module, "global_num_experts", None),
+                "w13_weight": list(module.w13_weight.shape),
+                "w2_weight": list(module.w2_weight.shape),
+                "parallel": None
+                if config is None
+                else {
+                    k: getattr(config, k, None)
+                    for k in ("tp_size", "tp_rank", "dp_size", "dp_rank", "ep_size", "ep_rank", "use_ep")
+                },
+            }
+    ranks = {}
+    for what, getter in (
+        ("tp", "get_tp_group"),
+        ("pp", "get_pp_group"),
+        ("dp", "get_dp_group"),
+        ("ep", "get_ep_group"),
+    ):
+        try:
+            group = getattr(parallel_state, getter)()
+            ranks[what] = [group.rank_in_group, group.world_size]
+        except Exception:
+            ranks[what] = None
+    return {"ranks": ranks, "params": params, "linears": linears, "moe": moe}
+
+
 def run_case(case: dict, capture: Capture) -> dict:
     import vllm
     import vllm.logger
@@ -187,14 +256,20 @@ def run_case(case: dict, capture: Capture) -> dict:
         for key in ("block_size", "mamba_ssm_cache_dtype", "max_num_batched_tokens", "max_num_seqs"):
             if case.get(key) is not None:
                 kwargs[key] = case[key]
-        if case.get("pipeline_parallel_size", 1) > 1:
-            # one worker process per stage; their threads cannot each get a NUMA node of a 2-core machine
-            kwargs["pipeline_parallel_size"] = case["pipeline_parallel_size"]
+        pp, tp = case.get("pipeline_parallel_size", 1), case.get("tensor_parallel_size", 1)
+        if pp > 1 or tp > 1:
+            # one worker process per rank; their threads cannot each get a NUMA node of a 2-core machine
+            kwargs["pipeline_parallel_size"] = pp
+            kwargs["tensor_parallel_size"] = tp
             kwargs["distributed_executor_backend"] = "mp"
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+        if case.get("enable_expert_parallel"):
+            kwargs["enable_expert_parallel"] = True
         llm = None
         try:
             llm = vllm.LLM(**kwargs)
+            if case.get("report_ranks"):
+                out["ranks"] = llm.collective_rpc(rank_report)
             core = llm.llm_engine.engine_core.engine_core
             config = core.scheduler.kv_cache_config
             vcfg = llm.llm_engine.vllm_config
