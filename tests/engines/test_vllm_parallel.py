@@ -36,6 +36,7 @@ from typing import Any
 
 import pytest
 
+from core.engines.vllm_cluster import Layout, stage_weights
 from core.engines.vllm_engine import VllmEngine
 from core.model.loading import model_from_config
 from tests.engines.engine_env import ROOT, engines_python, run_in_engines
@@ -431,3 +432,13 @@ def test_other_weights_split_by_tensor_parallel_and_replicated_across_data_paral
         got = {name: (lin["input"], lin["output"]) for name, lin in w["linears"].items()}
         assert got == expected, (run_id, w["ranks"])
         assert _weight_bytes(w)["total"] == _expected_weight_bytes(run, w)
+
+
+@pytest.mark.parametrize("run_id", [r.id for r in TP_RUNS + DP_RUNS if r.model == MOE_NAME])
+def test_kvscopes_cluster_weights_equal_the_fullest_rank(referee, run_id):
+    """core.engines.vllm_cluster.stage_weights (what the cluster planner budgets) against the engine: the weight
+    bytes of the fullest rank, for every TP / DP / EP plan the CPU backend ran."""
+    run = RUNS[run_id]
+    model = model_from_config(MOE, run.model)
+    predicted = stage_weights(model, Layout(tp=run.tp, dp=run.dp, expert_parallel=run.ep), "bf16")
+    assert predicted.total == (max(_weight_bytes(w)["total"] for w in _workers(referee, run_id)),)
