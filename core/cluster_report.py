@@ -96,7 +96,10 @@ def print_cluster(out: dict) -> None:
             f"{weights:>11} {budget:>10}"
         )
         print(line + (f"  ({p['why_not']})" if p["why_not"] else ""))
-    print(f"\nbest: {out['best']['layout']}: vllm serve ... {out['best']['vllm_flags']}")
+    if out["best"]["fits"]:
+        print(f"\nbest: {out['best']['layout']}: vllm serve ... {out['best']['vllm_flags']}")
+    else:
+        print(f"\nno plan fits; the closest: {out['best']['layout']}")
     for line in out["best_arithmetic"]:
         print(f"  {line}")
     names = {"plain_tp": "plain TP (TP inside a node, PP across)", "dp_attention": "DP-attention (one engine per GPU)"}

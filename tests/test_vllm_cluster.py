@@ -232,3 +232,21 @@ def test_cli_json_and_errors(capsys, dsv3):
     assert "give TP,PP,DP" in capsys.readouterr().err
     assert main(["cluster", "deepseek-ai/DeepSeek-V3", "--gpu", "H100", "--nodes", "2", "--layout", "1,1,16,ep"]) == 0
     assert "DP-attention" in capsys.readouterr().out
+
+
+def test_splits_vllm_refuses_are_listed_with_its_reason_not_raised():
+    model = load_model("microsoft/phi-4")  # 40 heads, 10 KV heads: TP 4 and 8 divide the heads, not the KV heads
+    ranked = plans(model, Cluster(H100, 1, 8), 16384)
+    refused = {r.layout.tp: r.why_not for r in ranked if r.why_not}
+    assert set(refused) == {4, 8} and all("does not divide the 10 KV heads" in w for w in refused.values())
+    assert ranked[0].why_not is None and ranked[-1].why_not
+
+
+def test_when_nothing_fits_the_closest_comes_first(capsys):
+    model = load_model("Qwen/Qwen3-32B")  # ~61 GiB of bf16 weights on three 24 GB L4s
+    ranked = plans(model, Cluster(card_named("L4"), 3, 1), 8192)
+    assert all(r.why_not for r in ranked)
+    rooms = [min(r.kv_budgets) for r in ranked]
+    assert rooms == sorted(rooms, reverse=True) and ranked[0].layout.pp == 3  # PP 3 splits the weights
+    assert main(["cluster", "Qwen/Qwen3-32B", "--gpu", "L4", "--nodes", "3", "--gpus-per-node", "1"]) == 0
+    assert "no plan fits; the closest: TP 1 × PP 3" in capsys.readouterr().out

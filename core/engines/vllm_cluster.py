@@ -290,6 +290,10 @@ def evaluate(
     if heads % layout.tp:
         return replace(result, why_not=f"TP {layout.tp} does not divide the {heads} attention heads")
     engine = engine_for(cluster, layout)
+    try:
+        engine.plan(model, kv_dtype)  # vLLM refuses some splits (KV heads, state widths TP cannot divide)
+    except InputError as err:
+        return replace(result, why_not=str(err))
     sw = stage_weights(model, layout, fmt)
     overhead = tuple(vllm_overhead(model, batched, cluster.gpus, max_num_seqs=max_seqs))
     usable = int(cluster.card.memory_bytes * gpu_memory_utilization)
@@ -314,15 +318,23 @@ def plans(
     gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
     pp_inside_nodes: bool = False,
 ) -> list[PlanResult]:
-    """Every layout, most requests at `context` first; ties go to fewer pipeline stages (less bubble), then
-    more cache."""
+    """Every layout, best first (see _rank)."""
     results = [
         evaluate(model, cluster, layout, context, weights, kv_dtype, gpu_memory_utilization)
         for layout in layouts(model, cluster, expert_parallel, pp_inside_nodes)
     ]
     if not results:
         raise InputError(f"no TP × PP × DP cut of {cluster.label} suits {model.name}")
-    return sorted(results, key=lambda r: (r.why_not is not None, -r.requests, r.layout.pp, -r.cache_tokens))
+    return sorted(results, key=_rank)
+
+
+def _rank(r: PlanResult) -> tuple:
+    """Plans that fit: most requests, then fewer pipeline stages (less bubble), then more cache. The rest: most room
+    left for cache first (the closest to fitting), plans vLLM refuses last."""
+    if r.why_not is None:
+        return (0, -r.requests, r.layout.pp, -r.cache_tokens)
+    room = min(r.kv_budgets) if r.kv_budgets else None
+    return (1, room is None, -(room or 0), r.layout.pp)
 
 
 def plain_tp(model: ModelSpec, cluster: Cluster) -> Layout:
