@@ -8,7 +8,7 @@ from core.dtypes import dtype_named
 from core.engines import Engine
 from core.engines.base import CacheAccount
 from core.engines.hf_transformers import TransformersEngine
-from core.engines.llamacpp import LlamaCppEngine
+from core.engines.llamacpp import LlamaCppEngine, Offload
 from core.engines.vllm_engine import Capacity, VllmEngine
 from core.engines.vllm_mxfp4 import Kernel, kernel_for, loading_growth
 from core.engines.vllm_pipeline import fullest_stage_fraction, pipeline_capacity
@@ -151,21 +151,22 @@ class Solver:
         self.limit = context_limit(setup)
 
     def _llamacpp_offload(self, count: ParamCount, dtype_bytes: int) -> tuple[int, ModelSpec]:
-        """llama.cpp keeps the token embedding in system RAM, puts the first -ngl layers (and, once every layer is
-        offloaded, the output layer) on the GPU, and keeps each layer's KV beside that layer."""
+        """llama.cpp keeps the token embedding in system RAM and puts the layers -ngl selects (the last ones, and the
+        output layer: core.engines.llamacpp.Offload) on the GPU, each layer's cache beside it."""
         layers = self.setup.model.layers
-        ngl = len(layers) + 1 if self.setup.gpu_layers is None else self.setup.gpu_layers
+        where = Offload.of(self.setup.gpu_layers, len(layers))
         if self.setup.weights_file is not None:
-            on_gpu = self.setup.weights_file.bytes_on_gpu(ngl, len(layers))
+            on_gpu = self.setup.weights_file.bytes_on_gpu(where.layers, where.output)
         else:
             on_gpu = 0
             for tensor, size in tensor_bytes(count, self.format, dtype_bytes):
                 if tensor.layer is not None:
-                    on_gpu += size if tensor.layer < ngl else 0
+                    on_gpu += size if tensor.layer in where.layers else 0
                 elif tensor.category != "embedding":
-                    on_gpu += size if ngl > len(layers) else 0
-        kept = layers[: min(ngl, len(layers))]
-        name = self.setup.model.name + (f" ({len(kept)} of {len(layers)} layers on GPU)" if ngl <= len(layers) else "")
+                    on_gpu += size if where.output else 0
+        kept = tuple(layers[i] for i in where.layers)
+        partial = len(kept) < len(layers)
+        name = self.setup.model.name + (f" ({len(kept)} of {len(layers)} layers on GPU)" if partial else "")
         return on_gpu, self.setup.model.with_layers(kept, name=name)
 
     # cache is split across pipeline stages (layers) and, for vLLM, across TP ranks inside the engine's pages
@@ -282,9 +283,12 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
     if isinstance(solver.engine, VllmEngine):
         vllm = solver.vllm_capacity(solver.limit)
     if isinstance(solver.engine, LlamaCppEngine):
-        n, on_gpu = len(setup.model.layers), len(solver.model.layers)
-        where = f"all {n} layers" if setup.gpu_layers is None else f"-ngl {setup.gpu_layers}: {on_gpu} of {n} layers"
-        notes.append(f"llama.cpp: {where} on the GPU; the token embedding table stays in system RAM")
+        n, where = len(setup.model.layers), Offload.of(setup.gpu_layers, len(setup.model.layers))
+        placed = f"all {n} layers and the output layer" if where.layers.start == 0 and where.output else (
+            f"-ngl {setup.gpu_layers}: the last {len(where.layers)} of {n} layers"
+            + (" and the output layer" if where.output else "")
+        )
+        notes.append(f"llama.cpp: {placed} on the GPU; the token embedding table stays in system RAM")
     if solver.kernel is not None and solver.relaid:
         notes.append(
             f"vLLM re-lays the MXFP4 experts for its {solver.kernel.name} MoE kernel (padding, bias dtype): "

@@ -178,7 +178,7 @@ def test_llamacpp_gpu_layers_input_reaches_the_solver():
     )
     row = fit(setup, [32768]).rows[0]
     assert metrics(at)["Cache at this context"] == format_bytes(row.cache_bytes)
-    assert any("-ngl 16: 16 of 32 layers" in i.value for i in at.info)
+    assert any("-ngl 16: the last 15 of 32 layers and the output layer" in i.value for i in at.info)
 
 
 def test_hub_mode_offline_falls_back_to_the_bundled_copy_and_says_so():

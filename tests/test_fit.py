@@ -159,11 +159,13 @@ def test_llamacpp_partial_offload_keeps_the_rest_in_ram():
     setup = replace(eight_gb(QWEN35), gpu_layers=16)
     row = fit(setup, [32768]).rows[0]
     tensors = tensor_bytes(count_params(QWEN35), "q4_k_m", 2)
-    assert row.weights_bytes == sum(b for t, b in tensors if t.layer is not None and t.layer < 16)
-    # layers 3, 7, 11, 15 are the full-attention ones among the first 16; 12 Gated DeltaNet states go along
+    # llama.cpp's -ngl 16 of 32 layers + output: the output layer and the last 15 layers (17-31) go to the GPU
+    head = sum(b for t, b in tensors if t.role in ("output", "output_norm"))
+    assert row.weights_bytes == sum(b for t, b in tensors if t.layer is not None and t.layer >= 17) + head
+    # layers 19, 23, 27, 31 are the full-attention ones among 17-31; 11 Gated DeltaNet states go along
     llama = engine_named("llama.cpp")
     cells = 32768
-    assert row.cache_bytes == 4 * cells * 2 * 4 * 256 * 2 + 12 * llama.fixed_bytes_per_sequence(QWEN35) // 24
+    assert row.cache_bytes == 4 * cells * 2 * 4 * 256 * 2 + 11 * llama.fixed_bytes_per_sequence(QWEN35) // 24
     full = fit(eight_gb(QWEN35), [32768]).rows[0]
     embedding = next(b for t, b in tensors if t.category == "embedding")
     assert full.weights_bytes == sum(b for _, b in tensors) - embedding

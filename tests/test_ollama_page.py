@@ -55,9 +55,11 @@ def expected(name: str, card_name: str, settings: OllamaSettings, hw: Hardware, 
 
 
 def setup_model(setup: Setup):
-    """The layers the Setup keeps on the GPU (their cache is the one on the card)."""
-    n = len(setup.model.layers) if setup.gpu_layers is None else min(setup.gpu_layers, len(setup.model.layers))
-    return setup.model.with_layers(setup.model.layers[:n])
+    """The layers the Setup keeps on the GPU (their cache is the one on the card): llama.cpp's -ngl N counts the
+    output layer as the last of n_layers + 1 slots and offloads the last N of them."""
+    layers = setup.model.layers
+    slots = len(layers) + 1 if setup.gpu_layers is None else min(setup.gpu_layers, len(layers) + 1)
+    return setup.model.with_layers(layers[min(len(layers), len(layers) + 1 - slots) :])
 
 
 def check(table, name: str, card_name: str, settings: OllamaSettings, hw: Hardware) -> None:

@@ -11,6 +11,7 @@ from gguf import GGMLQuantizationType, GGUFWriter
 from safetensors.torch import save_file
 
 from core.engines import engine_named
+from core.engines.llamacpp import Offload
 from core.errors import InputError
 from core.fit import Setup, fit
 from core.memory.gpus import Card
@@ -58,8 +59,10 @@ def test_gguf_tensor_table_sizes_are_exact(tmp_path):
     assert dict(weights.layer_bytes) == {0: 64 * 2 * 34, 1: 64 * 96 * 2}
     assert weights.embedding_bytes == 96 * 64 * 4
     assert weights.other_bytes == 96 * 64 * 2
-    assert weights.bytes_on_gpu(1, 2) == 64 * 2 * 34  # -ngl 1 of 2: layer 0 only
-    assert weights.bytes_on_gpu(3, 2) == 64 * 2 * 34 + 64 * 96 * 2 + 96 * 64 * 2  # all layers and the output
+    # llama.cpp's -ngl takes the last slots of [layer 0, layer 1, output]: -ngl 1 is the output layer alone, -ngl 2
+    # adds layer 1, -ngl 3 everything but the embedding
+    on_gpu = [weights.bytes_on_gpu(o.layers, o.output) for o in (Offload.of(n, 2) for n in (0, 1, 2, 3))]
+    assert on_gpu == [0, 96 * 64 * 2, 64 * 96 * 2 + 96 * 64 * 2, 64 * 2 * 34 + 64 * 96 * 2 + 96 * 64 * 2]
 
 
 def test_file_sizes_replace_the_estimate_in_a_fit(tmp_path):

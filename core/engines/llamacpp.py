@@ -64,6 +64,26 @@ RS_ROLLBACK = frozenset(
 )
 
 
+@dataclass(frozen=True)
+class Offload:
+    """Where llama.cpp's -ngl puts the model (src/llama-model.cpp:1589-1614 at 0c1e57098): the output layer counts
+    as layer n_layers, and the GPU takes the last `-ngl` of those n_layers + 1 slots; the token embedding (the input
+    layer) always stays on the CPU. So -ngl N ≤ n_layers puts the last N − 1 decoder layers and the output layer on
+    the GPU, and each decoder layer's cache follows it."""
+
+    layers: range  # decoder layers on the GPU
+    output: bool  # the output layer (final norm and head) on the GPU
+
+    @classmethod
+    def of(cls, gpu_layers: int | None, n_layers: int) -> Offload:
+        slots = n_layers + 1 if gpu_layers is None else max(0, min(gpu_layers, n_layers + 1))
+        return cls(range(min(n_layers, n_layers + 1 - slots), n_layers), slots >= 1)
+
+    @property
+    def on_cpu(self) -> range:
+        return range(0, self.layers.start)
+
+
 def pad(n: int, to: int) -> int:
     return -(-n // to) * to
 
@@ -345,6 +365,7 @@ __all__ = [
     "LlamaCppCache",
     "LlamaCppEngine",
     "LlamaCppOptions",
+    "Offload",
     "as_llamacpp_sees",
     "pad",
 ]

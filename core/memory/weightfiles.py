@@ -32,10 +32,9 @@ class WeightFile:
     embedding_bytes: int
     other_bytes: int  # outside any layer and not the embedding: output head, final norm
 
-    def bytes_on_gpu(self, gpu_layers: int, n_layers: int) -> int:
-        """llama.cpp's split: the first gpu_layers layers, the output once all are offloaded, never the embedding."""
-        layers = sum(b for i, b in self.layer_bytes if i < gpu_layers)
-        return layers + (self.other_bytes if gpu_layers > n_layers else 0)
+    def bytes_on_gpu(self, layers: range, output: bool) -> int:
+        """The decoder layers in `layers` and, with `output`, the output head; never the embedding."""
+        return sum(b for i, b in self.layer_bytes if i in layers) + (self.other_bytes if output else 0)
 
 
 def _summarise(source: str, kind: str, sizes: dict[str, int]) -> WeightFile:

@@ -28,8 +28,8 @@ def hardware(ram_gbs: float | None, threads: int | None, cpu_only: bool) -> tupl
 
 
 def needs_ram(setup: Setup, hw: Hardware) -> bool:
-    on_gpu, head = placement(setup, hw)
-    return hw.cpu_only or on_gpu < len(setup.model.layers) or not head
+    where = placement(setup, hw)
+    return hw.cpu_only or bool(where.on_cpu) or not where.output
 
 
 def record(s: Speed) -> dict:
@@ -72,7 +72,7 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
             for part in s.decode.parts:
                 effs[part.device] = asdict(part.efficiency)
             rows.append(record(s) | {"max_concurrency": fits, "fits": fits is None or fits >= batch})
-    on_gpu, _ = placement(setup, hw)
+    on_gpu = len(placement(setup, hw).layers)
     return {
         "model": setup.model.name,
         "engine": setup.engine.name,

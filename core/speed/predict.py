@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from core.dtypes import dtype_named
-from core.engines.llamacpp import LlamaCppEngine
+from core.engines.llamacpp import LlamaCppEngine, Offload
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
 from core.fit import Setup
@@ -177,15 +177,15 @@ def setup_weights(setup: Setup) -> Weights:
     return Weights.of(per_tensor, len(model.layers), count.lm_head == 0, scale)
 
 
-def placement(setup: Setup, hw: Hardware) -> tuple[int, bool]:
-    """(decoder layers on the GPU, output head on the GPU): llama.cpp's -ngl puts the first K layers there and the
-    head only once every layer is; CPU-only keeps everything in RAM."""
+def placement(setup: Setup, hw: Hardware) -> Offload:
+    """Which decoder layers and whether the output head run on the GPU: llama.cpp's -ngl (the last layers and the
+    head: core.engines.llamacpp.Offload); other engines keep everything there, CPU-only nothing."""
     n = len(setup.model.layers)
     if hw.cpu_only:
-        return 0, False
-    if setup.gpu_layers is None or not isinstance(setup.engine, LlamaCppEngine):
-        return n, True
-    return min(setup.gpu_layers, n), setup.gpu_layers > n
+        return Offload.of(0, n)
+    if not isinstance(setup.engine, LlamaCppEngine):
+        return Offload.of(None, n)
+    return Offload.of(setup.gpu_layers, n)
 
 
 def _part(
@@ -223,14 +223,14 @@ def _part(
 
 def _timing(work: PassWork, setup: Setup, hw: Hardware, prefill: bool, table: Table | None, passes: int = 1) -> Timing:
     n = len(work.layers)
-    on_gpu, head_on_gpu = placement(setup, hw)
+    where = placement(setup, hw)
     parts = []
-    if on_gpu or head_on_gpu:
-        parts.append(_part("gpu", work, range(on_gpu), head_on_gpu, setup, hw, prefill, table))
-    if on_gpu < n or not head_on_gpu:
-        parts.append(_part("cpu", work, range(on_gpu, n), not head_on_gpu, setup, hw, prefill, table))
+    if where.layers or where.output:
+        parts.append(_part("gpu", work, where.layers, where.output, setup, hw, prefill, table))
+    if where.on_cpu or not where.output:
+        parts.append(_part("cpu", work, where.on_cpu, not where.output, setup, hw, prefill, table))
     # the overhead of the device that drives the pass: the GPU's whenever one takes part
-    eff = _eff(table, setup.engine.name, "gpu" if on_gpu or head_on_gpu else "cpu")
+    eff = _eff(table, setup.engine.name, "gpu" if where.layers or where.output else "cpu")
     return Timing(tuple(parts), eff.overhead_s(n) * passes)
 
 
