@@ -21,6 +21,7 @@ from core.engines.vllm_engine import VERSIONS, VllmOptions
 from core.errors import InputError
 from core.finders import COST_BASIS, DEFAULT_CONTEXT, card_record, model_record, rank_cards, rank_models
 from core.fit import Setup, default_split, fit
+from core.llamacpp_autofit import autofit_record, fit_params, print_autofit
 from core.memory.gpus import Card, card_named
 from core.memory.weightfiles import read_weights
 from core.model.config import parse_json, resolve
@@ -29,7 +30,7 @@ from core.ollama_report import DEFAULT_CARDS, MEASURED, host, print_report, repo
 from core.probe import add_probe_parser
 from core.report import table_records
 from core.speed.cli import print_speed, speed_report
-from core.units import format_bytes, format_tokens
+from core.units import MIB, format_bytes, format_tokens
 
 DEFAULT_CONTEXTS = (4096, 32768, 131072)
 
@@ -332,6 +333,20 @@ def cmd_speed(args: argparse.Namespace) -> dict:
     return speed_report(build_setup(args), args, cpu_only)
 
 
+def cmd_autofit(args: argparse.Namespace) -> dict:
+    frontend = FRONTENDS[args.frontend]
+    sequences = args.parallel or frontend.n_parallel
+    unified = args.kv_unified
+    if unified is None and args.parallel and args.frontend == "llama-server":
+        unified = False  # giving -np keeps llama-server's kv_unified off (common/arg.cpp:1724)
+    engine = configured("llama.cpp", frontend=args.frontend, kv_unified=unified)
+    setup = Setup(
+        model=load_model(args.model), engine=engine, card=card_from(args), weights=args.weights, kv_dtype=args.kv_dtype
+    )
+    choice = fit_params(setup, args.ctx_size, sequences, args.n_gpu_layers, args.fit_target * MIB, args.fit_ctx)
+    return autofit_record(setup, choice, sequences)
+
+
 def cmd_cluster(args: argparse.Namespace) -> dict:
     cluster = Cluster(card_from(args), args.nodes, args.gpus_per_node)
     return cluster_report(
@@ -442,6 +457,25 @@ def build_parser() -> argparse.ArgumentParser:
         max_model_len=None,
         gpu_memory_utilization=0.92,
     )
+
+    autofitp = sub.add_parser("autofit", help="what llama.cpp's --fit picks for -c and -ngl on a card (llama-server)")
+    autofitp.add_argument("model", help="Hugging Face repo id, bundled preset, or path to a config.json")
+    add_card_options(autofitp, "card name, e.g. 'RTX 4060 8GB'", split=False)
+    autofitp.add_argument("--weights", default="q4_k_m", help="GGUF weight format (default q4_k_m)")
+    autofitp.add_argument("--kv-dtype", default="auto")
+    autofitp.add_argument(
+        "--frontend", choices=("llama-server", "llama-cli", "ollama"), default="llama-server", help="whose defaults"
+    )
+    autofitp.add_argument("--ctx-size", "-c", type=tokens, help="-c: total context (default 0: the model's, fitted)")
+    autofitp.add_argument("--parallel", "-np", type=positive_int, help="-np: sequences (default: the front end's)")
+    autofitp.add_argument(
+        "--kv-unified", action=argparse.BooleanOptionalAction, default=None, help="one cell buffer for all sequences"
+    )
+    autofitp.add_argument("--n-gpu-layers", "-ngl", type=int, dest="n_gpu_layers", help="-ngl (default: fitted)")
+    autofitp.add_argument("--fit-target", type=positive_int, default=1024, help="MiB to leave free (default 1024)")
+    autofitp.add_argument("--fit-ctx", type=positive_int, default=4096, help="smallest context it sets (default 4096)")
+    autofitp.add_argument("--json", action="store_true")
+    autofitp.set_defaults(run=cmd_autofit, show=print_autofit)
 
     clusterp = sub.add_parser("cluster", help="vLLM on nodes × GPUs: every TP × PP × DP (EP) plan, best first")
     clusterp.add_argument("model", help="Hugging Face repo id, bundled preset, or path to a config.json")

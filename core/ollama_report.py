@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from core.engines.runtimes import (
     ESTIMATOR_VERSION,
@@ -24,6 +24,7 @@ from core.engines.runtimes import (
 )
 from core.errors import InputError
 from core.fit import Fit, Setup, fit
+from core.llamacpp_autofit import fit_params
 from core.memory.gpus import Card
 from core.model.spec import ModelSpec
 from core.speed.cli import hardware
@@ -98,6 +99,11 @@ class OllamaRow:
     threads: int
     weights: str
     gpu_overhead: int  # OLLAMA_GPU_OVERHEAD, bytes
+    # Current Ollama passes no -ngl, so llama-server's own fit picks the layers (core.llamacpp_autofit); None where
+    # kvscope does not model that fit (MoE models), with the reason in fit_note
+    fit_layers: int | None
+    fit_decode_tok_s: float | None
+    fit_note: str
     split: OllamaSplit = field(repr=False, compare=False)
     fit: Fit = field(repr=False, compare=False)
     speed: Speed = field(repr=False, compare=False)
@@ -141,6 +147,7 @@ def ollama_row(
     row = result.rows[0]
     need = row.weights_bytes + row.overhead_bytes + settings.num_parallel * row.cache_bytes
     speed = predict(setup, hw, split.num_ctx, 1)
+    fit_layers, fit_speed, fit_note = _llama_server_fit(model, card, settings, split, weights, hw)
     return OllamaRow(
         model=model.name,
         card=card.name,
@@ -166,10 +173,28 @@ def ollama_row(
         threads=hw.threads,
         weights=weights,
         gpu_overhead=settings.gpu_overhead,
+        fit_layers=fit_layers,
+        fit_decode_tok_s=fit_speed,
+        fit_note=fit_note,
         split=split,
         fit=result,
         speed=speed,
     )
+
+
+def _llama_server_fit(
+    model: ModelSpec, card: Card, settings: OllamaSettings, split: OllamaSplit, weights: str, hw: Hardware
+) -> tuple[int | None, float | None, str]:
+    """-ngl as current Ollama gets it: -c num_ctx × np -np np and no -ngl (llm/llama_server.go), so llama-server's
+    --fit chooses, with its default 1 GiB margin; and the decode speed of that split."""
+    setup = replace(ollama_setup(model, card, split, settings, weights), gpu_layers=None)
+    try:
+        choice = fit_params(setup, split.num_ctx * settings.num_parallel, settings.num_parallel)
+    except InputError as err:
+        return None, None, str(err)
+    layers = choice.n_layers + 1 if choice.gpu_layers is None else choice.gpu_layers
+    speed = predict(replace(setup, gpu_layers=choice.gpu_layers), hw, split.num_ctx, 1)
+    return layers, speed.decode_tok_s, "; ".join(choice.steps)
 
 
 def ollama_grid(
@@ -199,7 +224,8 @@ SPEED_AT = (
 )
 UNCHECKED = (
     f"Ollama's figures are its {ESTIMATOR_VERSION} estimateGPULayers (defaults of {OLLAMA_VERSION}) read from "
-    "source, for a card with nothing else on it; none of it was checked against a running Ollama"
+    "source, for a card with nothing else on it; 'fit' is what current Ollama gets instead (no -ngl: llama-server's "
+    "--fit picks the layers, common/fit.cpp); none of it was checked against a running Ollama"
 )
 
 
@@ -246,14 +272,22 @@ def print_report(out: dict) -> None:
     print(f"speed: {out['speed_at']}")
     print(f"note: {out['note']}")
     head = f"{'model':<34} {'card':<25} {'num_ctx':>7} {'KV':>4} {'layers':>6} {'Ollama VRAM':>11} "
-    print(head + f"{'Ollama total':>12} {'kvscope GPU':>11} {'fits':>4} {'decode tok/s':>12} {'prefill tok/s':>13}")
+    print(
+        head + f"{'Ollama total':>12} {'kvscope GPU':>11} {'fits':>4} {'decode tok/s':>12} {'prefill tok/s':>13} "
+        f"{'fit layers':>10} {'fit tok/s':>9}"
+    )
     for r in out["rows"]:
         print(
             f"{r['model'][:34]:<34} {r['card'][:25]:<25} {format_tokens(r['num_ctx']):>7} {r['kv_type']:>4} "
             f"{r['offloaded']:>6} {format_bytes(r['ollama_vram_bytes']):>11} "
             f"{format_bytes(r['ollama_total_bytes']):>12} "
             f"{format_bytes(r['kvscope_gpu_bytes']):>11} {'yes' if r['kvscope_fits'] else 'no':>4} "
-            f"{r['decode_tok_s']:>12.1f} {r['prefill_tok_s']:>13.0f}"
+            f"{r['decode_tok_s']:>12.1f} {r['prefill_tok_s']:>13.0f} "
+            + (
+                f"{r['fit_layers']:>4}/{r['blocks'] + 1:<5} {r['fit_decode_tok_s']:>9.1f}"
+                if r["fit_layers"] is not None
+                else f"{'-':>10} {'-':>9}"
+            )
         )
 
 
@@ -299,4 +333,11 @@ def explain(row: OllamaRow, model: ModelSpec) -> list[str]:
         f"{'fits' if row.kvscope_fits else 'does not fit'} (headroom {format_bytes(row.kvscope_headroom_bytes)})",
         f"**Speed** on a host with {row.ram_gb_s:.1f} GB/s RAM and {row.threads} threads for the layers in RAM:",
         *speed_lines(row.speed),
+        "**Current Ollama** passes no -ngl (llm/llama_server.go), so llama-server's --fit chooses (common/fit.cpp, "
+        "1 GiB left free): "
+        + (
+            f"{row.fit_note}; -ngl {row.fit_layers} of {n + 1}, decode {row.fit_decode_tok_s:.1f} tok/s"
+            if row.fit_layers is not None
+            else f"not modelled here: {row.fit_note}"
+        ),
     ]

@@ -78,6 +78,8 @@ table = pd.DataFrame(
         "kvscope GPU (GiB)": r.kvscope_gpu_bytes / GIB,
         "kvscope fits": r.kvscope_fits,
         "TTFT (s)": r.ttft_s,
+        "llama-server fit layers": f"{r.fit_layers}/{r.blocks + 1}" if r.fit_layers is not None else "not modelled",
+        "fit decode tok/s": r.fit_decode_tok_s,
     }
     for r in rows
 )
@@ -96,6 +98,12 @@ st.dataframe(
         "decode tok/s": st.column_config.NumberColumn("decode tok/s", format="%.1f", help="one request"),
         "prefill tok/s": st.column_config.NumberColumn("prefill tok/s", format="%.0f"),
         "TTFT (s)": st.column_config.NumberColumn("TTFT (s)", format="%.2f", help="prefill of a num_ctx prompt"),
+        "llama-server fit layers": st.column_config.TextColumn(
+            "llama-server fit layers",
+            help="current Ollama passes no -ngl: llama-server's --fit picks the layers, leaving 1 GiB free "
+            "(kvscope does not model its MoE path)",
+        ),
+        "fit decode tok/s": st.column_config.NumberColumn("fit decode tok/s", format="%.1f", help="one request"),
     },
 )
 st.caption(

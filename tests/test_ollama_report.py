@@ -5,6 +5,7 @@ decode time is rebuilt by hand from the bytes left in RAM."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from itertools import pairwise
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from core.cli import main
 from core.engines.runtimes import OllamaSettings, llama_engine, ollama_layers
 from core.fit import Setup, fit
+from core.llamacpp_autofit import FIT_MARGIN, fit_params
 from core.memory.gpus import card_named
 from core.memory.quant import tensor_bytes
 from core.model.loading import load_model
@@ -216,3 +218,23 @@ def test_text_table_names_the_split_and_the_host(capsys):
     assert f"{split.layers}/{split.blocks + 1}" in line
     assert "89.6 GB/s" in out and "none of it was checked against a running Ollama" in out
     assert sum(card in out for card in CARDS) == 4
+
+
+def test_current_ollama_column_is_llama_servers_fit_of_the_same_request():
+    """Current Ollama passes -c num_ctx × np -np np and no -ngl: the row's fit column must be fit_params on that
+    request, and its speed predict() on that split."""
+    hw = Hardware(ram_gb_s=50.0, threads=8)
+    for name, card_name in [("microsoft/phi-4", "GeForce RTX 4060 8GB"), ("Qwen/Qwen3-8B", "GeForce RTX 4090 24GB")]:
+        model, card = load_model(name), card_named(card_name)
+        settings = OllamaSettings(num_parallel=2)
+        r = ollama_row(model, card, settings, hw=hw)
+        setup = replace(r.fit.setup, gpu_layers=None)
+        choice = fit_params(setup, r.num_ctx * 2, 2)
+        slots = len(model.layers) + 1
+        assert r.fit_layers == (slots if choice.gpu_layers is None else choice.gpu_layers)
+        assert r.fit_note == "; ".join(choice.steps)
+        assert choice.projected_bytes <= card.memory_bytes - FIT_MARGIN
+        timed = predict(replace(setup, gpu_layers=choice.gpu_layers), hw, r.num_ctx, 1)
+        assert r.fit_decode_tok_s == timed.decode_tok_s
+    moe = ollama_row(load_model("Qwen/Qwen3-30B-A3B"), card_named("GeForce RTX 4060 8GB"), hw=hw)
+    assert moe.fit_layers is None and moe.fit_decode_tok_s is None and "MoE" in moe.fit_note

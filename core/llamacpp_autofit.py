@@ -1,0 +1,162 @@
+"""llama.cpp's automatic fit: what llama-server and llama-cli choose for the context and -ngl when the user sets
+neither, and what current Ollama gets (it gives -c but no -ngl, llm/llama_server.go, so llama-server picks the
+layers). Read in common/fit.cpp `common_params_fit_impl` at llama.cpp 0c1e57098 (the commit llama-cpp-python 0.3.36
+vendors); on by default (common.h:478 fit_params = true) with a 1 GiB margin per device (common.h:483
+fit_params_target) and a 4,096-token floor (common.h:480 fit_params_min_ctx). llama-cpp-python itself does not run
+it: it lives in common/, which the library does not call. No GPU ran here, so this is read from source only.
+
+For one GPU:
+1. Project device memory with the context given (or, unset, the training context × streams) and every layer on the
+   GPU. If it leaves at least the margin free, nothing changes.
+2. Only when the context was not given: measure at the floor (4,096 × streams); if that leaves the margin, set the
+   context by linear interpolation between floor and maximum, rounded down to a multiple of 256 × streams, and stop.
+   Otherwise keep the floor and go on.
+3. Only when -ngl was not given: the most layers (counting the output layer as one, core.engines.llamacpp.Offload)
+   whose projected memory leaves the margin, found by false position between 0 and all; since memory grows with
+   every layer, that is the largest such count, which is what a bisection finds too.
+MoE models take another path from step 3 on (expert tensors to system memory first, then whole layers back), which
+kvscope does not model: it says so instead of guessing.
+
+"Projected memory" is llama.cpp's own dry run: weights on the device, the cache and the compute buffers, against the
+device's free memory. kvscope counts the same parts plus the CUDA context, against the card's total: the CUDA
+context is what makes free smaller than total, so the two tests agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from core.engines.llamacpp import LlamaCppEngine
+from core.errors import InputError
+from core.fit import Setup, Solver
+from core.model.params import count_params
+from core.units import MIB
+
+FIT_MARGIN = 1024 * MIB  # common.h:483 fit_params_target, per device
+FIT_MIN_CTX = 4096  # common.h:480 fit_params_min_ctx
+CTX_ALIGN = 256  # fit.cpp: "round down context for CUDA backend", × streams
+
+
+@dataclass(frozen=True)
+class FitChoice:
+    """What llama.cpp settles on, and the projections behind it."""
+
+    n_ctx: int  # -c: total cells asked for, all sequences together
+    gpu_layers: int | None  # -ngl it sets; None = every layer and the output (what it starts from)
+    n_layers: int  # decoder layers of the model (-ngl counts n_layers + 1 with the output layer)
+    projected_bytes: int  # device memory at the choice, CUDA context included
+    limit_bytes: int  # the card less the margin
+    steps: tuple[str, ...]  # what it did, in order
+
+    @property
+    def fits(self) -> bool:
+        return self.projected_bytes <= self.limit_bytes
+
+
+def projected(setup: Setup, n_ctx: int, sequences: int, gpu_layers: int | None) -> int:
+    """Device memory llama.cpp's dry run finds for `n_ctx` cells over `sequences`, with -ngl `gpu_layers`."""
+    solver = Solver(replace(setup, gpu_layers=gpu_layers))
+    per_sequence = -(-n_ctx // sequences)
+    cache = 0
+    if solver.model.layers:
+        cache = solver.engine.account(solver.model, per_sequence, sequences, setup.kv_dtype).total
+    return solver.weights + sum(i.bytes for i in solver.overhead(per_sequence)) + cache
+
+
+def fit_params(
+    setup: Setup,
+    n_ctx: int | None = None,
+    sequences: int = 1,
+    gpu_layers: int | None = None,
+    margin: int = FIT_MARGIN,
+    min_ctx: int = FIT_MIN_CTX,
+) -> FitChoice:
+    """common_params_fit_impl for one GPU. `n_ctx` None is llama.cpp's -c 0 (the training context); `gpu_layers`
+    None is -ngl unset (auto); `sequences` is -np (its streams, unless the engine unifies the cache)."""
+    engine = setup.engine
+    if not isinstance(engine, LlamaCppEngine):
+        raise InputError("the automatic fit is llama.cpp's (--fit); choose --engine llama.cpp")
+    if sequences < 1 or (n_ctx is not None and n_ctx < 1) or margin < 0 or min_ctx < 1:
+        raise InputError("context, sequences and the minimum context must be positive, the margin 0 or more")
+    streams = engine.streams(sequences)
+    n_layers = len(setup.model.layers)
+    limit = setup.card.memory_bytes - margin
+    train = setup.model.max_context or n_ctx or min_ctx
+    n_max = n_ctx if n_ctx is not None else train * streams
+    used = projected(setup, n_max, sequences, gpu_layers)
+    if used <= limit:
+        return FitChoice(n_max, gpu_layers, n_layers, used, limit, ("fits as asked: no change",))
+
+    steps: list[str] = []
+    chosen = n_max
+    n_min = min_ctx * streams
+    if n_ctx is None and n_max > n_min:
+        used_min = projected(setup, n_min, sequences, gpu_layers)
+        if limit > used_min:
+            chosen = n_min + (n_max - n_min) * (limit - used_min) // (used - used_min)
+            chosen = max(chosen - chosen % (CTX_ALIGN * streams), n_min)
+            steps.append(f"context reduced from {n_max:,} to {chosen:,}: the whole model fits")
+            return FitChoice(
+                chosen, gpu_layers, n_layers, projected(setup, chosen, sequences, gpu_layers), limit, tuple(steps)
+            )
+        chosen = n_min
+        steps.append(f"context reduced from {n_max:,} to the floor of {n_min:,}: still too large")
+    elif n_ctx is None:
+        steps.append(f"the model's context {n_max:,} is at or below the floor of {n_min:,}: no change")
+    else:
+        steps.append(f"context set by the user ({n_ctx:,}): no change")
+
+    if gpu_layers is not None:
+        steps.append(f"-ngl set by the user ({gpu_layers}): no change")
+        return FitChoice(
+            chosen, gpu_layers, n_layers, projected(setup, chosen, sequences, gpu_layers), limit, tuple(steps)
+        )
+    if count_params(setup.model).experts:
+        raise InputError(
+            f"{setup.model.name} is a MoE model: llama.cpp's fit moves its expert tensors to system memory before "
+            "it counts layers (common/fit.cpp steps 3-4), which kvscope does not model; give -ngl to size a split"
+        )
+    lo, hi = 0, n_layers + 1  # lo fits or is 0, hi does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if projected(setup, chosen, sequences, mid) <= limit:
+            lo = mid
+        else:
+            hi = mid
+    steps.append(f"layers on the GPU: {lo} of {n_layers + 1} (the output layer counts as one)")
+    return FitChoice(chosen, lo, n_layers, projected(setup, chosen, sequences, lo), limit, tuple(steps))
+
+
+def autofit_record(setup: Setup, choice: FitChoice, sequences: int) -> dict:
+    """`python -m core autofit --json` (the field names are a contract)."""
+    return {
+        "model": setup.model.name,
+        "card": setup.card.name,
+        "card_memory_bytes": setup.card.memory_bytes,
+        "weights": setup.weights,
+        "kv_dtype": setup.kv_dtype,
+        "sequences": sequences,
+        "n_ctx": choice.n_ctx,
+        # one stream holds every sequence when unified, and any one of them may fill it (llama-context.cpp n_ctx_seq)
+        "n_ctx_per_sequence": choice.n_ctx if setup.engine.streams(sequences) == 1 else choice.n_ctx // sequences,
+        "gpu_layers": choice.n_layers + 1 if choice.gpu_layers is None else choice.gpu_layers,
+        "layer_slots": choice.n_layers + 1,
+        "projected_bytes": choice.projected_bytes,
+        "limit_bytes": choice.limit_bytes,
+        "fits": choice.fits,
+        "steps": list(choice.steps),
+    }
+
+
+def print_autofit(out: dict) -> None:
+    print(
+        f"{out['model']} on {out['card']} ({out['card_memory_bytes'] / (1 << 30):.2f} GiB), weights {out['weights']}, "
+        f"KV {out['kv_dtype']}, {out['sequences']} sequence(s): llama.cpp's --fit (common/fit.cpp)"
+    )
+    for step in out["steps"]:
+        print(f"  {step}")
+    print(
+        f"-c {out['n_ctx']} ({out['n_ctx_per_sequence']:,} per sequence), -ngl {out['gpu_layers']} of "
+        f"{out['layer_slots']}: {out['projected_bytes'] / (1 << 30):.2f} GiB projected, limit "
+        f"{out['limit_bytes'] / (1 << 30):.2f} GiB ({'fits' if out['fits'] else 'does not fit'})"
+    )

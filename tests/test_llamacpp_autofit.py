@@ -1,0 +1,101 @@
+"""llama.cpp's automatic fit (core.llamacpp_autofit, common/fit.cpp): each case is checked against kvscope's own fit
+of the same llama.cpp setup (core.fit, a separate path through the solver) and the interpolation written out by
+hand from fit.cpp, not against the module's own numbers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from core.cli import main
+from core.engines import configured
+from core.errors import InputError
+from core.fit import Setup, fit
+from core.llamacpp_autofit import FIT_MARGIN, fit_params
+from core.memory.gpus import card_named
+from core.model.loading import load_model
+from core.units import GIB
+
+CARD_8GB = card_named("RTX 4060 8GB")
+
+
+def setup(name: str, card=CARD_8GB) -> Setup:
+    return Setup(load_model(name), configured("llama.cpp", frontend="llama-cli"), card, weights="q4_k_m")
+
+
+def used(s: Setup, context: int, gpu_layers: int | None = None) -> int:
+    """Device memory of one sequence of `context` tokens, as core.fit accounts it (CUDA context included)."""
+    return fit(replace(s, gpu_layers=gpu_layers), [context]).rows[0].total_bytes
+
+
+def test_what_fits_as_asked_is_left_alone():
+    s = setup("Qwen/Qwen3-8B", card_named("RTX 4090"))
+    choice = fit_params(s)
+    assert (choice.n_ctx, choice.gpu_layers) == (40960, None)  # the training context, every layer
+    assert choice.projected_bytes == used(s, 40960) <= s.card.memory_bytes - FIT_MARGIN
+    assert choice.steps == ("fits as asked: no change",)
+
+
+def test_context_is_interpolated_between_the_floor_and_the_training_context():
+    s = setup("meta-llama/Llama-3.1-8B-Instruct")  # 128K of f16 cache does not fit 8 GB; 4K does
+    limit = CARD_8GB.memory_bytes - 1024 * 1024 * 1024
+    hi, lo = used(s, 131072), used(s, 4096)
+    assert lo < limit < hi
+    expected = 4096 + (131072 - 4096) * (limit - lo) // (hi - lo)  # fit.cpp step 2, then down to a multiple of 256
+    expected -= expected % 256
+    choice = fit_params(s)
+    assert (choice.n_ctx, choice.gpu_layers) == (expected, None)
+    assert used(s, choice.n_ctx) <= limit  # the cache grows linearly, so the interpolation lands inside
+    assert "context reduced from 131,072" in choice.steps[0]
+
+
+def test_layers_are_the_most_that_leave_the_margin_at_the_floor():
+    s = setup("microsoft/phi-4")  # 14B: even at 4K not every layer fits 8 GB
+    limit = CARD_8GB.memory_bytes - FIT_MARGIN
+    choice = fit_params(s)
+    assert choice.n_ctx == 4096 and choice.gpu_layers is not None
+    assert used(s, 4096, choice.gpu_layers) <= limit < used(s, 4096, choice.gpu_layers + 1)
+    assert choice.projected_bytes == used(s, 4096, choice.gpu_layers)
+
+
+def test_what_the_user_sets_is_kept():
+    s = setup("microsoft/phi-4")
+    given = fit_params(s, n_ctx=8192)
+    assert given.n_ctx == 8192 and "set by the user" in given.steps[0]
+    limit = CARD_8GB.memory_bytes - FIT_MARGIN
+    assert used(s, 8192, given.gpu_layers) <= limit < used(s, 8192, given.gpu_layers + 1)
+    pinned = fit_params(s, n_ctx=8192, gpu_layers=41)
+    assert pinned.gpu_layers == 41 and not pinned.fits  # -ngl given: llama.cpp keeps it, even when it will not fit
+    assert fit_params(s, margin=0).gpu_layers >= fit_params(s, margin=2 * GIB).gpu_layers
+
+
+def test_streams_multiply_the_context_it_starts_from():
+    s = replace(setup("Qwen/Qwen3.5-9B"), engine=configured("llama.cpp", frontend="llama-cli"))
+    two = fit_params(s, sequences=2)
+    assert two.n_ctx % (2 * 256) == 0 and "from 524,288" in two.steps[0]  # 262,144 × 2 streams
+
+
+def test_moe_and_other_engines_are_refused_with_a_reason():
+    with pytest.raises(InputError, match="MoE model"):
+        fit_params(setup("Qwen/Qwen3-30B-A3B"))
+    with pytest.raises(InputError, match=r"llama\.cpp"):
+        fit_params(replace(setup("Qwen/Qwen3-8B"), engine=configured("vllm")))
+
+
+def test_cli(capsys):
+    assert main(["autofit", "microsoft/phi-4", "--gpu", "RTX 4060 8GB", "-np", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    direct = fit_params(setup("microsoft/phi-4"), None, 1)
+    assert (out["n_ctx"], out["gpu_layers"], out["layer_slots"]) == (direct.n_ctx, direct.gpu_layers, 41)
+    assert out["fits"] is True and out["steps"] == list(direct.steps)
+    # llama-server's 4 slots share one unified stream, each may fill it; -np 2 gives two streams of half
+    assert main(["autofit", "Qwen/Qwen3-8B", "--gpu", "RTX 4060 8GB", "--json"]) == 0
+    four = json.loads(capsys.readouterr().out)
+    assert four["sequences"] == 4 and four["n_ctx_per_sequence"] == four["n_ctx"]
+    assert main(["autofit", "Qwen/Qwen3-8B", "--gpu", "RTX 4060 8GB", "-np", "2", "--json"]) == 0
+    two = json.loads(capsys.readouterr().out)
+    assert two["n_ctx_per_sequence"] == two["n_ctx"] // 2
+    assert main(["autofit", "Qwen/Qwen3-30B-A3B", "--gpu", "RTX 4060 8GB"]) == 2
+    assert "MoE" in capsys.readouterr().err
