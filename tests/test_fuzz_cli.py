@@ -178,6 +178,38 @@ def test_random_configs_size_or_fail_cleanly(tmp_path_factory, model_type, chang
         assert_one_error_line(rc, _without_library_chatter(err.getvalue()))
 
 
+COMMANDS = {
+    "cluster": ["--gpu", "H100", "--nodes", "2", "--context", "256"],
+    "autofit": ["--gpu", "RTX 4060 8GB"],
+    "ollama": ["--gpu", "RTX 4060 8GB"],
+}
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(
+    st.sampled_from(sorted(COMMANDS)),
+    st.sampled_from(sorted(TINY)),
+    st.dictionaries(
+        st.sampled_from(sorted({k for cfg in TINY.values() for k in cfg} | set(tiny_raw("llama")))),
+        JSON_VALUES,
+        max_size=3,
+    ),
+)
+def test_planners_answer_or_fail_cleanly(tmp_path_factory, command, model_type, changes):
+    """The cluster planner, llama.cpp's fit and the Ollama report on random configs: an answer or one error line."""
+    path = tmp_path_factory.mktemp("fuzz") / "config.json"
+    path.write_text(json.dumps(tiny_raw(model_type) | changes))
+    out, err = io.StringIO(), io.StringIO()
+    start = time.monotonic()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main([command, str(path), *COMMANDS[command], "--json"])
+    assert time.monotonic() - start < CASE_S
+    if rc == 0:
+        assert json.loads(out.getvalue())
+    else:
+        assert_one_error_line(rc, _without_library_chatter(err.getvalue()))
+
+
 def _without_library_chatter(err: str) -> str:
     """transformers logs warnings about odd-but-accepted fields before rejecting others; those are not ours."""
     return "\n".join(line for line in err.splitlines() if not line.startswith("[transformers]") and line.strip())
