@@ -250,3 +250,16 @@ def test_when_nothing_fits_the_closest_comes_first(capsys):
     assert rooms == sorted(rooms, reverse=True) and ranked[0].layout.pp == 3  # PP 3 splits the weights
     assert main(["cluster", "Qwen/Qwen3-32B", "--gpu", "L4", "--nodes", "3", "--gpus-per-node", "1"]) == 0
     assert "no plan fits; the closest: TP 1 × PP 3" in capsys.readouterr().out
+
+
+def test_a_recipe_the_model_cannot_take_is_a_reason_not_an_error():
+    from core.cluster_report import cluster_report
+    from core.model.loading import model_from_config
+    from tests.tiny_configs import tiny_raw
+
+    tiny = model_from_config(tiny_raw("llama"), "tiny llama")  # 4 heads, 2 layers
+    cluster = Cluster(H100, 2, 8)
+    plain = evaluate(tiny, cluster, plain_tp(tiny, cluster), 256)
+    assert (plain.layout.tp, plain.layout.pp) == (4, 4) and plain.why_not == "PP 4 exceeds the model's 2 layers"
+    out = cluster_report(tiny, cluster, 256)
+    assert out["best"]["fits"] and out["best_vs_plain_tp"] is None

@@ -279,11 +279,11 @@ def evaluate(
         raise InputError(f"context {context:,} is above {model.name}'s maximum context {model.max_context:,}")
     if not 0 < gpu_memory_utilization <= 1:
         raise InputError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-    if layout.pp > len(model.layers):
-        raise InputError(f"pipeline parallel {layout.pp} exceeds the model's {len(model.layers)} layers")
     fmt = weights or default_format(model)
     batched, max_seqs = serve_defaults(cluster.card)
     result = PlanResult(model, cluster, layout, context, is_moe(model), fmt, kv_dtype, max_num_seqs=max_seqs)
+    if layout.pp > len(model.layers):
+        return replace(result, why_not=f"PP {layout.pp} exceeds the model's {len(model.layers)} layers")
     if cluster.gpus_per_node % layout.tp:
         return replace(result, why_not=f"TP {layout.tp} would span nodes of {cluster.gpus_per_node} GPUs")
     heads = int(model.config.get("num_attention_heads") or 1)
