@@ -35,6 +35,7 @@ from core.units import MIB
 FIT_MARGIN = 1024 * MIB  # common.h:483 fit_params_target, per device
 FIT_MIN_CTX = 4096  # common.h:480 fit_params_min_ctx
 CTX_ALIGN = 256  # fit.cpp: "round down context for CUDA backend", × streams
+AUTOFIT_FRONTENDS = ("llama-server", "llama-cli")  # the front ends that run it (common_init_result); the library not
 
 
 @dataclass(frozen=True)

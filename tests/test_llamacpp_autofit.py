@@ -99,3 +99,25 @@ def test_cli(capsys):
     assert two["n_ctx_per_sequence"] == two["n_ctx"] // 2
     assert main(["autofit", "Qwen/Qwen3-30B-A3B", "--gpu", "RTX 4060 8GB"]) == 2
     assert "MoE" in capsys.readouterr().err
+
+
+def test_fit_page_says_what_llama_server_would_pick():
+    from streamlit.testing.v1 import AppTest
+
+    from core.memory.gpus import Card
+    from tests.conftest import ROOT
+
+    def infos(params: dict[str, str]) -> list[str]:
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+        at.query_params.update(params)
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        return [i.value for i in at.info if "--fit" in i.value]
+
+    shown = infos({"model": "microsoft/phi-4", "fe": "llama-server"})  # the default 8 GiB card, Q4_K_M
+    engine = configured("llama.cpp", frontend="llama-server")
+    server = Setup(load_model("microsoft/phi-4"), engine, Card.custom(8), weights="q4_k_m")
+    choice = fit_params(server, None, 4)  # llama-server's 4 slots on one unified stream
+    assert len(shown) == 1 and f"-c {choice.n_ctx:,} with -ngl {choice.gpu_layers} of 41" in shown[0]
+    assert infos({"model": "microsoft/phi-4", "fe": "library"}) == []  # llama-cpp-python does not run the fit
+    assert infos({"model": "microsoft/phi-4", "engine": "vllm", "weights": "bf16"}) == []
