@@ -90,13 +90,11 @@ class Layout:
         return self.tp * self.pp * self.dp
 
     def label(self, moe: bool) -> str:
-        parts = (
-            [f"TP {self.tp}"] + ([f"PP {self.pp}"] if self.pp > 1 else []) + ([f"DP {self.dp}"] if self.dp > 1 else [])
-        )
-        if moe and self.dp * self.tp > 1:
-            ways = self.dp * self.tp
-            parts.append(f"EP {ways}" if self.expert_parallel else f"experts TP {ways}")
-        return " × ".join(parts[:3]) + (f" ({parts[3]})" if len(parts) > 3 else "")
+        text = " × ".join([f"TP {self.tp}"] + [f"{k} {n}" for k, n in (("PP", self.pp), ("DP", self.dp)) if n > 1])
+        ways = self.dp * self.tp
+        if moe and ways > 1:
+            text += f" (EP {ways})" if self.expert_parallel else f" (experts TP {ways})"
+        return text
 
     def flags(self) -> str:
         """The `vllm serve` arguments for this layout."""
@@ -135,7 +133,7 @@ def _stage_of(tensor: Tensor, bounds: list[int], pp: int, tied: bool) -> tuple[i
 def _share(tensor: Tensor, size: int, layout: Layout, kv_heads: int, sequence_parallel_moe: bool) -> int:
     """Bytes of one tensor on the fullest GPU of its stage."""
     tp, ways = layout.tp, layout.tp * layout.dp
-    if tensor.category == "experts":
+    if tensor.routed:  # weights and biases: vLLM's fused-MoE layer holds and shards them together
         if layout.expert_parallel:
             return -(-tensor.count // ways) * (size // tensor.count)  # whole experts, ⌈n / EP⌉ of them
         return -(-size // ways)
@@ -177,7 +175,7 @@ def stage_weights(model: ModelSpec, layout: Layout, weights: str | None = None) 
     experts, split, replicated = [0] * layout.pp, [0] * layout.pp, [0] * layout.pp
     for tensor, size in tensor_bytes(count, fmt, dtype_named(model.dtype).block_bytes):
         share = _share(tensor, size, layout, kv_heads, sp_moe)
-        if tensor.category == "experts":
+        if tensor.routed:  # weights and biases: vLLM's fused-MoE layer holds and shards them together
             bucket = experts
         elif share == size and layout.tp > 1:
             bucket = replicated

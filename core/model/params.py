@@ -43,6 +43,11 @@ class Tensor:
         return self.rows * self.cols * self.count
 
     @property
+    def routed(self) -> bool:
+        """A routed expert's weight or bias: stacked copies of which a token uses top-k."""
+        return self.active is not None and self.count > 1
+
+    @property
     def active_numel(self) -> int:
         return self.rows * self.cols * (self.count if self.active is None else self.active)
 

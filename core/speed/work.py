@@ -140,7 +140,7 @@ class Weights:
                 head_bytes += size * scale
                 head_params += t.numel
                 continue
-            if t.active is not None and t.count > 1:  # routed experts and their biases
+            if t.routed:  # routed experts and their biases
                 expert[t.layer] += size * scale
                 routing[t.layer] = (t.count, t.active)
             else:
