@@ -263,3 +263,14 @@ def test_a_recipe_the_model_cannot_take_is_a_reason_not_an_error():
     assert (plain.layout.tp, plain.layout.pp) == (4, 4) and plain.why_not == "PP 4 exceeds the model's 2 layers"
     out = cluster_report(tiny, cluster, 256)
     assert out["best"]["fits"] and out["best_vs_plain_tp"] is None
+
+
+@pytest.mark.parametrize("name", ["openai/gpt-oss-120b", "Qwen/Qwen3-30B-A3B"])
+def test_one_gpu_plan_holds_what_fit_says_vllm_loads(name):
+    """On one GPU the planner's weights are core.fit's for vLLM, including the MXFP4 re-layout on Hopper."""
+    from core.engines import configured
+    from core.fit import Setup, fit
+
+    model = load_model(name)
+    plan = evaluate(model, Cluster(H100, 1, 1), Layout(), 8192)
+    assert plan.weights.total == (fit(Setup(model, configured("vllm"), H100), [8192]).weights_bytes,)

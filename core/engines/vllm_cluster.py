@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 
 from core.dtypes import dtype_named
 from core.engines.vllm_engine import Capacity, VllmEngine, VllmOptions
+from core.engines.vllm_mxfp4 import kernel_for, loading_growth
 from core.engines.vllm_pipeline import pipeline_capacity, pp_partitions, stage_bytes_per_block
 from core.errors import InputError
 from core.memory.gpus import Card
@@ -293,6 +294,10 @@ def evaluate(
     except InputError as err:
         return replace(result, why_not=str(err))
     sw = stage_weights(model, layout, fmt)
+    if fmt == "mxfp4":  # vLLM re-lays MXFP4 experts for its MoE kernel (vllm_mxfp4.py): each rank grows by its share
+        growth = loading_growth(model.config, kernel_for(cluster.card))
+        whole = stage_weights(model, Layout(), fmt).experts[0]
+        sw = replace(sw, experts=tuple(e + -(-growth * e // whole) if whole else e for e in sw.experts))
     overhead = tuple(vllm_overhead(model, batched, cluster.gpus, max_num_seqs=max_seqs))
     usable = int(cluster.card.memory_bytes * gpu_memory_utilization)
     budgets = tuple(usable - w - sum(i.bytes for i in overhead) for w in sw.total)
