@@ -164,6 +164,20 @@ def card_from(args: argparse.Namespace) -> Card:
     return card_named(args.gpu) if args.gpu is not None else Card.custom(args.gpu_mem_gib)
 
 
+def add_cpu_moe_options(p: argparse.ArgumentParser) -> None:
+    """llama.cpp's flags that keep routed experts in system RAM (common/arg.cpp)."""
+    p.add_argument(
+        "--n-cpu-moe", "-ncmoe", type=int, default=0, help="llama.cpp: the first N layers' experts stay in RAM"
+    )
+    p.add_argument("--cpu-moe", "-cmoe", action="store_true", help="llama.cpp: every layer's experts stay in RAM")
+
+
+def cpu_moe_layers(args: argparse.Namespace) -> int:
+    if args.n_cpu_moe < 0:
+        raise InputError(f"--n-cpu-moe must be 0 or more, got {args.n_cpu_moe}")
+    return 1 << 30 if args.cpu_moe else args.n_cpu_moe  # --cpu-moe: every layer
+
+
 def build_setup(args: argparse.Namespace) -> Setup:
     card = card_from(args)
     engine = build_engine(args)
@@ -182,6 +196,7 @@ def build_setup(args: argparse.Namespace) -> Setup:
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         max_model_len=args.max_model_len,
         gpu_layers=args.n_gpu_layers,
+        cpu_moe_layers=cpu_moe_layers(args),
         weights_file=read_weights(args.weights_file) if args.weights_file else None,
     )
 
@@ -400,6 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="n_gpu_layers",
         help="llama.cpp: layers offloaded to the GPU (default: all)",
     )
+    add_cpu_moe_options(fitp)
     fitp.add_argument("--json", action="store_true")
     fitp.set_defaults(run=cmd_fit, show=print_fit)
 
@@ -446,6 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--context", type=tokens, action="append", help="tokens, e.g. 32k (repeatable)")
     speed.add_argument("--batch", type=positive_int, action="append", help="concurrent sequences (repeatable)")
     speed.add_argument("--n-gpu-layers", "-ngl", type=int, dest="n_gpu_layers", help="llama.cpp: layers on the GPU")
+    add_cpu_moe_options(speed)
     speed.add_argument("--threads", type=positive_int, help="CPU threads for layers in RAM (default: all cores)")
     speed.add_argument("--ram-gbs", type=float, help="system RAM bandwidth in GB/s (default: measured here, cached)")
     speed.add_argument("--json", action="store_true")

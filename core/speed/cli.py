@@ -29,7 +29,7 @@ def hardware(ram_gbs: float | None, threads: int | None, cpu_only: bool) -> tupl
 
 def needs_ram(setup: Setup, hw: Hardware) -> bool:
     where = placement(setup, hw)
-    return hw.cpu_only or bool(where.on_cpu) or not where.output
+    return hw.cpu_only or bool(where.on_cpu) or not where.output or bool(where.cpu_experts)
 
 
 def record(s: Speed) -> dict:

@@ -185,17 +185,40 @@ def placement(setup: Setup, hw: Hardware) -> Offload:
         return Offload.of(0, n)
     if not isinstance(setup.engine, LlamaCppEngine):
         return Offload.of(None, n)
-    return Offload.of(setup.gpu_layers, n)
+    return Offload.of(setup.gpu_layers, n, setup.cpu_moe_layers)
+
+
+@dataclass(frozen=True)
+class Share:
+    """What of a pass one device runs: whole layers, less the experts that run elsewhere, plus experts of layers
+    that run elsewhere (llama.cpp --n-cpu-moe), and perhaps the output head."""
+
+    layers: range
+    head: bool
+    experts_away: range = range(0)  # layers in `layers` whose routed experts run on the other device
+    experts_here: range = range(0)  # layers elsewhere whose routed experts run here
 
 
 def _part(
-    device: str, work: PassWork, idx: range, head: bool, setup: Setup, hw: Hardware, prefill: bool, table: Table | None
+    device: str, work: PassWork, share: Share, setup: Setup, hw: Hardware, prefill: bool, table: Table | None
 ) -> DevicePart:
     eff = _eff(table, setup.engine.name, device)
-    layers = [work.layers[i] for i in idx]
-    weight_bytes = sum(w.weight_bytes + w.state_bytes for w in layers) + (work.head_bytes if head else 0.0)
+    layers = [work.layers[i] for i in share.layers]
+    away = [work.layers[i] for i in share.experts_away]
+    here = [work.layers[i] for i in share.experts_here]
+    weight_bytes = (
+        sum(w.weight_bytes + w.state_bytes for w in layers)
+        - sum(w.expert_bytes for w in away)
+        + sum(w.expert_bytes for w in here)
+        + (work.head_bytes if share.head else 0.0)
+    )
     cache_bytes = float(sum(w.cache_bytes for w in layers))
-    matmul = sum(w.matmul_flops + w.state_flops for w in layers) + (work.head_flops if head else 0.0)
+    matmul = (
+        sum(w.matmul_flops + w.state_flops for w in layers)
+        - sum(w.expert_flops for w in away)
+        + sum(w.expert_flops for w in here)
+        + (work.head_flops if share.head else 0.0)
+    )
     attention = float(sum(w.attention_flops for w in layers))
     if device == "gpu":
         card = setup.card
@@ -226,9 +249,11 @@ def _timing(work: PassWork, setup: Setup, hw: Hardware, prefill: bool, table: Ta
     where = placement(setup, hw)
     parts = []
     if where.layers or where.output:
-        parts.append(_part("gpu", work, where.layers, where.output, setup, hw, prefill, table))
-    if where.on_cpu or not where.output:
-        parts.append(_part("cpu", work, where.on_cpu, not where.output, setup, hw, prefill, table))
+        gpu = Share(where.layers, where.output, experts_away=where.cpu_experts)
+        parts.append(_part("gpu", work, gpu, setup, hw, prefill, table))
+    if where.on_cpu or not where.output or where.cpu_experts:
+        cpu = Share(where.on_cpu, not where.output, experts_here=where.cpu_experts)
+        parts.append(_part("cpu", work, cpu, setup, hw, prefill, table))
     # the overhead of the device that drives the pass: the GPU's whenever one takes part
     eff = _eff(table, setup.engine.name, "gpu" if where.layers or where.output else "cpu")
     return Timing(tuple(parts), eff.overhead_s(n) * passes)

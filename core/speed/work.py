@@ -85,6 +85,8 @@ class LayerWork:
     matmul_flops: float  # 2 × active parameters × tokens
     attention_flops: int  # q·k and p·v over the keys each query attends to
     state_flops: int  # recurrent update and conv
+    expert_bytes: float = 0.0  # the routed experts' share of weight_bytes (llama.cpp --n-cpu-moe runs it in RAM)
+    expert_flops: float = 0.0  # their share of matmul_flops
 
     @property
     def bytes(self) -> float:
@@ -121,6 +123,7 @@ class Weights:
     layer_expert_bytes: tuple[float, ...]  # all routed experts' bytes in the layer
     layer_experts: tuple[tuple[int, int], ...]  # (experts, top_k) per layer; (0, 0) for dense layers
     layer_active_params: tuple[int, ...]  # parameters one token multiplies by (routed experts: top-k)
+    layer_expert_active_params: tuple[int, ...]  # the routed experts' share of them
     head_bytes: float  # the output projection (the embedding table when tied) and the final norm
     head_params: int
 
@@ -130,6 +133,7 @@ class Weights:
         expert = [0.0] * n_layers
         routing = [(0, 0)] * n_layers
         active = [0] * n_layers
+        expert_active = [0] * n_layers
         head_bytes = 0.0
         head_params = 0
         for t, size in tensors:
@@ -143,16 +147,23 @@ class Weights:
             if t.routed:  # routed experts and their biases
                 expert[t.layer] += size * scale
                 routing[t.layer] = (t.count, t.active)
+                expert_active[t.layer] += t.active_numel
             else:
                 dense[t.layer] += size * scale
             active[t.layer] += t.active_numel
-        return cls(tuple(dense), tuple(expert), tuple(routing), tuple(active), head_bytes, head_params)
+        return cls(
+            tuple(dense), tuple(expert), tuple(routing), tuple(active), tuple(expert_active), head_bytes, head_params
+        )
 
-    def layer_read(self, i: int, tokens: int) -> float:
+    def expert_read(self, i: int, tokens: int) -> float:
+        """Bytes of layer i's routed experts that `tokens` tokens touch."""
         experts, k = self.layer_experts[i]
         if not experts:
-            return self.layer_bytes[i]
-        return self.layer_bytes[i] + self.layer_expert_bytes[i] * experts_touched(experts, k, tokens) / experts
+            return 0.0
+        return self.layer_expert_bytes[i] * experts_touched(experts, k, tokens) / experts
+
+    def layer_read(self, i: int, tokens: int) -> float:
+        return self.layer_bytes[i] + self.expert_read(i, tokens)
 
 
 def engine_view(model: ModelSpec, engine: Engine) -> ModelSpec:
@@ -190,6 +201,8 @@ def decode_work(
                 if layer.grows
                 else 0,
                 state_flops=state_flops_per_token(layer, rules) * batch,
+                expert_bytes=weights.expert_read(i, batch),
+                expert_flops=2.0 * weights.layer_expert_active_params[i] * batch,
             )
         )
     return PassWork(tuple(layers), weights.head_bytes, 2.0 * weights.head_params * batch, batch)
@@ -233,6 +246,8 @@ def prefill_work(
                 if layer.grows
                 else 0,
                 state_flops=state_flops_per_token(layer, rules) * n,
+                expert_bytes=passes * weights.expert_read(i, size),
+                expert_flops=2.0 * weights.layer_expert_active_params[i] * n,
             )
         )
     return PassWork(tuple(layers), weights.head_bytes * passes, 2.0 * weights.head_params * logits, n)
