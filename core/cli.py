@@ -172,10 +172,10 @@ def add_cpu_moe_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpu-moe", "-cmoe", action="store_true", help="llama.cpp: every layer's experts stay in RAM")
 
 
-def cpu_moe_layers(args: argparse.Namespace) -> int:
+def cpu_experts(args: argparse.Namespace) -> range:
     if args.n_cpu_moe < 0:
         raise InputError(f"--n-cpu-moe must be 0 or more, got {args.n_cpu_moe}")
-    return 1 << 30 if args.cpu_moe else args.n_cpu_moe  # --cpu-moe: every layer
+    return range(1 << 30 if args.cpu_moe else args.n_cpu_moe)  # --cpu-moe: every layer
 
 
 def build_setup(args: argparse.Namespace) -> Setup:
@@ -196,7 +196,7 @@ def build_setup(args: argparse.Namespace) -> Setup:
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         max_model_len=args.max_model_len,
         gpu_layers=args.n_gpu_layers,
-        cpu_moe_layers=cpu_moe_layers(args),
+        cpu_experts=cpu_experts(args),
         weights_file=read_weights(args.weights_file) if args.weights_file else None,
     )
 

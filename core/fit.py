@@ -40,7 +40,7 @@ class Setup:
     max_model_len: int | None = None  # vLLM: defaults to the model's max
     weights_file: WeightFile | None = None  # exact sizes from a real checkpoint replace the estimate
     gpu_layers: int | None = None  # llama.cpp -ngl: layers on the GPU (None = all); the rest stay in system RAM
-    cpu_moe_layers: int = 0  # llama.cpp --n-cpu-moe: the first N layers keep their routed experts in system RAM
+    cpu_experts: range = range(0)  # llama.cpp: layers whose routed experts stay in system RAM (--n-cpu-moe N: range(N))
 
 
 @dataclass(frozen=True)
@@ -100,11 +100,11 @@ def _validate(setup: Setup) -> None:
             raise InputError("partial offload (-ngl / gpu_layers) is a llama.cpp setting; choose --engine llama.cpp")
         if setup.gpu_layers < 0:
             raise InputError(f"gpu_layers must be 0 or more, got {setup.gpu_layers}")
-    if setup.cpu_moe_layers:
+    if setup.cpu_experts:
         if not isinstance(setup.engine, LlamaCppEngine):
             raise InputError("--n-cpu-moe is a llama.cpp setting; choose --engine llama.cpp")
-        if setup.cpu_moe_layers < 0:
-            raise InputError(f"--n-cpu-moe must be 0 or more, got {setup.cpu_moe_layers}")
+        if setup.cpu_experts.start < 0 or setup.cpu_experts.step != 1:
+            raise InputError(f"experts in RAM must be a run of layers from 0 up, got {setup.cpu_experts}")
     if setup.pp > len(setup.model.layers):
         raise InputError(f"pipeline parallel {setup.pp} exceeds the model's {len(setup.model.layers)} layers")
 
@@ -160,7 +160,7 @@ class Solver:
         """llama.cpp keeps the token embedding in system RAM and puts the layers -ngl selects (the last ones, and the
         output layer: core.engines.llamacpp.Offload) on the GPU, each layer's cache beside it."""
         layers = self.setup.model.layers
-        where = Offload.of(self.setup.gpu_layers, len(layers), self.setup.cpu_moe_layers)
+        where = Offload.of(self.setup.gpu_layers, len(layers), self.setup.cpu_experts)
         if self.setup.weights_file is not None:
             if where.cpu_experts:
                 raise InputError("--n-cpu-moe with a weights file is not modelled: its tensors carry no expert roles")
@@ -297,10 +297,10 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
             f"-ngl {setup.gpu_layers}: the last {len(where.layers)} of {n} layers"
             + (" and the output layer" if where.output else "")
         )
-        moe = Offload.of(setup.gpu_layers, n, setup.cpu_moe_layers).cpu_experts
+        moe = Offload.of(setup.gpu_layers, n, setup.cpu_experts).cpu_experts
         in_ram = "the token embedding table stays in system RAM"
         if moe and count_params(setup.model).experts:
-            in_ram = f"the routed experts of layers {moe.start}-{moe.stop - 1} (--n-cpu-moe) and the token embedding "
+            in_ram = f"the routed experts of layers {moe.start}-{moe.stop - 1} and the token embedding "
             in_ram += "table stay in system RAM"
         notes.append(f"llama.cpp: {placed} on the GPU; {in_ram}")
     if solver.kernel is not None and solver.relaid:

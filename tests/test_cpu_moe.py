@@ -35,23 +35,28 @@ def expert_bytes(layers: range) -> int:
 def test_experts_of_the_first_layers_leave_the_gpu():
     whole = fit(setup(), [8192])
     for n in (1, 20, 48):
-        moved = fit(setup(cpu_moe_layers=n), [8192])
+        moved = fit(setup(cpu_experts=range(n)), [8192])
         assert whole.weights_bytes - moved.weights_bytes == expert_bytes(range(n))
         assert moved.rows[0].cache_bytes == whole.rows[0].cache_bytes  # attention stays on the GPU
-        assert f"layers 0-{n - 1} (--n-cpu-moe)" in " ".join(moved.notes)
-    assert fit(setup(cpu_moe_layers=10**6), [8192]).weights_bytes == fit(setup(cpu_moe_layers=48), [8192]).weights_bytes
+        assert f"routed experts of layers 0-{n - 1}" in " ".join(moved.notes)
+    every = fit(setup(cpu_experts=range(48)), [8192]).weights_bytes
+    assert fit(setup(cpu_experts=range(10**6)), [8192]).weights_bytes == every  # --cpu-moe
+    # llama.cpp's --fit keeps the experts of the last layers in RAM instead: any run of layers is accounted
+    assert whole.weights_bytes - fit(setup(cpu_experts=range(30, 48)), [8192]).weights_bytes == expert_bytes(
+        range(30, 48)
+    )
 
 
 def test_layers_already_in_ram_keep_their_experts_there():
     # -ngl 31: the output layer and layers 18-47 on the GPU; --n-cpu-moe 20 moves the experts of 18 and 19 only
-    both = fit(setup(gpu_layers=31, cpu_moe_layers=20), [8192])
+    both = fit(setup(gpu_layers=31, cpu_experts=range(20)), [8192])
     ngl = fit(setup(gpu_layers=31), [8192])
     assert ngl.weights_bytes - both.weights_bytes == expert_bytes(range(18, 20))
 
 
 def test_decode_reads_the_moved_experts_from_ram():
     n = 24
-    s = setup(cpu_moe_layers=n)
+    s = setup(cpu_experts=range(n))
     speed = predict(s, HW, 8192)
     cpu = next(p for p in speed.decode.parts if p.device == "cpu")
     touched = experts_touched(128, 8, 1) / 128  # one token: top 8 of 128
@@ -61,22 +66,22 @@ def test_decode_reads_the_moved_experts_from_ram():
     alone = next(p for p in predict(setup(), HW, 8192).decode.parts if p.device == "gpu")
     assert gpu.weight_bytes + cpu.weight_bytes == pytest.approx(alone.weight_bytes, rel=1e-9)
     assert gpu.matmul_flops + cpu.matmul_flops == pytest.approx(alone.matmul_flops, rel=1e-9)
-    rates = [predict(setup(cpu_moe_layers=k), HW, 8192).decode_tok_s for k in (0, 12, 24, 48)]
+    rates = [predict(setup(cpu_experts=range(k)), HW, 8192).decode_tok_s for k in (0, 12, 24, 48)]
     assert rates == sorted(rates, reverse=True)
 
 
 def test_dense_models_and_other_engines():
     dense = load_model("Qwen/Qwen3-8B")
     base = Setup(dense, configured("llama.cpp"), CARD, weights="q4_k_m")
-    assert fit(replace(base, cpu_moe_layers=10), [8192]).weights_bytes == fit(base, [8192]).weights_bytes
+    assert fit(replace(base, cpu_experts=range(10)), [8192]).weights_bytes == fit(base, [8192]).weights_bytes
     with pytest.raises(InputError, match=r"llama\.cpp setting"):
-        fit(replace(base, engine=configured("vllm"), weights=None, cpu_moe_layers=2), [8192])
+        fit(replace(base, engine=configured("vllm"), weights=None, cpu_experts=range(2)), [8192])
 
 
 def test_cli_flags(capsys):
     args = ["fit", "Qwen/Qwen3-30B-A3B", "--gpu", "RTX 4090", "--engine", "llama.cpp", "--weights", "q4_k_m"]
     assert main([*args, "--cpu-moe", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["weights_bytes"] == fit(setup(cpu_moe_layers=48), [8192]).weights_bytes
+    assert out["weights_bytes"] == fit(setup(cpu_experts=range(48)), [8192]).weights_bytes
     assert main([*args, "--n-cpu-moe", "-3"]) == 2
     assert "--n-cpu-moe must be 0 or more" in capsys.readouterr().err

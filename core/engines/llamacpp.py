@@ -73,15 +73,16 @@ class Offload:
 
     layers: range  # decoder layers on the GPU
     output: bool  # the output layer (final norm and head) on the GPU
-    cpu_experts: range = range(0)  # GPU layers whose routed experts --n-cpu-moe keeps in system RAM
+    cpu_experts: range = range(0)  # GPU layers whose routed experts stay in system RAM
 
     @classmethod
-    def of(cls, gpu_layers: int | None, n_layers: int, cpu_moe: int = 0) -> Offload:
-        """`cpu_moe`: --n-cpu-moe N, the routed experts of layers 0..N-1 in system RAM (common/arg.cpp, the
-        blk.i.ffn_*_exps override per layer); layers already in RAM keep theirs there anyway."""
+    def of(cls, gpu_layers: int | None, n_layers: int, cpu_experts: range = range(0)) -> Offload:
+        """`cpu_experts`: layers whose routed experts a blk.i.ffn_*_exps override keeps in system RAM (common/arg.cpp:
+        --n-cpu-moe N is range(N); llama.cpp's --fit picks the last layers); layers in RAM keep theirs there anyway."""
         slots = n_layers + 1 if gpu_layers is None else max(0, min(gpu_layers, n_layers + 1))
         layers = range(min(n_layers, n_layers + 1 - slots), n_layers)
-        return cls(layers, slots >= 1, range(layers.start, max(layers.start, min(cpu_moe, n_layers))))
+        first = max(layers.start, cpu_experts.start)
+        return cls(layers, slots >= 1, range(first, max(first, min(cpu_experts.stop, n_layers))))
 
     @property
     def on_cpu(self) -> range:
