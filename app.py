@@ -70,6 +70,8 @@ def autofit_line(_setup: Setup, frontend: str, key: str) -> str | None:
     except InputError as err:
         return f"{frontend}'s automatic fit (--fit): {err}"
     layers = "every layer" if choice.gpu_layers is None else f"-ngl {choice.gpu_layers} of {choice.n_layers + 1}"
+    if choice.cpu_experts:
+        layers += f" (the experts of layers {choice.cpu_experts.start}-{choice.cpu_experts.stop - 1} in system RAM)"
     return (
         f"Started with no -c{' and no -ngl' if _setup.gpu_layers is None else ''}, {frontend}'s --fit (on by default, "
         f"common/fit.cpp) would run -c {choice.n_ctx:,} with {layers} on the GPU, leaving 1 GiB free: "

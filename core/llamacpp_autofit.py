@@ -14,8 +14,16 @@ For one GPU:
 3. Only when -ngl was not given: the most layers (counting the output layer as one, core.engines.llamacpp.Offload)
    whose projected memory leaves the margin, found by false position between 0 and all; since memory grows with
    every layer, that is the largest such count, which is what a bisection finds too.
-MoE models take another path from step 3 on (expert tensors to system memory first, then whole layers back), which
-kvscope does not model: it says so instead of guessing.
+MoE models take another path from step 3 on:
+3'. Layers are counted with their routed experts in system RAM: llama.cpp overrides the expert tensors of every GPU
+   layer but one (n_part = n_layer - 1) and finds the most layers that leave the margin. `set_ngl_tensor_split_tbo`
+   lists a device's full layers before its partial ones, by layer index, so the one kept whole is the lowest GPU
+   layer, not the output layer its comment names (the output layer has no experts to move). kvscope follows the
+   code: on a card too small for one layer's experts, only the output layer goes to the GPU.
+4. Only if every dense weight fits with all experts in RAM: layers get their experts back, from the first GPU layer
+   on, as many as leave the margin. The experts of the remaining (last) layers stay in RAM.
+   llama.cpp then tries to put part of one more layer's experts on the GPU (its up, then gate projections:
+   LAYER_FRACTION_UP/GATE); kvscope stops at whole layers, so it can leave up to that part of a layer in RAM.
 
 "Projected memory" is llama.cpp's own dry run: weights on the device, the cache and the compute buffers, against the
 device's free memory. kvscope counts the same parts plus the CUDA context, against the card's total: the CUDA
@@ -48,15 +56,20 @@ class FitChoice:
     projected_bytes: int  # device memory at the choice, CUDA context included
     limit_bytes: int  # the card less the margin
     steps: tuple[str, ...]  # what it did, in order
+    cpu_experts: range = range(0)  # MoE: layers whose routed experts it keeps in system RAM
 
     @property
     def fits(self) -> bool:
         return self.projected_bytes <= self.limit_bytes
 
 
-def projected(setup: Setup, n_ctx: int, sequences: int, gpu_layers: int | None) -> int:
-    """Device memory llama.cpp's dry run finds for `n_ctx` cells over `sequences`, with -ngl `gpu_layers`."""
-    solver = Solver(replace(setup, gpu_layers=gpu_layers))
+def projected(
+    setup: Setup, n_ctx: int, sequences: int, gpu_layers: int | None, cpu_experts: range | None = None
+) -> int:
+    """Device memory llama.cpp's dry run finds for `n_ctx` cells over `sequences`, with -ngl `gpu_layers` (and the
+    routed experts of `cpu_experts` in system RAM, else as the setup says)."""
+    changes = {"gpu_layers": gpu_layers} | ({} if cpu_experts is None else {"cpu_experts": cpu_experts})
+    solver = Solver(replace(setup, **changes))
     per_sequence = -(-n_ctx // sequences)
     cache = 0
     if solver.model.layers:
@@ -113,10 +126,7 @@ def fit_params(
             chosen, gpu_layers, n_layers, projected(setup, chosen, sequences, gpu_layers), limit, tuple(steps)
         )
     if count_params(setup.model).experts:
-        raise InputError(
-            f"{setup.model.name} is a MoE model: llama.cpp's fit moves its expert tensors to system memory before "
-            "it counts layers (common/fit.cpp steps 3-4), which kvscope does not model; give -ngl to size a split"
-        )
+        return _fit_moe(setup, chosen, sequences, limit, steps)
     lo, hi = 0, n_layers + 1  # lo fits or is 0, hi does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -126,6 +136,42 @@ def fit_params(
             hi = mid
     steps.append(f"layers on the GPU: {lo} of {n_layers + 1} (the output layer counts as one)")
     return FitChoice(chosen, lo, n_layers, projected(setup, chosen, sequences, lo), limit, tuple(steps))
+
+
+def _most(fits, lo: int, hi: int) -> int:
+    """The largest n in [lo, hi] with fits(n), given fits(lo) (or lo is the floor) and fits growing false; what the
+    false-position search in fit.cpp converges to."""
+    if fits(hi):
+        return hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def _fit_moe(setup: Setup, n_ctx: int, sequences: int, limit: int, steps: list[str]) -> FitChoice:
+    """fit.cpp steps 3-4 for a MoE model on one GPU: `slots` of the n_layers + 1 on the GPU (the last ones), the
+    first `full` of them with their experts, the rest with their experts in system RAM."""
+    n = len(setup.model.layers)
+
+    def experts_in_ram(slots: int, full: int) -> range:
+        first = n + 1 - slots + full  # the GPU layers from the lowest: `full` whole, the rest partial
+        return range(first, n) if first < n else range(0)
+
+    def used(slots: int, full: int) -> int:
+        return projected(setup, n_ctx, sequences, slots, experts_in_ram(slots, full))
+
+    slots = _most(lambda k: used(k, 1) <= limit, 0, n + 1)
+    steps.append(f"layers with their experts in system RAM: {slots} of {n + 1} on the GPU")
+    full = min(1, slots)
+    # step 4 runs only when every dense weight fits with all experts in RAM (global_surplus_cpu_moe > 0)
+    if limit - projected(setup, n_ctx, sequences, None, range(n)) > 0 and slots:
+        full = _most(lambda k: used(slots, k) <= limit, full, slots)
+        steps.append(f"experts back on the GPU: the lowest {full} GPU layer(s) hold theirs")
+    ram = experts_in_ram(slots, full)
+    if ram:
+        steps.append(f"routed experts of layers {ram.start}-{ram.stop - 1} stay in system RAM")
+    return FitChoice(n_ctx, None if slots == n + 1 else slots, n, used(slots, full), limit, tuple(steps), ram)
 
 
 def autofit_record(setup: Setup, choice: FitChoice, sequences: int) -> dict:
@@ -141,6 +187,7 @@ def autofit_record(setup: Setup, choice: FitChoice, sequences: int) -> dict:
         # one stream holds every sequence when unified, and any one of them may fill it (llama-context.cpp n_ctx_seq)
         "n_ctx_per_sequence": choice.n_ctx if setup.engine.streams(sequences) == 1 else choice.n_ctx // sequences,
         "gpu_layers": choice.n_layers + 1 if choice.gpu_layers is None else choice.gpu_layers,
+        "cpu_expert_layers": [choice.cpu_experts.start, choice.cpu_experts.stop] if choice.cpu_experts else None,
         "layer_slots": choice.n_layers + 1,
         "projected_bytes": choice.projected_bytes,
         "limit_bytes": choice.limit_bytes,

@@ -99,11 +99,12 @@ class OllamaRow:
     threads: int
     weights: str
     gpu_overhead: int  # OLLAMA_GPU_OVERHEAD, bytes
-    # Current Ollama passes no -ngl, so llama-server's own fit picks the layers (core.llamacpp_autofit); None where
-    # kvscope does not model that fit (MoE models), with the reason in fit_note
+    # Current Ollama passes no -ngl, so llama-server's own fit picks the layers (core.llamacpp_autofit), and for MoE
+    # models which layers keep their experts in RAM; None where kvscope cannot model it, with the reason in fit_note
     fit_layers: int | None
     fit_decode_tok_s: float | None
     fit_note: str
+    fit_cpu_experts: tuple[int, int] | None  # MoE: [first, last] layer whose routed experts the fit keeps in RAM
     split: OllamaSplit = field(repr=False, compare=False)
     fit: Fit = field(repr=False, compare=False)
     speed: Speed = field(repr=False, compare=False)
@@ -147,7 +148,7 @@ def ollama_row(
     row = result.rows[0]
     need = row.weights_bytes + row.overhead_bytes + settings.num_parallel * row.cache_bytes
     speed = predict(setup, hw, split.num_ctx, 1)
-    fit_layers, fit_speed, fit_note = _llama_server_fit(model, card, settings, split, weights, hw)
+    fit_layers, fit_speed, fit_note, fit_ram = _llama_server_fit(model, card, settings, split, weights, hw)
     return OllamaRow(
         model=model.name,
         card=card.name,
@@ -176,6 +177,7 @@ def ollama_row(
         fit_layers=fit_layers,
         fit_decode_tok_s=fit_speed,
         fit_note=fit_note,
+        fit_cpu_experts=fit_ram,
         split=split,
         fit=result,
         speed=speed,
@@ -184,17 +186,19 @@ def ollama_row(
 
 def _llama_server_fit(
     model: ModelSpec, card: Card, settings: OllamaSettings, split: OllamaSplit, weights: str, hw: Hardware
-) -> tuple[int | None, float | None, str]:
+) -> tuple[int | None, float | None, str, tuple[int, int] | None]:
     """-ngl as current Ollama gets it: -c num_ctx × np -np np and no -ngl (llm/llama_server.go), so llama-server's
-    --fit chooses, with its default 1 GiB margin; and the decode speed of that split."""
+    --fit chooses, with its default 1 GiB margin (and for MoE models which layers keep their experts in RAM); and
+    the decode speed of that split."""
     setup = replace(ollama_setup(model, card, split, settings, weights), gpu_layers=None)
     try:
         choice = fit_params(setup, split.num_ctx * settings.num_parallel, settings.num_parallel)
     except InputError as err:
-        return None, None, str(err)
+        return None, None, str(err), None
     layers = choice.n_layers + 1 if choice.gpu_layers is None else choice.gpu_layers
-    speed = predict(replace(setup, gpu_layers=choice.gpu_layers), hw, split.num_ctx, 1)
-    return layers, speed.decode_tok_s, "; ".join(choice.steps)
+    speed = predict(replace(setup, gpu_layers=choice.gpu_layers, cpu_experts=choice.cpu_experts), hw, split.num_ctx, 1)
+    ram = (choice.cpu_experts.start, choice.cpu_experts.stop - 1) if choice.cpu_experts else None
+    return layers, speed.decode_tok_s, "; ".join(choice.steps), ram
 
 
 def ollama_grid(
@@ -274,7 +278,7 @@ def print_report(out: dict) -> None:
     head = f"{'model':<34} {'card':<25} {'num_ctx':>7} {'KV':>4} {'layers':>6} {'Ollama VRAM':>11} "
     print(
         head + f"{'Ollama total':>12} {'kvscope GPU':>11} {'fits':>4} {'decode tok/s':>12} {'prefill tok/s':>13} "
-        f"{'fit layers':>10} {'fit tok/s':>9}"
+        f"{'fit layers':>10} {'fit tok/s':>9}  fit: experts in RAM"
     )
     for r in out["rows"]:
         print(
@@ -285,6 +289,7 @@ def print_report(out: dict) -> None:
             f"{r['decode_tok_s']:>12.1f} {r['prefill_tok_s']:>13.0f} "
             + (
                 f"{r['fit_layers']:>4}/{r['blocks'] + 1:<5} {r['fit_decode_tok_s']:>9.1f}"
+                + (f"  layers {r['fit_cpu_experts'][0]}-{r['fit_cpu_experts'][1]}" if r["fit_cpu_experts"] else "")
                 if r["fit_layers"] is not None
                 else f"{'-':>10} {'-':>9}"
             )

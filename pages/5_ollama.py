@@ -80,6 +80,7 @@ table = pd.DataFrame(
         "TTFT (s)": r.ttft_s,
         "llama-server fit layers": f"{r.fit_layers}/{r.blocks + 1}" if r.fit_layers is not None else "not modelled",
         "fit decode tok/s": r.fit_decode_tok_s,
+        "fit: experts in RAM": f"layers {r.fit_cpu_experts[0]}-{r.fit_cpu_experts[1]}" if r.fit_cpu_experts else "",
     }
     for r in rows
 )
@@ -100,8 +101,8 @@ st.dataframe(
         "TTFT (s)": st.column_config.NumberColumn("TTFT (s)", format="%.2f", help="prefill of a num_ctx prompt"),
         "llama-server fit layers": st.column_config.TextColumn(
             "llama-server fit layers",
-            help="current Ollama passes no -ngl: llama-server's --fit picks the layers, leaving 1 GiB free "
-            "(kvscope does not model its MoE path)",
+            help="current Ollama passes no -ngl: llama-server's --fit picks the layers (and, for MoE models, which "
+            "keep their experts in RAM), leaving 1 GiB free",
         ),
         "fit decode tok/s": st.column_config.NumberColumn("fit decode tok/s", format="%.1f", help="one request"),
     },

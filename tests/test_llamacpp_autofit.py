@@ -14,7 +14,7 @@ from core.engines import configured
 from core.errors import InputError
 from core.fit import Setup, fit
 from core.llamacpp_autofit import FIT_MARGIN, fit_params
-from core.memory.gpus import card_named
+from core.memory.gpus import Card, card_named
 from core.model.loading import load_model
 from core.units import GIB
 
@@ -77,9 +77,37 @@ def test_streams_multiply_the_context_it_starts_from():
     assert two.n_ctx % (2 * 256) == 0 and "from 524,288" in two.steps[0]  # 262,144 × 2 streams
 
 
-def test_moe_and_other_engines_are_refused_with_a_reason():
-    with pytest.raises(InputError, match="MoE model"):
-        fit_params(setup("Qwen/Qwen3-30B-A3B"))
+def moe_used(s: Setup, slots: int, experts_in_ram: range, context: int = 4096) -> int:
+    return fit(replace(s, gpu_layers=slots, cpu_experts=experts_in_ram), [context]).rows[0].total_bytes
+
+
+def test_moe_keeps_the_last_layers_experts_in_ram():
+    """Qwen3-30B-A3B on 8 GB: every layer fits with its experts in RAM, so fit.cpp step 4 gives experts back from
+    the lowest layer up, as many as leave the margin."""
+    s = setup("Qwen/Qwen3-30B-A3B")  # 48 layers
+    limit = CARD_8GB.memory_bytes - FIT_MARGIN
+    choice = fit_params(s)
+    assert choice.n_ctx == 4096 and choice.gpu_layers is None  # every layer and the output on the GPU
+    full = choice.cpu_experts.start
+    assert choice.cpu_experts == range(full, 48) and full >= 1
+    assert moe_used(s, 49, range(full, 48)) <= limit < moe_used(s, 49, range(full + 1, 48))
+    assert choice.projected_bytes == moe_used(s, 49, range(full, 48))
+
+
+def test_moe_on_a_card_too_small_for_the_dense_layers_counts_layers_first():
+    """On 3 GiB the layers themselves do not all fit: step 3 keeps the lowest GPU layer whole and the others'
+    experts in RAM, and takes the most layers that leave the margin."""
+    s = replace(setup("Qwen/Qwen3-30B-A3B"), card=Card.custom(3))
+    limit = Card.custom(3).memory_bytes - FIT_MARGIN
+    choice = fit_params(s)
+    slots = choice.gpu_layers
+    assert slots is not None and 1 < slots < 49
+    lowest = 49 - slots  # -ngl slots: the output layer and layers 49 - slots .. 47
+    assert choice.cpu_experts == range(lowest + 1, 48)
+    assert moe_used(s, slots, range(lowest + 1, 48)) <= limit < moe_used(s, slots + 1, range(lowest, 48))
+
+
+def test_other_engines_are_refused_with_a_reason():
     with pytest.raises(InputError, match=r"llama\.cpp"):
         fit_params(replace(setup("Qwen/Qwen3-8B"), engine=configured("vllm")))
 
@@ -97,14 +125,14 @@ def test_cli(capsys):
     assert main(["autofit", "Qwen/Qwen3-8B", "--gpu", "RTX 4060 8GB", "-np", "2", "--json"]) == 0
     two = json.loads(capsys.readouterr().out)
     assert two["n_ctx_per_sequence"] == two["n_ctx"] // 2
-    assert main(["autofit", "Qwen/Qwen3-30B-A3B", "--gpu", "RTX 4060 8GB"]) == 2
-    assert "MoE" in capsys.readouterr().err
+    assert main(["autofit", "Qwen/Qwen3-30B-A3B", "--gpu", "RTX 4060 8GB", "-np", "1", "--json"]) == 0
+    moe = json.loads(capsys.readouterr().out)
+    assert moe["cpu_expert_layers"] == [fit_params(setup("Qwen/Qwen3-30B-A3B"), None, 1).cpu_experts.start, 48]
 
 
 def test_fit_page_says_what_llama_server_would_pick():
     from streamlit.testing.v1 import AppTest
 
-    from core.memory.gpus import Card
     from tests.conftest import ROOT
 
     def infos(params: dict[str, str]) -> list[str]:

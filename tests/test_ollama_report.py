@@ -236,5 +236,11 @@ def test_current_ollama_column_is_llama_servers_fit_of_the_same_request():
         assert choice.projected_bytes <= card.memory_bytes - FIT_MARGIN
         timed = predict(replace(setup, gpu_layers=choice.gpu_layers), hw, r.num_ctx, 1)
         assert r.fit_decode_tok_s == timed.decode_tok_s
-    moe = ollama_row(load_model("Qwen/Qwen3-30B-A3B"), card_named("GeForce RTX 4060 8GB"), hw=hw)
-    assert moe.fit_layers is None and moe.fit_decode_tok_s is None and "MoE" in moe.fit_note
+    moe_model = load_model("Qwen/Qwen3-30B-A3B")
+    moe = ollama_row(moe_model, card_named("GeForce RTX 4060 8GB"), hw=hw)
+    moe_setup = replace(moe.fit.setup, gpu_layers=None)
+    choice = fit_params(moe_setup, moe.num_ctx, 1)
+    assert moe.fit_cpu_experts == (choice.cpu_experts.start, choice.cpu_experts.stop - 1) and moe.fit_layers == 49
+    ram = replace(moe_setup, gpu_layers=choice.gpu_layers, cpu_experts=choice.cpu_experts)
+    assert moe.fit_decode_tok_s == predict(ram, hw, moe.num_ctx, 1).decode_tok_s
+    assert moe.fit_decode_tok_s > moe.decode_tok_s  # experts in RAM beat whole layers in RAM for a MoE model
