@@ -93,7 +93,7 @@ def speeds(_result, ram: float, threads: int, key: str):
 
 
 # Layers left in system RAM (llama.cpp -ngl) run at its bandwidth: measured here once, editable for your machine.
-in_ram = setup.gpu_layers is not None and setup.gpu_layers <= len(model.layers)
+in_ram = (setup.gpu_layers is not None and setup.gpu_layers <= len(model.layers)) or bool(setup.cpu_experts)
 ram_measured = ram_gb_s()[0] if in_ram else 0.0
 ram, threads = ram_measured, 8
 if in_ram:

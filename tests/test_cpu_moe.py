@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from core.cli import main
 from core.engines import configured
@@ -16,8 +17,10 @@ from core.memory.gpus import card_named
 from core.memory.quant import tensor_bytes
 from core.model.loading import load_model
 from core.model.params import count_params
+from core.report import max_context_text
 from core.speed.predict import Hardware, predict
 from core.speed.work import experts_touched
+from tests.conftest import ROOT
 
 MOE = load_model("Qwen/Qwen3-30B-A3B")  # 48 layers, 128 experts, top 8
 CARD = card_named("RTX 4090")
@@ -85,3 +88,22 @@ def test_cli_flags(capsys):
     assert out["weights_bytes"] == fit(setup(cpu_experts=range(48)), [8192]).weights_bytes
     assert main([*args, "--n-cpu-moe", "-3"]) == 2
     assert "--n-cpu-moe must be 0 or more" in capsys.readouterr().err
+
+
+def test_the_sidebar_input_reaches_the_solver_and_the_link():
+    params = {"model": "Qwen/Qwen3-30B-A3B", "card": "GeForce RTX 4060 8GB", "ctx": "8k", "ncmoe": "48"}
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.query_params.update(params)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.number_input(key="in_ncmoe").value == 48
+    assert any("routed experts of layers 0-47 and the token embedding" in i.value for i in at.info)
+    eight = card_named("GeForce RTX 4060 8GB")
+    moved = fit(setup(card=eight, cpu_experts=range(48)), [8192])
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["Fits?"] == "yes" and moved.rows[0].fits  # 17 GiB of weights, but only ~1 GiB of it on the GPU
+    assert shown["Max context, one sequence"] == max_context_text(moved)
+    assert at.number_input(key="in_ram").value > 0  # the RAM bandwidth box appears: the experts are read from RAM
+    at.number_input(key="in_ncmoe").set_value(0).run()
+    assert {m.label: m.value for m in at.metric}["Fits?"] == "no"
+    assert not any("routed experts of layers 0-47 and the token embedding" in i.value for i in at.info)

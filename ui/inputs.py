@@ -223,6 +223,14 @@ def _hardware_inputs() -> list[str]:
             key="in_ngl",
             help="Layers offloaded to the GPU; the others and their KV stay in system RAM",
         )
+        st.number_input(
+            "MoE experts in RAM (--n-cpu-moe)",
+            *BOUNDS["ncmoe"],
+            step=1,
+            key="in_ncmoe",
+            help="MoE models: the routed experts of the first N layers stay in system RAM (their attention stays "
+            "on the GPU); 0 = none",
+        )
     st.text_input("Context (tokens)", key="in_ctx_text", help="e.g. 8192, 64,000, 32k, 128K")
     try:
         st.session_state["in_ctx"] = parse_tokens(st.session_state["in_ctx_text"])
@@ -353,6 +361,7 @@ def setup_for(inputs: Inputs, model: ModelSpec) -> Setup:
         kv_dtype=inputs.kv,
         gpu_memory_utilization=inputs.util,
         gpu_layers=offload,
+        cpu_experts=range(inputs.ncmoe if inputs.engine == "llama.cpp" else 0),
     )
 
 

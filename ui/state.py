@@ -31,6 +31,7 @@ BOUNDS = {
     "gib": (0.5, 100_000.0),
     "util": (0.05, 1.0),
     "ngl": (-1, 100_000),
+    "ncmoe": (0, 100_000),
     "gpus": (1, 1024),
     "layers": (0, 10_000),
     "kvh": (0, 4096),
@@ -61,6 +62,7 @@ class Inputs:
     engine: str = "llama.cpp"
     ctx: int = 32768
     ngl: int = -1  # llama.cpp -ngl: layers on the GPU; -1 = all
+    ncmoe: int = 0  # llama.cpp --n-cpu-moe: the first N layers keep their routed experts in system RAM
     swa: str = "auto"  # llama.cpp --swa-full: auto (the front end's default), on, off
     kvu: str = "auto"  # llama.cpp --kv-unified: auto, on, off
     plat: str = "cuda"  # vLLM platform: cuda or cpu
