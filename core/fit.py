@@ -136,6 +136,7 @@ class Solver:
         self.engine = engine
         self.format = setup.weights or default_format(setup.model)
         self.kernel: Kernel | None = None
+        self.offload: Offload | None = None  # llama.cpp: where -ngl and --n-cpu-moe put the model
         self.relaid = 0  # bytes vLLM's MoE kernel layout adds to the checkpoint's MXFP4 experts
         count = count_params(setup.model)
         dtype_bytes = dtype_named(setup.model.dtype).block_bytes
@@ -160,7 +161,7 @@ class Solver:
         """llama.cpp keeps the token embedding in system RAM and puts the layers -ngl selects (the last ones, and the
         output layer: core.engines.llamacpp.Offload) on the GPU, each layer's cache beside it."""
         layers = self.setup.model.layers
-        where = Offload.of(self.setup.gpu_layers, len(layers), self.setup.cpu_experts)
+        where = self.offload = Offload.of(self.setup.gpu_layers, len(layers), self.setup.cpu_experts)
         if self.setup.weights_file is not None:
             if where.cpu_experts:
                 raise InputError("--n-cpu-moe with a weights file is not modelled: its tensors carry no expert roles")
@@ -292,12 +293,13 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
     if isinstance(solver.engine, VllmEngine):
         vllm = solver.vllm_capacity(solver.limit)
     if isinstance(solver.engine, LlamaCppEngine):
-        n, where = len(setup.model.layers), Offload.of(setup.gpu_layers, len(setup.model.layers))
+        n, where = len(setup.model.layers), solver.offload
+        assert where is not None  # set for every llama.cpp setup
         placed = f"all {n} layers and the output layer" if where.layers.start == 0 and where.output else (
             f"-ngl {setup.gpu_layers}: the last {len(where.layers)} of {n} layers"
             + (" and the output layer" if where.output else "")
         )
-        moe = Offload.of(setup.gpu_layers, n, setup.cpu_experts).cpu_experts
+        moe = where.cpu_experts
         in_ram = "the token embedding table stays in system RAM"
         if moe and count_params(setup.model).experts:
             in_ram = f"the routed experts of layers {moe.start}-{moe.stop - 1} and the token embedding "

@@ -127,13 +127,7 @@ def fit_params(
         )
     if count_params(setup.model).experts:
         return _fit_moe(setup, chosen, sequences, limit, steps)
-    lo, hi = 0, n_layers + 1  # lo fits or is 0, hi does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if projected(setup, chosen, sequences, mid) <= limit:
-            lo = mid
-        else:
-            hi = mid
+    lo = _most(lambda k: projected(setup, chosen, sequences, k) <= limit, 0, n_layers + 1)
     steps.append(f"layers on the GPU: {lo} of {n_layers + 1} (the output layer counts as one)")
     return FitChoice(chosen, lo, n_layers, projected(setup, chosen, sequences, lo), limit, tuple(steps))
 
