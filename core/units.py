@@ -11,6 +11,14 @@ from core.errors import InputError
 _TOKENS = re.compile(r"^\s*(-?\d{1,3}(?:,\d{3})+|-?\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
 _SCALE = {"": 1, "k": 1024, "m": 1024 * 1024}
 MAX_TOKENS = 1 << 40  # a trillion: far past any model's context; beyond it a count is a typo or an attack
+MAX_DIGITS = 24  # past any size kvscope takes; checked before int() (which refuses 4,300+ digits with a ValueError)
+
+
+def _digits_checked(number: str, text: str | int) -> str:
+    """The number as typed, refused before conversion when it has more digits than any real size."""
+    if sum(ch.isdigit() for ch in number) > MAX_DIGITS:
+        raise InputError(f"{str(text)[:24]}… has more than {MAX_DIGITS} digits; no real size is that long")
+    return number
 
 
 def parse_tokens(text: str | int) -> int:
@@ -23,7 +31,7 @@ def parse_tokens(text: str | int) -> int:
             raise InputError(f"cannot read {text!r} as a token count; write e.g. 8192, 64,000, 32k or 128K")
         number, suffix = match.groups()
         # Fraction, not float: 999999999999999999999 must stay that number (and be refused), not round
-        exact = Fraction(number.replace(",", "")) * _SCALE[suffix.lower()]
+        exact = Fraction(_digits_checked(number, text).replace(",", "")) * _SCALE[suffix.lower()]
         if exact.denominator != 1:
             raise InputError(f"{text!r} is not a whole number of tokens")
         value = int(exact)
@@ -68,7 +76,7 @@ def parse_bytes(text: str | int) -> int:
         if not match:
             raise InputError(f"cannot read {text!r} as a size; write bytes (1073741824) or e.g. 512MiB, 1.5GiB")
         number, unit = match.groups()
-        exact = Fraction(number) * _BYTE_SCALE[unit]
+        exact = Fraction(_digits_checked(number, text)) * _BYTE_SCALE[unit]
         if exact.denominator != 1:
             raise InputError(f"{text!r} is not a whole number of bytes")
         value = int(exact)

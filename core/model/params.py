@@ -12,7 +12,7 @@ MTP layers (DeepSeek-V3, Qwen3.5) are not built by transformers and are left out
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from core.errors import InputError
@@ -646,5 +646,22 @@ def summarise(tensors: tuple[Tensor, ...]) -> ParamCount:
     return ParamCount(total=sum(by.values()), active=sum(t.active_numel for t in tensors), tensors=tensors, **by)
 
 
+def at_depth(tensors: tuple[Tensor, ...], depth: int) -> tuple[Tensor, ...]:
+    """The tensors of a model cut or repeated to `depth` decoder layers, layer i taking config layer i mod n: the
+    way a what-if depth repeats the layer kinds (core.model.whatif.edited), so weights follow the same depth."""
+    per_layer: dict[int, list[Tensor]] = {}
+    for t in tensors:
+        if t.layer is not None:
+            per_layer.setdefault(t.layer, []).append(t)
+    if not per_layer or len(per_layer) == depth:
+        return tensors
+    n = len(per_layer)
+    head = [t for t in tensors if t.layer is None and t.category == "embedding"]
+    tail = [t for t in tensors if t.layer is None and t.category != "embedding"]
+    body = [replace(t, layer=i) for i in range(depth) for t in per_layer[i % n]]
+    return (*head, *body, *tail)
+
+
 def count_params(spec: ModelSpec) -> ParamCount:
-    return summarise(tensors_of(spec.config))
+    """The spec's parameters, at its own depth (a what-if may give it more or fewer layers than its config)."""
+    return summarise(at_depth(tensors_of(spec.config), len(spec.layers)))
