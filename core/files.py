@@ -1,0 +1,60 @@
+"""Reading a file a user names, safely: only regular files (a FIFO would block forever, /dev/zero never ends, a
+directory is not content), and never more bytes than the caller's limit."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+from core.errors import InputError
+
+
+def open_regular(path: Path, what: str) -> tuple[BinaryIO, int]:
+    """(an open binary file, its size) for a regular file; anything else is an InputError naming `what`.
+
+    The path is checked before opening (opening some devices has effects of its own), then opened without
+    blocking (a FIFO swapped in meanwhile cannot stall the open) and checked again on the open descriptor."""
+    try:
+        before = os.stat(path)
+    except OSError as err:
+        raise InputError(f"cannot read {what} {path}: {err.strerror or err}") from None
+    _check_regular(before, path, what)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        raise InputError(f"cannot read {what} {path}: {err.strerror or err}") from None
+    try:
+        after = os.fstat(fd)
+        _check_regular(after, path, what)
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)  # a regular file never blocks; plain reads are simpler to reason about
+        return os.fdopen(fd, "rb"), after.st_size
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _check_regular(info: os.stat_result, path: Path, what: str) -> None:
+    if stat.S_ISDIR(info.st_mode):
+        raise InputError(f"{path} is a folder, not {what}")
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"{path} is not a regular file (a pipe or a device?), so it cannot be {what}")
+
+
+def read_regular_file(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes: a larger one (or a pipe, a device, a folder) is refused
+    before anything is read, and at most limit + 1 bytes are ever read (a file that grows meanwhile is refused too)."""
+    f, size = open_regular(path, what)
+    with f:
+        if size > limit:
+            raise InputError(f"{path} is {_mib(size)}, too large to be {what} (limit {_mib(limit)})")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(f"{path} grew past {_mib(limit)} while it was read, too large to be {what}")
+    return data
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n:,} bytes"
