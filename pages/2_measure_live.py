@@ -92,6 +92,7 @@ if start:
         target, name = probe_target()
         request = ProbeRequest(
             model=target,
+            local_files=bool(inputs.config),  # only kvscope's own copy of an upload is a path
             name=name,
             contexts=tuple(sorted({parse_tokens(t) for t in contexts_text.split(",") if t.strip()})),
             backend=backend,

@@ -49,8 +49,8 @@ def _spec(source: str, packed: str, hub: bool) -> tuple[ModelSpec, str]:
     if packed:
         return model_from_config(unpack_config(packed), "uploaded config.json", isolated=True), "uploaded config.json"
     if source not in presets() and not REPO_ID.match(source):  # never a path: this runs on the server
-        raise InputError(f"{source!r} is not a bundled preset or a Hub repo id (org/name)")
-    name, raw, origin = load_raw(source, prefer_hub=hub)
+        raise InputError(f"{source[:80]!r} is not a bundled preset or a Hub repo id (org/name)")
+    name, raw, origin = load_raw(source, prefer_hub=hub, local_files=False)  # an org/name is asked of the Hub only
     return model_from_config(raw, name, isolated=True), origin
 
 
@@ -290,11 +290,9 @@ def sidebar(*, model_only: bool = False) -> tuple[Inputs, ModelSpec, Setup]:
         if origin.startswith("bundled preset ("):
             st.warning(f"{inputs.model}: using the {origin}")
         st.sidebar.caption(f"Config: {origin}")
-    except InputError as err:
-        if inputs.config:  # an upload that cannot be read has no stand-in
-            _stop(f"The uploaded config.json cannot be used: {err}")
-        st.error(f"{err} — showing {DEFAULT_MODEL} instead.")
-        model, _ = _spec(DEFAULT_MODEL, "", False)
+    except InputError as err:  # no stand-in model: its figures would be read as the requested one's
+        what = "The uploaded config.json" if inputs.config else f"{inputs.model.strip()[:80]!r}"
+        _stop(f"{what} cannot be used: {err}")
     if any(getattr(inputs, key) for key in EDITS):
         try:
             model = edited(

@@ -75,10 +75,12 @@ def _read_config(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def load_raw(source: str, prefer_hub: bool = False) -> tuple[str, dict[str, Any], str]:
+def load_raw(source: str, prefer_hub: bool = False, local_files: bool = True) -> tuple[str, dict[str, Any], str]:
     """(name, raw config, where it came from) for a preset name, a config.json path or a Hub repo id.
 
     A bundled preset wins unless `prefer_hub`; then the Hub is tried first and the bundled copy is the fallback.
+    Without `local_files` (the app: it runs on a shared server) a source is a preset or a Hub id whatever its
+    shape, and the file system is never consulted: `core/cli.py` is asked of the Hub, not opened.
     """
     source = source.strip()
     if not source:
@@ -87,12 +89,13 @@ def load_raw(source: str, prefer_hub: bool = False) -> tuple[str, dict[str, Any]
     if bundled and not prefer_hub:
         return bundled.stem.replace("__", "/", 1), parse_json(bundled.read_bytes(), bundled.name), "bundled preset"
     path = Path(source).expanduser()
-    if path.suffix == ".json" or path.is_file():
+    if local_files and (path.suffix == ".json" or path.is_file()):
         if not path.is_file():
             raise InputError(f"no file {source}; give a config.json path, a preset or a Hub repo id")
         return path.stem, parse_json(_read_config(path), str(path)), f"file {path}"
     if not _REPO_ID.match(source):
-        raise InputError(f"{source!r} is not a preset, a file or a Hub repo id (org/name)")
+        what = "a preset, a file" if local_files else "a bundled preset"
+        raise InputError(f"{source[:80]!r} is not {what} or a Hub repo id (org/name)")
     try:
         return source, fetch_hub_config(source), "Hugging Face Hub"
     except InputError as err:
@@ -131,6 +134,6 @@ def model_from_resolved(cfg: dict[str, Any], name: str) -> ModelSpec:
     )
 
 
-def load_model(source: str, isolated: bool = False, prefer_hub: bool = False) -> ModelSpec:
-    name, raw, _ = load_raw(source, prefer_hub=prefer_hub)
+def load_model(source: str, isolated: bool = False, prefer_hub: bool = False, local_files: bool = True) -> ModelSpec:
+    name, raw, _ = load_raw(source, prefer_hub=prefer_hub, local_files=local_files)
     return model_from_config(raw, name, isolated=isolated)

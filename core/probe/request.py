@@ -16,6 +16,7 @@ RANDOM_LABEL = "random weights: cache size and speed are real, output text is no
 @dataclass(frozen=True)
 class ProbeRequest:
     model: str  # preset name, Hub repo id, config.json path or a local checkpoint folder
+    local_files: bool = True  # False: `model` is a preset or Hub id only, never opened as a path (the app's links)
     name: str = ""  # what results call the model (an uploaded config's label); "" = the name kvscope resolves
     contexts: tuple[int, ...] = (4096,)
     backend: str = "transformers"

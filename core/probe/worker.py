@@ -114,12 +114,13 @@ def _torch_dtype(torch: Any, name: str) -> Any:
     return table[name]
 
 
-def local_weights(source: str) -> Path | None:
-    """A folder holding safetensors for `source`: the path itself, or the local HF cache. Never downloads."""
+def local_weights(source: str, local_files: bool = True) -> Path | None:
+    """A folder holding safetensors for `source`: the path itself (with `local_files`), or the local HF cache.
+    Never downloads."""
     path = Path(source).expanduser()
-    if path.is_file() and path.name == "config.json":
+    if local_files and path.is_file() and path.name == "config.json":
         path = path.parent
-    if path.is_dir():
+    if local_files and path.is_dir():
         return path if any(path.glob("*.safetensors")) else None
     if not re.match(r"^[\w.-]+/[\w.-]+$", source):
         return None
@@ -344,7 +345,7 @@ def run_transformers(req: ProbeRequest, ch: Channel, budget_s: float | None = No
     device = "cuda" if req.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
     if device == "cpu":
         limit_address_space(CPU_ADDRESS_SPACE)
-    name, raw, origin = load_raw(req.model)
+    name, raw, origin = load_raw(req.model, local_files=req.local_files)
     name = req.name or name
     engine = engine_named("transformers")
     spec_full = model_from_config(raw, name)
@@ -355,7 +356,7 @@ def run_transformers(req: ProbeRequest, ch: Channel, budget_s: float | None = No
         notes.append("no CUDA device: ran on CPU")
     scaled, scale_notes = choose_scale(req, raw, torch, device, dtype, engine, name, budget_s)
     notes += scale_notes
-    weights_dir = local_weights(req.model) if req.weights == "auto" else None
+    weights_dir = local_weights(req.model, req.local_files) if req.weights == "auto" else None
     if weights_dir and scaled.layers_to < scaled.layers_from:
         notes.append(f"real weights in {weights_dir} not used: a scaled-down copy needs random weights")
         weights_dir = None
@@ -496,10 +497,10 @@ def run_vllm(req: ProbeRequest, ch: Channel, budget_s: float | None = None) -> N
         raise InputError(f"the vllm backend needs vllm (pip install -r requirements-gpu.txt): {err}") from None
     if not torch.cuda.is_available():
         raise InputError("the vllm backend needs a CUDA GPU; none is visible")
-    name, raw, origin = load_raw(req.model)
+    name, raw, origin = load_raw(req.model, local_files=req.local_files)
     name = req.name or name
     spec = model_from_config(raw, name)
-    weights_dir = local_weights(req.model) if req.weights == "auto" else None
+    weights_dir = local_weights(req.model, req.local_files) if req.weights == "auto" else None
     env = environment(torch, "cuda")
     notes = [f"config from {origin}"]
     work = Path(tempfile.mkdtemp(prefix="kvscope-vllm-"))
