@@ -120,3 +120,38 @@ def test_weights_follow_the_what_if_depth():
     assert base.total == outside + 36 * per_layer  # Qwen3-8B's layers are all alike
     for depth in (1, 18, 35, 72):
         assert count_params(edited(model, num_layers=depth)).total == outside + depth * per_layer
+
+
+HUGE = "9" * 5000  # int() refuses 4,300+ digits with a ValueError, which reached the page before
+
+
+def test_a_5000_digit_context_typed_in_the_sidebar():
+    at = app()
+    at.text_input(key="in_ctx_text").input(HUGE).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("digits" in e.value for e in at.error)
+
+
+def test_a_5000_digit_num_ctx_on_the_ollama_page():
+    at = _page({}, "pages/5_ollama.py")
+    at.text_input(key="ol_ctx").input(HUGE).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("digits" in e.value for e in at.error)
+
+
+def test_5000_digit_contexts_on_measure_live_start_no_probe():
+    at = _page({}, "pages/2_measure_live.py")
+    at.text_input[0].input(f"512, {HUGE}")
+    next(b for b in at.button if b.label == "Run probe").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("digits" in e.value for e in at.error)
+    assert "probe_job" not in at.session_state
+
+
+def test_a_pasted_config_with_a_5000_digit_integer():
+    at = app({"source": "Upload"})
+    at.text_area[0].input(json.dumps(tiny_raw("llama")).replace('"vocab_size": ', f'"vocab_size": {HUGE}, "x": '))
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.error and "Exceeds the limit" not in at.error[0].value
+    assert not at.metric
