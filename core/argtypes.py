@@ -1,21 +1,92 @@
-"""argparse value types shared by every `python -m core` command."""
+"""argparse value types shared by every `python -m core` command.
+
+Every number is refused at the parser unless it is finite and inside a range no real setting leaves: a 400-digit
+count or an `inf` bandwidth would otherwise reach float arithmetic and end in an OverflowError, or print `Infinity`,
+which is not JSON. The parser's message names the flag.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable
 
 from core.errors import InputError
-from core.units import parse_bytes, parse_tokens
+from core.units import MAX_DIGITS, parse_bytes, parse_tokens
+
+MAX_COUNT = 1 << 40  # past any count of GPUs, requests or steps; float arithmetic stays exact far beyond it
+MAX_MEMORY_BYTES = 1 << 50  # a pebibyte: past any one GPU's memory
+MAX_RAM_GB_S = 100_000  # a memory bandwidth: HBM3e is about 5,000 GB/s
 
 
-def positive_int(text: str) -> int:
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 24 else repr(text[:21] + "...")
+
+
+def _integer(text: str) -> int:
+    digits = sum(ch.isdigit() for ch in text)
+    if digits > MAX_DIGITS:
+        raise argparse.ArgumentTypeError(
+            f"{_shown(text)} has more than {MAX_DIGITS} digits; no real setting is that long"
+        )
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not an integer") from None
+
+
+def int_range(lo: int, hi: int, unit: str = "") -> Callable[[str], int]:
+    """An argparse type: an integer from lo to hi inclusive."""
+
+    def parse(text: str) -> int:
+        value = _integer(text)
+        if value < lo:
+            raise argparse.ArgumentTypeError(
+                f"must be positive, got {value:,}" if lo == 1 else f"must be {lo:,} or more, got {value:,}"
+            )
+        if value > hi:
+            raise argparse.ArgumentTypeError(f"{value:,}{unit} is more than kvscope takes (at most {hi:,}{unit})")
+        return value
+
+    parse.__name__ = "integer"  # argparse names the type by it
+    return parse
+
+
+def float_range(lo: float, hi: float, unit: str = "", lo_open: bool = True, least: str = "") -> Callable[[str], float]:
+    """An argparse type: a finite number above lo (or from lo, without `lo_open`; `least` words that bound) and at
+    most hi."""
+
+    def parse(text: str) -> float:
+        if len(text) > 40:
+            raise argparse.ArgumentTypeError(f"{_shown(text)} is too long to be a number kvscope takes")
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{_shown(text)} is not a number") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {_shown(text)}")
+        if lo >= 0 and value <= 0 and (lo_open or lo > 0):
+            raise argparse.ArgumentTypeError(f"must be positive, got {value:g}")
+        if value < lo or (lo_open and value == lo):
+            bound = least or f"{'above' if lo_open else 'at least'} {lo:g}{unit}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {value:g}{unit}")
+        if value > hi:
+            raise argparse.ArgumentTypeError(f"{value:g}{unit} is more than kvscope takes (at most {hi:g}{unit})")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+positive_int = int_range(1, MAX_COUNT)
+byte_count = int_range(1, MAX_MEMORY_BYTES, " B")
+int32 = int_range(-(1 << 31), (1 << 31) - 1)  # llama.cpp reads -ngl and --n-cpu-moe with std::stoi
+thread_count = int_range(1, 1 << 16)
+finite_float = float_range(-math.inf, math.inf, lo_open=False)  # the range is checked where the value is used
+# One GPU's memory in GiB: 1 MiB is far below any card, but keeps every byte count derived from it non-zero.
+gpu_gib = float_range(1 / 1024, 100_000, " GiB", lo_open=False, least="at least 1 MiB (0.0009765625 GiB)")
+gb_per_s = float_range(0, MAX_RAM_GB_S, " GB/s")
+seconds = float_range(0, 7 * 86_400, " s")
 
 
 def tokens(text: str) -> int:

@@ -4,13 +4,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from core.argtypes import byte_size, positive_int, tokens
+from core.argtypes import (
+    byte_count,
+    byte_size,
+    finite_float,
+    gb_per_s,
+    gpu_gib,
+    int32,
+    positive_int,
+    thread_count,
+    tokens,
+)
 from core.check import add_check_parser
 from core.cluster_report import cluster_report, parse_layout, print_cluster
 from core.engines import ENGINES, Engine, configured
@@ -19,12 +30,13 @@ from core.engines.runtimes import OLLAMA_KV_TYPES, OllamaSettings
 from core.engines.vllm_cluster import Cluster
 from core.engines.vllm_engine import VERSIONS, VllmOptions
 from core.errors import InputError
+from core.files import read_regular_file
 from core.finders import COST_BASIS, DEFAULT_CONTEXT, card_record, model_record, rank_cards, rank_models
 from core.fit import Setup, default_split, fit
 from core.llamacpp_autofit import autofit_record, fit_params, print_autofit
 from core.memory.gpus import Card, card_named
 from core.memory.weightfiles import read_weights
-from core.model.config import parse_json, resolve
+from core.model.config import MAX_CONFIG_BYTES, parse_json, resolve
 from core.model.loading import load_model, presets
 from core.ollama_report import DEFAULT_CARDS, MEASURED, host, print_report, report
 from core.probe import add_probe_parser
@@ -41,9 +53,21 @@ def _contexts(values: list[int] | None, model_max: int | None) -> list[int]:
     return [c for c in DEFAULT_CONTEXTS if model_max is None or c <= model_max] or [model_max or 4096]
 
 
+def checked_kv_dtype(engine: Engine, kv_dtype: str) -> str:
+    """--kv-dtype, refused up front unless the engine knows it: the commands that try many cards or plans would
+    otherwise refuse every one of them and still exit 0."""
+    if kv_dtype.strip().lower() not in engine.kv_dtypes:
+        raise InputError(
+            f"--kv-dtype {kv_dtype[:40]!r} is not a KV cache type {engine.name} has; choose one of: "
+            + ", ".join(engine.kv_dtypes)
+        )
+    return kv_dtype
+
+
 def cmd_size(args: argparse.Namespace) -> dict:
     model = load_model(args.model)
     engine = build_engine(args)
+    checked_kv_dtype(engine, args.kv_dtype)
     contexts = _contexts(args.context, model.max_context)
     accounts = [engine.account(model, n, args.batch, args.kv_dtype) for n in contexts]
     storage = engine.storage(model, args.kv_dtype)
@@ -121,7 +145,7 @@ def engine_options(engine: Engine) -> dict:
 def add_card_options(p: argparse.ArgumentParser, gpu_help: str, split: bool) -> None:
     """--gpu or --gpu-mem-gib, and with `split` how many GPUs and how the model is split over them."""
     p.add_argument("--gpu", help=gpu_help)
-    p.add_argument("--gpu-mem-gib", type=float, help="memory of one GPU in GiB, instead of --gpu")
+    p.add_argument("--gpu-mem-gib", type=gpu_gib, help="memory of one GPU in GiB, instead of --gpu")
     if split:
         p.add_argument("--gpus", type=positive_int, default=1)
         p.add_argument("--tp", type=positive_int, help="tensor parallel size (vLLM)")
@@ -167,7 +191,7 @@ def card_from(args: argparse.Namespace) -> Card:
 def add_cpu_moe_options(p: argparse.ArgumentParser) -> None:
     """llama.cpp's flags that keep routed experts in system RAM (common/arg.cpp)."""
     p.add_argument(
-        "--n-cpu-moe", "-ncmoe", type=int, default=0, help="llama.cpp: the first N layers' experts stay in RAM"
+        "--n-cpu-moe", "-ncmoe", type=int32, default=0, help="llama.cpp: the first N layers' experts stay in RAM"
     )
     p.add_argument("--cpu-moe", "-cmoe", action="store_true", help="llama.cpp: every layer's experts stay in RAM")
 
@@ -181,6 +205,7 @@ def cpu_experts(args: argparse.Namespace) -> range:
 def build_setup(args: argparse.Namespace) -> Setup:
     card = card_from(args)
     engine = build_engine(args)
+    checked_kv_dtype(engine, args.kv_dtype)
     gpus = args.gpus
     tp, pp = default_split(engine, gpus, args.tp, args.pp)
     return Setup(
@@ -268,7 +293,8 @@ def print_fit(out: dict) -> None:
 
 def cmd_cards(args: argparse.Namespace) -> dict:
     model = load_model(args.model)
-    answers = rank_cards(model, build_engine(args), args.context, args.weights, args.kv_dtype)
+    engine = build_engine(args)
+    answers = rank_cards(model, engine, args.context, args.weights, checked_kv_dtype(engine, args.kv_dtype))
     return {
         "model": model.name,
         "engine": answers[0].result.setup.engine.name if answers[0].result else args.engine,
@@ -355,6 +381,7 @@ def cmd_autofit(args: argparse.Namespace) -> dict:
     if unified is None and args.parallel and args.frontend == "llama-server":
         unified = False  # giving -np keeps llama-server's kv_unified off (common/arg.cpp:1724)
     engine = configured("llama.cpp", frontend=args.frontend, kv_unified=unified)
+    checked_kv_dtype(engine, args.kv_dtype)
     setup = Setup(
         model=load_model(args.model), engine=engine, card=card_from(args), weights=args.weights, kv_dtype=args.kv_dtype
     )
@@ -363,6 +390,7 @@ def cmd_autofit(args: argparse.Namespace) -> dict:
 
 
 def cmd_cluster(args: argparse.Namespace) -> dict:
+    checked_kv_dtype(configured("vllm"), args.kv_dtype)
     cluster = Cluster(card_from(args), args.nodes, args.gpus_per_node)
     return cluster_report(
         load_model(args.model),
@@ -378,7 +406,10 @@ def cmd_cluster(args: argparse.Namespace) -> dict:
 
 
 def cmd_resolve(args: argparse.Namespace) -> dict:
-    text = sys.stdin.read() if args.config == "-" else Path(args.config).read_text(encoding="utf-8")
+    if args.config == "-":
+        text = sys.stdin.buffer.read(MAX_CONFIG_BYTES + 1)  # parse_json refuses more than the limit
+    else:
+        text = read_regular_file(Path(args.config).expanduser(), MAX_CONFIG_BYTES, "a config.json")
     return resolve(parse_json(text, args.config))
 
 
@@ -405,13 +436,13 @@ def build_parser() -> argparse.ArgumentParser:
     fitp.add_argument("--weights-file", help="exact sizes from a .gguf, .safetensors (file or folder) or Hub repo id")
     add_engine_options(fitp)
     fitp.add_argument("--context", type=tokens, action="append", help="tokens, e.g. 32k (repeatable)")
-    fitp.add_argument("--kv-cache-memory-bytes", type=positive_int, help="vLLM: KV budget per GPU in bytes")
+    fitp.add_argument("--kv-cache-memory-bytes", type=byte_count, help="vLLM: KV budget per GPU in bytes")
     fitp.add_argument("--max-model-len", type=tokens, help="vLLM: longest request")
-    fitp.add_argument("--gpu-memory-utilization", type=float, default=0.92, help="vLLM (default 0.92)")
+    fitp.add_argument("--gpu-memory-utilization", type=finite_float, default=0.92, help="vLLM (default 0.92)")
     fitp.add_argument(
         "--n-gpu-layers",
         "-ngl",
-        type=int,
+        type=int32,
         dest="n_gpu_layers",
         help="llama.cpp: layers offloaded to the GPU (default: all)",
     )
@@ -448,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     ollamap.add_argument(
         "--ram-gbs", help=f"host RAM bandwidth in GB/s, or '{MEASURED}' (default: a typical DDR5-5600 desktop)"
     )
-    ollamap.add_argument("--threads", type=positive_int, help="CPU threads for layers in RAM (default 8)")
+    ollamap.add_argument("--threads", type=thread_count, help="CPU threads for layers in RAM (default 8)")
     ollamap.add_argument("--json", action="store_true")
     ollamap.set_defaults(run=cmd_ollama, show=print_report)
 
@@ -461,10 +492,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_options(speed)
     speed.add_argument("--context", type=tokens, action="append", help="tokens, e.g. 32k (repeatable)")
     speed.add_argument("--batch", type=positive_int, action="append", help="concurrent sequences (repeatable)")
-    speed.add_argument("--n-gpu-layers", "-ngl", type=int, dest="n_gpu_layers", help="llama.cpp: layers on the GPU")
+    speed.add_argument("--n-gpu-layers", "-ngl", type=int32, dest="n_gpu_layers", help="llama.cpp: layers on the GPU")
     add_cpu_moe_options(speed)
-    speed.add_argument("--threads", type=positive_int, help="CPU threads for layers in RAM (default: all cores)")
-    speed.add_argument("--ram-gbs", type=float, help="system RAM bandwidth in GB/s (default: measured here, cached)")
+    speed.add_argument("--threads", type=thread_count, help="CPU threads for layers in RAM (default: all cores)")
+    speed.add_argument("--ram-gbs", type=gb_per_s, help="system RAM bandwidth in GB/s (default: measured here, cached)")
     speed.add_argument("--json", action="store_true")
     speed.set_defaults(
         run=cmd_speed,
@@ -488,7 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     autofitp.add_argument(
         "--kv-unified", action=argparse.BooleanOptionalAction, default=None, help="one cell buffer for all sequences"
     )
-    autofitp.add_argument("--n-gpu-layers", "-ngl", type=int, dest="n_gpu_layers", help="-ngl (default: fitted)")
+    autofitp.add_argument("--n-gpu-layers", "-ngl", type=int32, dest="n_gpu_layers", help="-ngl (default: fitted)")
     autofitp.add_argument("--fit-target", type=positive_int, default=1024, help="MiB to leave free (default 1024)")
     autofitp.add_argument("--fit-ctx", type=positive_int, default=4096, help="smallest context it sets (default 4096)")
     autofitp.add_argument("--json", action="store_true")
@@ -510,7 +541,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     clusterp.add_argument("--pp-inside-nodes", action="store_true", help="also plans with PP stages inside a node")
     clusterp.add_argument("--layout", help="one plan instead of the search: TP,PP,DP[,ep], e.g. 1,1,16,ep")
-    clusterp.add_argument("--gpu-memory-utilization", type=float, default=0.92, help="vLLM (default 0.92)")
+    clusterp.add_argument("--gpu-memory-utilization", type=finite_float, default=0.92, help="vLLM (default 0.92)")
     clusterp.add_argument("--json", action="store_true")
     clusterp.set_defaults(run=cmd_cluster, show=print_cluster)
 
@@ -521,6 +552,27 @@ def build_parser() -> argparse.ArgumentParser:
     res.add_argument("config", help="path to config.json, or - for standard input")
     res.set_defaults(run=cmd_resolve, show=None, json=True)
     return parser
+
+
+def _json_ready(value: object) -> object:
+    """Infinity (the requests that fit when a setup needs no cache on the GPU) is written as null, as the cards and
+    models records write an unlimited count; JSON itself has no infinity."""
+    if isinstance(value, float) and math.isinf(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_ready(v) for v in value]
+    return value
+
+
+def json_text(out: dict) -> str | None:
+    """`out` as strict JSON (never the `Infinity` or `NaN` that Python's json writes by default), or None when a
+    figure is NaN, which is a fault to report, not a result."""
+    try:
+        return json.dumps(_json_ready(out), indent=2, allow_nan=False)
+    except ValueError:
+        return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -541,8 +593,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         if args.json or args.show is None:
-            json.dump(out, sys.stdout, indent=2)
-            print()
+            text = json_text(out)
+            if text is None:
+                print("error: a figure came out as NaN (not a number); please report this input", file=sys.stderr)
+                return 2
+            print(text)
         else:
             args.show(out)
         sys.stdout.flush()

@@ -29,6 +29,7 @@ from core.model.layers import (
 
 _MAX_DIM = 1 << 22  # no real width or head count comes near 4M
 _MAX_TOKENS = 1 << 34
+_MAX_FACTOR = 1024.0  # expansions and width multipliers are single digits; NaN and inf fail the range test too
 
 
 class Cfg:
@@ -59,10 +60,14 @@ class Cfg:
             f"{self.model_type} config: missing {' or '.join(keys)}; kvscope needs it to size this architecture's cache"
         )
 
-    def num(self, key: str, default: float) -> float:
+    def num(self, key: str, default: float, hi: float = _MAX_FACTOR) -> float:
+        """A positive, finite factor (an expansion or a width multiplier), at most `hi`."""
         value = self.data.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise InputError(f"{self.model_type} config: {key} must be a positive number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= hi:
+            shown = f"{value!r:.40}"
+            raise InputError(
+                f"{self.model_type} config: {key} must be a number above 0 and at most {hi:g}, got {shown}"
+            )
         return float(value)
 
 
@@ -221,9 +226,26 @@ def _windowed(base: LayerKind, c: Cfg, layer_type: str) -> LayerKind:
     )
 
 
+_EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+def check_experts(c: Cfg) -> None:
+    """A mixture of experts routes each token to num_experts_per_tok of its experts: never more than it has."""
+    experts = [n for n in map(c.data.get, _EXPERT_COUNTS) if isinstance(n, int) and not isinstance(n, bool) and n > 0]
+    if not experts or not c.has("num_experts_per_tok"):
+        return
+    top_k = c.int("num_experts_per_tok")
+    if top_k > max(experts):
+        raise InputError(
+            f"{c.model_type} config: num_experts_per_tok={top_k} is more than the {max(experts)} experts it has; "
+            "each token is routed to some of the experts, never more than all of them"
+        )
+
+
 def build_layers(cfg: dict[str, Any]) -> tuple[LayerKind, ...]:
     """One LayerKind per decoder layer, from a resolved config."""
     c = Cfg(cfg)
+    check_experts(c)
     arch = ARCHITECTURES.get(c.model_type) or ARCHITECTURES.get(str(cfg.get("_top_model_type")))
     if arch is None:
         raise InputError(

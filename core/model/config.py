@@ -27,6 +27,7 @@ from core.errors import InputError
 
 MAX_CONFIG_BYTES = 4 << 20  # the largest real config.json (a VLM's, with label maps) is well under 1 MiB
 MAX_DEPTH = 32  # real configs nest 3 or 4 levels; copying or hashing a deeper one could exhaust the stack
+MAX_WIDTH = 1 << 22  # as core.model.architectures reads widths: no real width or head count comes near 4M
 MAX_LAYERS = 10_000  # past any real model; a list of 10^12 layer types would exhaust memory before any check
 
 
@@ -50,6 +51,8 @@ def parse_json(text: str | bytes, origin: str) -> dict[str, Any]:
         raise InputError(
             f"{origin} is not valid JSON ({err}); upload the checkpoint's config.json as it ships"
         ) from None
+    except ValueError:  # an integer of 4,300+ digits, which int() refuses to convert
+        raise InputError(f"{origin} holds a number of more than 4,300 digits, which no config field has") from None
     except RecursionError:
         raise InputError(f"{origin} is nested too deeply to be a config.json") from None
     if not isinstance(data, dict):
@@ -82,31 +85,48 @@ def from_mamba_ssm(raw: dict[str, Any]) -> dict[str, Any]:
     if "model_type" in raw or "ssm_cfg" not in raw or "d_model" not in raw:
         return raw
     ssm = raw.get("ssm_cfg") or {}
+    if not isinstance(ssm, dict):
+        raise InputError(f"mamba_ssm config: ssm_cfg must be an object, got {_shown(ssm)}")
     layer = ssm.get("layer", "Mamba1")
-    hidden = raw["d_model"]
+    hidden = _mamba_int(raw, "d_model", None)
+    expand = _mamba_int(ssm, "expand", 2)
     common = {
         "hidden_size": hidden,
         "num_hidden_layers": raw.get("n_layer"),
         "vocab_size": raw.get("vocab_size"),
         "tie_word_embeddings": raw.get("tie_embeddings", True),
-        "expand": ssm.get("expand", 2),
+        "expand": expand,
         "conv_kernel": ssm.get("d_conv", 4),
         "_converted_from": "mamba_ssm",
     }
     if layer == "Mamba2":
-        head_dim = ssm.get("headdim", 64)
+        head_dim = _mamba_int(ssm, "headdim", 64)
         return common | {
             "model_type": "mamba2",
             "state_size": ssm.get("d_state", 128),
             "head_dim": head_dim,
-            "num_heads": common["expand"] * hidden // head_dim,
+            "num_heads": expand * hidden // head_dim,
             "n_groups": ssm.get("ngroups", 1),
         }
     return common | {
         "model_type": "mamba",
         "state_size": ssm.get("d_state", 16),
-        "intermediate_size": common["expand"] * hidden,
+        "intermediate_size": expand * hidden,
     }
+
+
+def _mamba_int(fields: dict[str, Any], key: str, default: int | None) -> int:
+    """A width the translation computes with: a positive integer of sane size, or an InputError naming it (the
+    other fields are checked where the translated config is sized)."""
+    value = fields.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_WIDTH:
+        raise InputError(f"mamba_ssm config: {key} must be a positive integer up to {MAX_WIDTH:,}, got {_shown(value)}")
+    return value
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 _DERIVED = ("layer_types", "num_hidden_layers", "head_dim", "hidden_size", "vocab_size", "max_position_embeddings")

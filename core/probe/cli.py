@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from core.argtypes import positive_int, tokens
+from core.argtypes import positive_int, seconds, tokens
 from core.errors import InputError
 from core.probe.request import BACKENDS, DEVICES, ProbeRequest
 from core.probe.runner import run_probe
@@ -109,7 +109,7 @@ def add_probe_parser(sub: Any) -> argparse.ArgumentParser:
         default=None,
         help="probe a copy with about N layers (same kinds, widths and kind mix)",
     )
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds before the probe is killed")
+    p.add_argument("--timeout", type=seconds, default=600.0, help="seconds before the probe is killed")
     p.add_argument(
         "--weights",
         default="auto",

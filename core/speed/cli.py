@@ -7,6 +7,7 @@ import argparse
 import os
 from dataclasses import asdict
 
+from core.argtypes import MAX_RAM_GB_S
 from core.errors import InputError
 from core.fit import Setup, Solver
 from core.speed.predict import Hardware, Speed, placement, predict, setup_weights
@@ -19,8 +20,8 @@ DEFAULT_CONTEXTS = (4096, 32768)
 def hardware(ram_gbs: float | None, threads: int | None, cpu_only: bool) -> tuple[Hardware, str]:
     """The host: RAM bandwidth as given or measured here (cached), threads as given or every core."""
     if ram_gbs is not None:
-        if not ram_gbs > 0:
-            raise InputError(f"--ram-gbs must be positive, got {ram_gbs}")
+        if not 0 < ram_gbs <= MAX_RAM_GB_S:  # NaN fails too
+            raise InputError(f"--ram-gbs must be positive and at most {MAX_RAM_GB_S:,} GB/s, got {ram_gbs}")
         bw, source = ram_gbs, "given (--ram-gbs)"
     else:
         bw, source = ram_gb_s()
