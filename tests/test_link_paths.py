@@ -155,3 +155,20 @@ def test_a_pasted_config_with_a_5000_digit_integer():
     assert not at.exception, [e.value for e in at.exception]
     assert at.error and "Exceeds the limit" not in at.error[0].value
     assert not at.metric
+
+
+def test_an_unreachable_hub_answers_in_seconds(monkeypatch):
+    """Issue 20 item 3: with the Hub unreachable (not HF_HUB_OFFLINE), huggingface_hub retried the connection five
+    times with back-off (about 23 s) before saying so. One short request now, then the local cache's answer. The
+    endpoint is a closed port on this machine: nothing leaves it."""
+    import time
+
+    import huggingface_hub.constants as hub
+
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hub, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(hub, "HUGGINGFACE_CO_URL_TEMPLATE", "http://127.0.0.1:9/{repo_id}/resolve/{revision}/{filename}")
+    start = time.monotonic()
+    with pytest.raises(InputError, match="the Hub cannot be reached"):
+        load_raw("mistralai/Mistral-Nemo-Instruct-2407", local_files=False)
+    assert time.monotonic() - start < 5

@@ -34,8 +34,29 @@ def preset_path(name: str) -> Path | None:
     return lowered.get(name.lower()) or by_tail.get(name.lower())
 
 
+HUB_TIMEOUT_S = 5.0  # one HEAD request: past this the Hub counts as unreachable and only the local cache is read
+
+
+def _hub_reachable(repo_id: str, token: str | None) -> bool:
+    """One HEAD with a short timeout and no retries. hf_hub_download alone retries a failed connection five times
+    with back-off (about 23 s) before it looks in the cache: too long for a page, which says at once instead."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url, is_offline_mode
+    from huggingface_hub.errors import HTTPError
+
+    if is_offline_mode():
+        return False
+    try:
+        get_hf_file_metadata(hf_hub_url(repo_id, "config.json"), timeout=HUB_TIMEOUT_S, token=token)
+    except HTTPError:  # httpx's connection errors and time-outs: nothing answered
+        return False
+    except Exception:  # the Hub answered (missing, gated, …): hf_hub_download raises the specific error
+        return True
+    return True
+
+
 def fetch_hub_config(repo_id: str) -> dict[str, Any]:
-    """config.json from the Hub or its local cache; honours HF_HUB_OFFLINE and HF_TOKEN. Never runs repo code."""
+    """config.json from the Hub or its local cache; honours HF_HUB_OFFLINE and HF_TOKEN. Never runs repo code.
+    An unreachable Hub costs one short request, then the local cache answers."""
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import (
         EntryNotFoundError,
@@ -47,8 +68,12 @@ def fetch_hub_config(repo_id: str) -> dict[str, Any]:
         RepositoryNotFoundError,
     )
 
+    token = os.environ.get("HF_TOKEN") or None
     try:
-        path = hf_hub_download(repo_id, "config.json", token=os.environ.get("HF_TOKEN") or None)
+        online = _hub_reachable(repo_id, token)
+        path = hf_hub_download(
+            repo_id, "config.json", token=token, local_files_only=not online, etag_timeout=HUB_TIMEOUT_S
+        )
     except GatedRepoError:
         raise InputError(f"{repo_id} is gated: accept its licence on the Hub and set HF_TOKEN") from None
     except RepositoryNotFoundError:
