@@ -167,7 +167,9 @@ def test_an_unreachable_hub_answers_in_seconds(monkeypatch):
 
     monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(hub, "ENDPOINT", "http://127.0.0.1:9")
-    monkeypatch.setattr(hub, "HUGGINGFACE_CO_URL_TEMPLATE", "http://127.0.0.1:9/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setattr(
+        hub, "HUGGINGFACE_CO_URL_TEMPLATE", "http://127.0.0.1:9/{repo_id}/resolve/{revision}/{filename}"
+    )
     start = time.monotonic()
     with pytest.raises(InputError, match="the Hub cannot be reached"):
         load_raw("mistralai/Mistral-Nemo-Instruct-2407", local_files=False)
