@@ -2,12 +2,44 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from core.dtypes import CacheDtype, dtype_named
 from core.errors import InputError
+from core.memory.quant import tensor_bytes
 from core.model.layers import LayerKind, Storage
+from core.model.params import ParamCount, Tensor
 from core.model.spec import ModelSpec, kind_label
+
+T = TypeVar("T")
+_DERIVED: dict[tuple[int, Hashable], tuple[ParamCount, object]] = {}
+_DERIVED_KEEP = 32
+_DERIVED_LOCK = threading.Lock()
+
+
+def per_count(count: ParamCount, what: Hashable, compute: Callable[[], T]) -> T:
+    """`compute()`, done once per parameter count and `what`: count_params returns one object per config and depth,
+    so the per-tensor passes of a request (100,000 tensors for a 10,000-layer model) run once, not once per
+    candidate card, layer count or plan. Keyed by the count's identity, which the entry keeps alive."""
+    key = (id(count), what)
+    hit = _DERIVED.get(key)
+    if hit is not None and hit[0] is count:
+        return hit[1]  # type: ignore[return-value]
+    value = compute()
+    with _DERIVED_LOCK:
+        _DERIVED.pop(key, None)
+        _DERIVED[key] = (count, value)
+        while len(_DERIVED) > _DERIVED_KEEP:
+            del _DERIVED[next(iter(_DERIVED))]
+    return value
+
+
+def sized_tensors(count: ParamCount, fmt: str, dtype_bytes: int) -> list[tuple[Tensor, int]]:
+    """core.memory.quant.tensor_bytes, once per count and format."""
+    return per_count(count, ("tensor_bytes", fmt, dtype_bytes), lambda: tensor_bytes(count, fmt, dtype_bytes))
 
 
 @dataclass(frozen=True)

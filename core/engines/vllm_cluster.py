@@ -39,13 +39,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from core.dtypes import dtype_named
+from core.engines.base import per_count, sized_tensors
 from core.engines.vllm_engine import Capacity, VllmEngine, VllmOptions
 from core.engines.vllm_mxfp4 import kernel_for, loading_growth
-from core.engines.vllm_pipeline import pipeline_capacity, pp_partitions, stage_bytes_per_block
+from core.engines.vllm_pipeline import count_within, pipeline_capacity, pp_partitions, stage_bytes_per_block
 from core.errors import InputError
 from core.memory.gpus import Card
 from core.memory.overhead import Item, vllm_overhead
-from core.memory.quant import default_format, tensor_bytes
+from core.memory.quant import default_format
 from core.model.layers import MLA
 from core.model.params import Tensor, count_params
 from core.model.spec import ModelSpec
@@ -122,10 +123,8 @@ def is_moe(model: ModelSpec) -> bool:
     return count_params(model).experts > 0
 
 
-def _stage_of(tensor: Tensor, bounds: list[int], pp: int, tied: bool) -> tuple[int, ...]:
-    """The pipeline stages that hold a tensor."""
-    if tensor.layer is not None:
-        return (next(s for s, end in enumerate(bounds) if tensor.layer < end),)
+def _stage_of(tensor: Tensor, pp: int, tied: bool) -> tuple[int, ...]:
+    """The pipeline stages that hold a tensor outside the decoder layers."""
     if tensor.category == "embedding":
         return (0, pp - 1) if tied and pp > 1 else (0,)
     return (pp - 1,)  # output head and final norm
@@ -163,6 +162,36 @@ class StageWeights:
         return tuple(e + s + r for e, s, r in zip(self.experts, self.split, self.replicated, strict=True))
 
 
+@dataclass(frozen=True)
+class _LayerClass:
+    """Layers whose tensors are alike in all but their index, bytes included: one class's shares are worked out once
+    however many layers it has."""
+
+    tensors: tuple[tuple[Tensor, int], ...]  # the first such layer's, with their bytes
+    layers: list[int]  # every such layer's index, ascending
+
+
+def _weight_classes(count, fmt: str, dtype_bytes: int) -> tuple[list[tuple[Tensor, int]], list[_LayerClass]]:
+    """The tensors outside the decoder layers, and the layers by class (once per count and format)."""
+
+    def build() -> tuple[list[tuple[Tensor, int]], list[_LayerClass]]:
+        outside: list[tuple[Tensor, int]] = []
+        per_layer: dict[int, list[tuple[Tensor, int]]] = {}
+        for tensor, size in sized_tensors(count, fmt, dtype_bytes):
+            if tensor.layer is None:
+                outside.append((tensor, size))
+            else:
+                per_layer.setdefault(tensor.layer, []).append((tensor, size))
+        classes: dict[tuple, _LayerClass] = {}
+        for index in sorted(per_layer):
+            items = per_layer[index]
+            alike = tuple((t.role, t.category, t.rows, t.cols, t.count, t.active, size) for t, size in items)
+            classes.setdefault(alike, _LayerClass(tuple(items), [])).layers.append(index)
+        return outside, list(classes.values())
+
+    return per_count(count, ("vllm_cluster classes", fmt, dtype_bytes), build)
+
+
 def stage_weights(model: ModelSpec, layout: Layout, weights: str | None = None) -> StageWeights:
     """Per-GPU weight bytes of each stage for a layout (the checkpoint's format unless `weights` names one)."""
     count = count_params(model)
@@ -174,16 +203,34 @@ def stage_weights(model: ModelSpec, layout: Layout, weights: str | None = None) 
     kv_heads = int(model.config.get("num_key_value_heads") or model.config.get("num_attention_heads") or 1)
     sp_moe = layout.dp > 1 and layout.expert_parallel and layout.tp > 1 and layout.pp == 1
     experts, split, replicated = [0] * layout.pp, [0] * layout.pp, [0] * layout.pp
-    for tensor, size in tensor_bytes(count, fmt, dtype_named(model.dtype).block_bytes):
-        share = _share(tensor, size, layout, kv_heads, sp_moe)
-        if tensor.routed:  # weights and biases: vLLM's fused-MoE layer holds and shards them together
-            bucket = experts
-        elif share == size and layout.tp > 1:
-            bucket = replicated
-        else:
-            bucket = split
-        for stage in _stage_of(tensor, bounds, layout.pp, count.lm_head == 0):
-            bucket[stage] += share
+
+    def shares(tensors) -> tuple[int, int, int]:
+        """(experts, split, replicated) bytes of these tensors on the fullest GPU."""
+        out = [0, 0, 0]
+        for tensor, size in tensors:
+            share = _share(tensor, size, layout, kv_heads, sp_moe)
+            if tensor.routed:  # weights and biases: vLLM's fused-MoE layer holds and shards them together
+                out[0] += share
+            elif share == size and layout.tp > 1:
+                out[2] += share
+            else:
+                out[1] += share
+        return out[0], out[1], out[2]
+
+    outside, classes = _weight_classes(count, fmt, dtype_named(model.dtype).block_bytes)
+    for tensor, size in outside:
+        e, s, r = shares([(tensor, size)])
+        for stage in _stage_of(tensor, layout.pp, count.lm_head == 0):
+            experts[stage] += e
+            split[stage] += s
+            replicated[stage] += r
+    for layer_class in classes:
+        e, s, r = shares(layer_class.tensors)
+        for stage, stop in enumerate(bounds):
+            n = count_within(layer_class.layers, bounds[stage - 1] if stage else 0, stop)
+            experts[stage] += e * n
+            split[stage] += s * n
+            replicated[stage] += r * n
     return StageWeights(tuple(experts), tuple(split), tuple(replicated))
 
 

@@ -262,11 +262,11 @@ class VllmEngine(Engine):
 
     def kv_bytes_per_token(self, model: ModelSpec, kv_dtype: str = "auto") -> int:
         """Per GPU rank, before rounding to blocks."""
-        return sum(p.per_token for p in self.pages(model, kv_dtype))
+        return sum(p.per_token * n for p, n in self.page_counts(model, kv_dtype).items())
 
     def fixed_bytes_per_sequence(self, model: ModelSpec, kv_dtype: str = "auto") -> int:
         """Per GPU rank, before padding to the attention page."""
-        return sum(p.state for p in self.pages(model, kv_dtype))
+        return sum(p.state * n for p, n in self.page_counts(model, kv_dtype).items())
 
     # --- per-rank pages ------------------------------------------------------------------------------------------
     def _kv_heads_per_rank(self, kv_heads: int) -> int:
@@ -304,34 +304,46 @@ class VllmEngine(Engine):
         return isinstance(part, Mamba2) or (isinstance(part, GatedDeltaNet) and gdn_checkpoints)
 
     def pages(self, model: ModelSpec, kv_dtype: str) -> list[Page]:
+        """Every layer's pages, layer by layer."""
+        per_layer = self.layer_pages(model, kv_dtype)
+        return [page for layer in model.layers for page in per_layer[layer]]
+
+    def layer_pages(self, model: ModelSpec, kv_dtype: str) -> dict[LayerKind, tuple[Page, ...]]:
+        """The pages of each distinct layer of the model (ModelSpec.census order), each worked out once."""
         storage = self.storage(model, kv_dtype)
-        out: list[Page] = []
-        for layer in model.layers:
-            for part in layer.parts():
-                if isinstance(part, MLA):
-                    out.append(Page("mla", "full", per_token=part.bytes_per_token(storage)))
-                elif isinstance(part, FullAttention):
-                    per_token = replace(part, kv_heads=self._kv_heads_per_rank(part.kv_heads)).bytes_per_token(storage)
-                    if isinstance(part, SlidingWindow):
-                        out.append(Page(f"sliding_window [{part.window:,}]", "sliding", per_token, window=part.window))
-                    elif isinstance(part, ChunkedAttention):
-                        out.append(Page(f"chunked_attention [{part.chunk:,}]", "chunked", per_token, window=part.chunk))
-                    else:
-                        out.append(Page("full_attention", "full", per_token))
-                elif part.state_tensors():
-                    out.append(
-                        Page(
-                            part.kind,
-                            "state",
-                            state=self._state_bytes(part, storage),
-                            checkpoint=self._checkpoints(part),
-                        )
-                    )
+        return {layer: self._pages_of(layer, storage) for layer in model.census}
+
+    def page_counts(self, model: ModelSpec, kv_dtype: str) -> dict[Page, int]:
+        """How many layers hold each page, pages in order of first appearance (as `pages` lists them)."""
+        out: dict[Page, int] = {}
+        for layer, pages in self.layer_pages(model, kv_dtype).items():
+            for page in pages:
+                out[page] = out.get(page, 0) + len(model.census[layer])
         return out
+
+    def _pages_of(self, layer: LayerKind, storage: Storage) -> tuple[Page, ...]:
+        out: list[Page] = []
+        for part in layer.parts():
+            if isinstance(part, MLA):
+                out.append(Page("mla", "full", per_token=part.bytes_per_token(storage)))
+            elif isinstance(part, FullAttention):
+                per_token = replace(part, kv_heads=self._kv_heads_per_rank(part.kv_heads)).bytes_per_token(storage)
+                if isinstance(part, SlidingWindow):
+                    out.append(Page(f"sliding_window [{part.window:,}]", "sliding", per_token, window=part.window))
+                elif isinstance(part, ChunkedAttention):
+                    out.append(Page(f"chunked_attention [{part.chunk:,}]", "chunked", per_token, window=part.chunk))
+                else:
+                    out.append(Page("full_attention", "full", per_token))
+            elif part.state_tensors():
+                out.append(
+                    Page(part.kind, "state", state=self._state_bytes(part, storage), checkpoint=self._checkpoints(part))
+                )
+        return tuple(out)
 
     # --- layout --------------------------------------------------------------------------------------------------
     def plan(self, model: ModelSpec, kv_dtype: str = "auto") -> Plan:
-        pages = self.pages(model, kv_dtype)
+        buckets = self.page_counts(model, kv_dtype)  # layers with the same spec form a bucket
+        pages = list(buckets)
         if not pages:
             raise InputError(f"{model.name} keeps no cache at all; nothing for vLLM to allocate")
         block = self.block_size(model)
@@ -361,9 +373,6 @@ class VllmEngine(Engine):
         if len(set(page_bytes.values())) > 1:
             raise InputError(f"{model.name}: layers with different page sizes are not modelled for vLLM")
 
-        buckets: dict[Page, int] = {}
-        for p in pages:
-            buckets[p] = buckets.get(p, 0) + 1
         if len(buckets) == 1:
             ((page, count),) = buckets.items()
             return Plan(block, page_bytes, (Group(page, count),), count, self.prefix_caching(model))

@@ -10,6 +10,7 @@ over stages overstates capacity whenever the layers do not split evenly (DeepSee
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 
 from core.engines.vllm_engine import Capacity, Page, VllmEngine
@@ -27,33 +28,38 @@ def pp_partitions(num_layers: int, pp: int) -> list[int]:
     return parts
 
 
-def _layer_pages(engine: VllmEngine, model: ModelSpec, kv_dtype: str) -> list[tuple[int, Page]]:
-    """Every cache page of the model with the index of the layer that owns it."""
-    return [
-        (index, page)
-        for index, layer in enumerate(model.layers)
-        for page in engine.pages(model.with_layers((layer,)), kv_dtype)
-    ]
+def _page_layers(engine: VllmEngine, model: ModelSpec, kv_dtype: str) -> dict[Page, list[int]]:
+    """Each cache page of the model with the indices of the layers that hold it (ascending), in order of first
+    appearance; each distinct layer's pages are worked out once, on the layer alone."""
+    by_page: dict[Page, list[int]] = {}
+    for layer, indices in model.census.items():
+        for page in engine.pages(model.with_layers((layer,)), kv_dtype):
+            by_page.setdefault(page, []).extend(indices)
+    for indices in by_page.values():
+        indices.sort()  # several distinct layers may hold one page
+    return by_page
 
 
 def stage_bytes_per_block(engine: VllmEngine, model: ModelSpec, kv_dtype: str = "auto") -> list[int]:
     """Bytes one block takes on each pipeline stage (one tensor-parallel rank): the model-wide groups projected
     onto the stage's layers, the largest projected group deciding."""
     plan = engine.plan(model, kv_dtype)
-    by_page: dict[Page, list[int]] = {}
-    for index, page in _layer_pages(engine, model, kv_dtype):
-        by_page.setdefault(page, []).append(index)
     # the model-wide groups, with their layers: a bucket of n layers split into k groups takes layers[i::k]
     groups: list[tuple[Page, list[int]]] = []
-    for page, indices in by_page.items():
+    for page, indices in _page_layers(engine, model, kv_dtype).items():
         count = sum(1 for g in plan.groups if g.page == page)
         groups += [(page, indices[i::count]) for i in range(count)]
     sizes, start = [], 0
     for layers in pp_partitions(len(model.layers), engine.options.pipeline_parallel):
-        stage = range(start, start + layers)
-        sizes.append(max(plan.page_bytes[page] * sum(1 for i in members if i in stage) for page, members in groups))
-        start += layers
+        end = start + layers
+        sizes.append(max(plan.page_bytes[page] * count_within(members, start, end) for page, members in groups))
+        start = end
     return sizes
+
+
+def count_within(ascending: list[int], start: int, end: int) -> int:
+    """How many of the ascending indices lie in [start, end)."""
+    return bisect_left(ascending, end) - bisect_left(ascending, start)
 
 
 def pipeline_capacity(

@@ -11,6 +11,7 @@ MTP layers (DeepSeek-V3, Qwen3.5) are not built by transformers and are left out
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -626,7 +627,43 @@ BUILDERS: dict[str, Callable[[_Model], None]] = {
 
 
 def tensors_of(config: dict[str, Any]) -> tuple[Tensor, ...]:
-    """The weight tensors of the model a resolved text config builds, in build order."""
+    """The weight tensors of the model a resolved text config builds, in build order (built once per distinct
+    config: a 10,000-layer model has some 100,000 tensors, and every figure of a request reads them)."""
+    key = _config_key(config)
+    if key is None:
+        return _build_tensors(config)
+    tensors = _TENSORS.get(key)
+    if tensors is None:
+        tensors = _remember(_TENSORS, key, _build_tensors(config))
+    return tensors
+
+
+_TENSORS: dict[str, tuple[Tensor, ...]] = {}  # config → its tensors, the most recent _KEEP configs
+_COUNTS: dict[tuple[str, int], ParamCount] = {}  # (config, depth) → count_params
+_KEEP = 8
+
+
+def _config_key(config: dict[str, Any]) -> str | None:
+    """The config as canonical JSON, the key of its cached tensors; None if it is not plain JSON (then no cache)."""
+    try:
+        return json.dumps(config, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    except (TypeError, ValueError):
+        return None
+
+
+def _remember(cache: dict, key, value):
+    """Keep `value` under `key`, dropping the oldest entries past _KEEP (a dict keeps insertion order)."""
+    cache.pop(key, None)
+    cache[key] = value
+    while len(cache) > _KEEP:
+        try:
+            cache.pop(next(iter(cache)), None)
+        except RuntimeError:  # another session's thread changed it meanwhile
+            break
+    return value
+
+
+def _build_tensors(config: dict[str, Any]) -> tuple[Tensor, ...]:
     c = Cfg(config)
     builder = BUILDERS.get(c.model_type)
     if builder is None:
@@ -663,5 +700,13 @@ def at_depth(tensors: tuple[Tensor, ...], depth: int) -> tuple[Tensor, ...]:
 
 
 def count_params(spec: ModelSpec) -> ParamCount:
-    """The spec's parameters, at its own depth (a what-if may give it more or fewer layers than its config)."""
-    return summarise(at_depth(tensors_of(spec.config), len(spec.layers)))
+    """The spec's parameters, at its own depth (a what-if may give it more or fewer layers than its config); counted
+    once per distinct config and depth, the same object then returned (callers cache what they derive from it)."""
+    depth = len(spec.layers)
+    key = _config_key(spec.config)
+    count = _COUNTS.get((key, depth)) if key is not None else None
+    if count is None:
+        count = summarise(at_depth(tensors_of(spec.config), depth))
+        if key is not None:
+            _remember(_COUNTS, (key, depth), count)
+    return count

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from core.model.layers import Hybrid, LayerKind
@@ -28,6 +29,16 @@ class ModelSpec:
     ssm_dtype: str | None = None  # a config's own say on recurrent-state dtype (Qwen3.5's mamba_ssm_dtype)
     notes: tuple[str, ...] = ()  # assumptions made while reading the config, shown to the user
     config: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    @cached_property
+    def census(self) -> dict[LayerKind, list[int]]:
+        """Each distinct layer, in order of first appearance, with the indices it sits at (ascending): a 10,000-layer
+        model usually has one to three, so per-layer work is done once per distinct layer. Computed once per spec
+        (a spec is immutable; `with_layers` and `replace` make a new one)."""
+        out: dict[LayerKind, list[int]] = {}
+        for i, layer in enumerate(self.layers):
+            out.setdefault(layer, []).append(i)
+        return out
 
     def layer_counts(self) -> dict[str, int]:
         return dict(Counter(kind_label(layer) for layer in self.layers))
