@@ -66,6 +66,10 @@ def _init_from_url() -> None:
     for key, value in asdict(inputs).items():
         st.session_state[f"in_{key}"] = value
     st.session_state["in_ctx_text"] = format_tokens(inputs.ctx).replace(",", "")
+    typed_ctx = st.query_params.get("ctx", "")
+    if any(item.startswith("ctx=") for item in ignored):  # as the sender typed it: the same error, not a default
+        st.session_state["in_ctx_text"] = typed_ctx[:40]
+        ignored = [item for item in ignored if not item.startswith("ctx=")]
     if "source" not in st.query_params:  # older links: infer it
         derived = "Upload" if inputs.config else "Preset" if inputs.model in presets() else "Hub"
         st.session_state["in_source"] = derived
@@ -239,14 +243,26 @@ def _hardware_inputs() -> list[str]:
     return problems
 
 
-def _share_link(inputs: Inputs, reproducible: bool) -> None:
+def _typed() -> dict[str, str]:
+    """Text boxes that cannot be read, as typed (bounded): the link carries them rather than older valid values."""
+    text = st.session_state.get("in_ctx_text", "")
+    try:
+        parse_tokens(text)
+    except InputError:
+        return {"ctx": text.strip()[:40]}
+    return {}
+
+
+def _share_link(inputs: Inputs, problems: list[str], typed: dict[str, str]) -> None:
     with st.expander("Share this view"):
         url = st.context.url.split("?")[0] if st.context.url else ""
-        st.code(f"{url}?{share_query(inputs)}", language=None, wrap_lines=True)
-        if reproducible:
-            st.caption("Copy the link with the button in the box's corner; it reproduces every input.")
-        else:
-            st.caption("Fix the inputs marked in red first: this link holds the last valid values, not this view.")
+        st.code(f"{url}?{share_query(inputs, typed)}", language=None, wrap_lines=True)
+        st.caption("Copy the link with the button in the box's corner; it reproduces every input.")
+        if problems:
+            st.caption(
+                "It carries them as they are now, so whoever opens it meets the same problem: "
+                + " ".join(p.split("\n")[0] for p in problems)
+            )
 
 
 def _stop(message: str) -> None:
@@ -275,10 +291,11 @@ def sidebar(*, model_only: bool = False) -> tuple[Inputs, ModelSpec, Setup]:
         if not model_only:
             problems += _hardware_inputs()
     inputs = _current()
-    st.query_params.from_dict(to_query(inputs))
+    typed = {} if model_only else _typed()
+    st.query_params.from_dict(to_query(inputs) | typed)
     with st.sidebar:
-        _share_link(inputs, reproducible=not problems)
-        fold_sidebar_on_phones(share_query(inputs))
+        _share_link(inputs, problems, typed)
+        fold_sidebar_on_phones(share_query(inputs, typed))
     ignored = st.session_state.get("_kv_ignored")
     if ignored:
         st.warning("Some link parameters were ignored and defaults used instead: " + "; ".join(ignored))

@@ -190,13 +190,13 @@ def from_query(params: dict[str, str]) -> tuple[Inputs, list[str]]:
 
 
 def to_query(inputs: Inputs) -> dict[str, str]:
-    """Only what differs from the defaults, so links stay short; the model is always named."""
+    """Only what differs from the defaults, so links stay short; the model is named unless an upload replaces it."""
     out: dict[str, str] = {}
     for key, value in asdict(inputs).items():
         if value == getattr(DEFAULTS, key) and key != "model":
             continue
-        if key == "model" and not str(value).strip():
-            continue  # an empty Hub box: "?model=" would only be refused when the link is opened
+        if key == "model" and (not str(value).strip() or inputs.config):
+            continue  # an empty Hub box ("?model=" would be refused when opened), or a Hub entry an upload replaced
         out[key] = (
             format_tokens(value).replace(",", "")
             if key == "ctx"
@@ -213,6 +213,7 @@ def _float(value: float) -> str:
     return short if float(short) == value else repr(value)
 
 
-def share_query(inputs: Inputs) -> str:
-    """The query string of a link to this view, every value percent-encoded (a space would end a link in chat)."""
-    return urlencode(to_query(inputs), quote_via=quote, safe="")
+def share_query(inputs: Inputs, typed: dict[str, str] | None = None) -> str:
+    """The query string of a link to this view, every value percent-encoded (a space would end a link in chat).
+    `typed`: boxes whose text cannot be read, carried as typed so that the link opens on the same problem."""
+    return urlencode(to_query(inputs) | (typed or {}), quote_via=quote, safe="")
