@@ -98,8 +98,11 @@ def tokens(text: str) -> int:
 
 
 def byte_size(text: str) -> int:
-    """A size in bytes: 1073741824, 512MiB, 1.5GiB."""
+    """A size in bytes: 1073741824, 512MiB, 1.5GiB; at most a pebibyte."""
     try:
-        return parse_bytes(text)
+        value = parse_bytes(text)
     except InputError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+    if value > MAX_MEMORY_BYTES:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is more than kvscope takes (at most 1 PiB)")
+    return value

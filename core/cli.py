@@ -58,7 +58,7 @@ def checked_kv_dtype(engine: Engine, kv_dtype: str) -> str:
     otherwise refuse every one of them and still exit 0."""
     if kv_dtype.strip().lower() not in engine.kv_dtypes:
         raise InputError(
-            f"--kv-dtype {kv_dtype[:40]!r} is not a KV cache type {engine.name} has; choose one of: "
+            f"--kv-dtype: KV dtype {kv_dtype[:40]!r} is not available on {engine.name}; choose one of: "
             + ", ".join(engine.kv_dtypes)
         )
     return kv_dtype

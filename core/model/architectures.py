@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import InputError
+from core.model.config import MAX_WIDTH
 from core.model.layers import (
     MLA,
     ChunkedAttention,
@@ -27,7 +28,6 @@ from core.model.layers import (
     SlidingWindow,
 )
 
-_MAX_DIM = 1 << 22  # no real width or head count comes near 4M
 _MAX_TOKENS = 1 << 34
 _MAX_FACTOR = 1024.0  # expansions and width multipliers are single digits; NaN and inf fail the range test too
 
@@ -42,7 +42,7 @@ class Cfg:
     def has(self, key: str) -> bool:
         return self.data.get(key) is not None
 
-    def int(self, *keys: str, default: int | None = None, hi: int = _MAX_DIM) -> int:
+    def int(self, *keys: str, default: int | None = None, hi: int = MAX_WIDTH) -> int:
         for key in keys:
             value = self.data.get(key)
             if value is None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from core.errors import InputError
 from core.model.architectures import ARCHITECTURES, DENSE_TYPES, Cfg, head_dim
+from core.model.config import MAX_WIDTH
 from core.model.layers import GatedDeltaNet, LayerKind, Mamba1, Mamba2
 from core.model.spec import ModelSpec
 
@@ -67,12 +68,13 @@ class ParamCount:
 
 
 def _count(c: Cfg, key: str, default: int) -> int:
-    """A non-negative integer field (layer offsets and counts that may be 0, which Cfg.int refuses)."""
+    """A non-negative integer field (layer offsets and counts that may be 0, which Cfg.int refuses), no larger than
+    any width (a 400-digit expert count would reach float arithmetic and overflow)."""
     value = c.data.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InputError(f"{c.model_type} config: {key} must be a non-negative integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_WIDTH:
+        raise InputError(f"{c.model_type} config: {key} must be an integer from 0 to {MAX_WIDTH:,}, got {value!r:.40}")
     return value
 
 
