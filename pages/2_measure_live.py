@@ -16,6 +16,7 @@ import pandas as pd
 import streamlit as st
 
 from core.errors import InputError
+from core.model.loading import config_label
 from core.probe import RANDOM_LABEL, ProbeBusy, ProbeJob, ProbeRequest, active_job, load_results
 from core.probe.results import RESULTS_NAME, results_dir
 from core.units import GIB, format_bytes, format_tokens, parse_tokens
@@ -45,9 +46,7 @@ def probe_target() -> tuple[str, str]:
     folder.mkdir(exist_ok=True)
     path = folder / f"{digest}.json"
     path.write_text(json.dumps(raw))
-    named = raw.get("_name_or_path")
-    label = named if isinstance(named, str) and named and not Path(named).is_absolute() else model.model_type
-    return str(path), f"{label} (uploaded config.json {digest[:8]})"
+    return str(path), f"{config_label(raw) or model.model_type} (uploaded config.json {digest[:8]})"
 
 
 def describe(msg: dict) -> str | None:
@@ -136,6 +135,8 @@ result = mine.result if mine is not None and not mine.running else None
 if result is not None:
     if result.ok:
         st.success(f"Probe ok in {result.elapsed_s:.1f} s")
+    elif result.status == "cancelled":  # asked for: no error text to repeat
+        st.info(f"Probe cancelled after {result.elapsed_s:.0f} s: its process was killed and its memory freed.")
     else:
         st.error(f"Probe {result.status}: {result.error}")
         if result.log_tail:

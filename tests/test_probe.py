@@ -196,6 +196,8 @@ def test_a_corrupted_line_is_skipped_with_a_warning(tmp_path):
         ("google/gemma-3-12b-it", 4, {"sliding_window": 5, "full_attention": 1}),
         ("ai21labs/Jamba-v0.1", 4, {"mamba1": 7, "full_attention": 1}),
         ("Qwen/Qwen3-8B", 3, {"full_attention": 3}),
+        # 10 conv : 6 attention, no repeating block (a block seen once is no period: it used to keep 15 of 16)
+        ("LiquidAI/LFM2-1.2B", 2, {"short_conv": 5, "full_attention": 3}),
     ],
 )
 def test_scale_layers_keeps_the_kind_mix(preset, n, expected):
@@ -206,6 +208,7 @@ def test_scale_layers_keeps_the_kind_mix(preset, n, expected):
     assert scaled.exact and scaled.layers_to == sum(expected.values())
     assert raw != scaled.raw  # a copy; the original is untouched
     assert model_from_config(raw, name).layers[0] == spec.layers[0]  # widths unchanged
+    assert f"{n} asked" in scaled.note or scaled.layers_to == n  # the box's value is answered, not ignored
 
 
 @pytest.mark.parametrize("preset", ["nvidia/Nemotron-H-8B-Base-8K", "ibm-granite/granite-4.0-h-tiny"])
@@ -259,3 +262,19 @@ def test_cli_probe_records_the_name_it_is_given(tmp_path, monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out)["model"] == "tiny llama"
     rows, _ = load_results(tmp_path / RESULTS_NAME)
     assert [r["model"] for r in rows] == ["tiny llama"]
+
+
+def test_a_probed_config_file_is_named_after_its_model_not_its_file(tmp_path):
+    """Past runs showed 'tmp3uvz18pq': the stem of a temporary config file. A file's run is named after the Hub id
+    its config names, else after its stem and model type."""
+    named = tmp_path / "tmp3uvz18pq.json"
+    named.write_text(json.dumps(tiny_raw("llama") | {"_name_or_path": "org/tiny-llama"}))
+    plain = tmp_path / "tmpq0x9.json"
+    plain.write_text(json.dumps(tiny_raw("llama") | {"_name_or_path": "/home/someone/ckpt"}))
+    for path, expected in ((named, "org/tiny-llama"), (plain, "tmpq0x9 (llama)")):
+        result = run_probe(
+            ProbeRequest(model=str(path), contexts=(4,), decode_steps=2), timeout=120, directory=tmp_path
+        )
+        assert result.ok, (result.error, result.log_tail)
+        assert result.model == expected
+    assert [r["model"] for r in load_results(tmp_path / RESULTS_NAME)[0]] == ["org/tiny-llama", "tmpq0x9 (llama)"]

@@ -100,6 +100,12 @@ def _read_config(path: Path) -> bytes:
     return path.read_bytes()
 
 
+def config_label(raw: dict[str, Any]) -> str | None:
+    """The model a config.json names in `_name_or_path` when that is a Hub id (not a path on whoever saved it)."""
+    named = raw.get("_name_or_path")
+    return named if isinstance(named, str) and _REPO_ID.match(named) and not named.startswith(".") else None
+
+
 def load_raw(source: str, prefer_hub: bool = False, local_files: bool = True) -> tuple[str, dict[str, Any], str]:
     """(name, raw config, where it came from) for a preset name, a config.json path or a Hub repo id.
 

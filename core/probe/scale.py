@@ -66,8 +66,9 @@ def layer_pattern(raw: dict[str, Any]) -> list[str]:
 
 
 def _period(pattern: list[str]) -> int:
-    """The shortest block that, repeated (the last copy possibly cut short), spells the whole pattern."""
-    for p in range(1, len(pattern) + 1):
+    """The shortest block that, repeated at least twice (the last copy possibly cut short), spells the whole
+    pattern. Once is no repeat: LFM2-1.2B's 16 layers would otherwise 'repeat' a 15-layer block."""
+    for p in range(1, len(pattern) // 2 + 1):
         if all(pattern[i] == pattern[i % p] for i in range(len(pattern))):
             return p
     return len(pattern)
@@ -137,8 +138,10 @@ def scale_layers(raw: dict[str, Any], n: int) -> Scaled:
         cfg["layer_types"] = [pattern[i] for i in kept]  # an implicit pattern, subsampled: spell it out
     cfg["num_hidden_layers"] = len(kept)
     mix = ", ".join(f"{c}× {k}" for k, c in Counter(pattern[i] for i in kept).items())
-    how = "same kind mix" if exact else "kind mix rounded (no smaller exact copy)"
-    note = f"scaled down: {len(kept)} of {total} layers ({mix}; {how}), widths unchanged"
+    whole = ", ".join(f"{c}× {k}" for k, c in Counter(pattern).items())
+    how = f"the model's mix is {whole}" if exact else f"the model's {whole} rounded: no smaller exact copy"
+    asked = "" if len(kept) == n else f"; {n} asked, and {len(kept)} is the nearest copy that keeps the mix"
+    note = f"scaled down: {len(kept)} of {total} layers ({mix}; {how}){asked}, widths unchanged"
     return Scaled(out, total, len(kept), tuple(kept), exact, note)
 
 

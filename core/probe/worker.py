@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from core.engines import engine_named
 from core.errors import InputError
 from core.model.cachewalk import cache_bytes, pinned_bytes
-from core.model.loading import load_raw, model_from_config
+from core.model.loading import config_label, load_raw, model_from_config
 from core.model.params import count_params as count_spec_params
 from core.probe.request import RANDOM_LABEL, ContextResult, ProbeRequest
 from core.probe.scale import Scaled, scale_layers, smallest_exact
@@ -112,6 +112,13 @@ def environment(torch: Any, device: str) -> dict[str, Any]:
 def _torch_dtype(torch: Any, name: str) -> Any:
     table = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     return table[name]
+
+
+def _label(req: ProbeRequest, name: str, raw: dict[str, Any], origin: str) -> str:
+    """What results call the model: the request's name, else for a config file the model it names (a file's stem
+    such as 'tmp3uvz18pq' says nothing in past runs), else kvscope's name for it."""
+    from_file = config_label(raw) if origin.startswith("file") else None
+    return req.name or from_file or (f"{name} ({raw.get('model_type')})" if origin.startswith("file") else name)
 
 
 def local_weights(source: str, local_files: bool = True) -> Path | None:
@@ -346,7 +353,7 @@ def run_transformers(req: ProbeRequest, ch: Channel, budget_s: float | None = No
     if device == "cpu":
         limit_address_space(CPU_ADDRESS_SPACE)
     name, raw, origin = load_raw(req.model, local_files=req.local_files)
-    name = req.name or name
+    name = _label(req, name, raw, origin)
     engine = engine_named("transformers")
     spec_full = model_from_config(raw, name)
     dtype = spec_full.dtype if req.dtype == "auto" else engine.kv_dtype(spec_full, req.dtype).name
@@ -498,7 +505,7 @@ def run_vllm(req: ProbeRequest, ch: Channel, budget_s: float | None = None) -> N
     if not torch.cuda.is_available():
         raise InputError("the vllm backend needs a CUDA GPU; none is visible")
     name, raw, origin = load_raw(req.model, local_files=req.local_files)
-    name = req.name or name
+    name = _label(req, name, raw, origin)
     spec = model_from_config(raw, name)
     weights_dir = local_weights(req.model, req.local_files) if req.weights == "auto" else None
     env = environment(torch, "cuda")
