@@ -35,6 +35,7 @@ from core.finders import COST_BASIS, DEFAULT_CONTEXT, card_record, model_record,
 from core.fit import Setup, default_split, fit
 from core.llamacpp_autofit import autofit_record, fit_params, print_autofit
 from core.memory.gpus import Card, card_named
+from core.memory.quant import format_named
 from core.memory.weightfiles import read_weights
 from core.model.config import MAX_CONFIG_BYTES, parse_json, resolve
 from core.model.loading import load_model, presets
@@ -294,6 +295,8 @@ def print_fit(out: dict) -> None:
 def cmd_cards(args: argparse.Namespace) -> dict:
     model = load_model(args.model)
     engine = build_engine(args)
+    if args.weights is not None:
+        format_named(args.weights)  # an unknown name is one error, not every card refused with it
     answers = rank_cards(model, engine, args.context, args.weights, checked_kv_dtype(engine, args.kv_dtype))
     return {
         "model": model.name,

@@ -94,6 +94,7 @@ FLAG_CASES = {
     # item 8: every card or plan refused, exit 0
     "cluster_kv_dtype_garbage": (["cluster", QWEN, "--gpu", "H100", "--kv-dtype", "garbage_dtype"], ["--kv-dtype"]),
     "cards_kv_dtype_garbage": (["cards", QWEN, "--kv-dtype", "garbage_dtype"], ["--kv-dtype", "garbage_dtype"]),
+    "cards_weights_garbage": (["cards", QWEN, "--weights", "garbage_format"], ["weight format", "garbage_format"]),
     # siblings found by trying 400 digits, 0, nan, inf and 1e308 on every number option
     "size_batch_400_digits": (["size", QWEN, "--batch", DIGITS_400], ["--batch"]),
     "fit_max_num_batched_tokens_400_digits": (
