@@ -52,6 +52,7 @@ bench: setup
 	$(PY) tests/bench/bench_cli.py
 	$(PY) tests/bench/bench_app.py
 	$(PY) tests/bench/bench_team.py
+	$(PY) tests/bench/bench_links.py
 
 # Predicted vs measured speed on this CPU (real llama.cpp and the transformers probe, a few minutes), then the
 # seeds' published GPU figures beside kvscope's prediction.

@@ -17,13 +17,14 @@ from dataclasses import dataclass, replace
 
 from core.dtypes import dtype_named
 from core.engines import Engine
+from core.engines.base import sized_weights
 from core.engines.hf_transformers import TransformersEngine
 from core.engines.llamacpp import LlamaCppEngine
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
 from core.fit import Fit, Setup, Solver, context_limit, fit
 from core.memory.gpus import Card, cards
-from core.memory.quant import default_format, weights_bytes
+from core.memory.quant import default_format
 from core.model.params import count_params
 from core.model.spec import ModelSpec
 from core.units import format_bytes, format_tokens
@@ -153,7 +154,7 @@ def weight_ladder(model: ModelSpec, engine: Engine) -> list[str]:
     own = default_format(model)
     count = count_params(model)
     dtype_bytes = dtype_named(model.dtype).block_bytes
-    size = {f: weights_bytes(count, f, dtype_bytes).total for f in {own, *LADDERS[_ladder_type(engine)]}}
+    size = {f: sized_weights(count, f, dtype_bytes).total for f in {own, *LADDERS[_ladder_type(engine)]}}
     smaller = sorted((f for f in size if f != own and size[f] < size[own]), key=lambda f: -size[f])
     return [own, *smaller]
 

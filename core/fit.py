@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from core.dtypes import dtype_named
 from core.engines import Engine
-from core.engines.base import CacheAccount
+from core.engines.base import CacheAccount, per_count, sized_tensors, sized_weights
 from core.engines.hf_transformers import TransformersEngine
 from core.engines.llamacpp import LlamaCppEngine, Offload
 from core.engines.vllm_engine import Capacity, VllmEngine
@@ -15,7 +15,7 @@ from core.engines.vllm_pipeline import fullest_stage_fraction, pipeline_capacity
 from core.errors import InputError
 from core.memory.gpus import Card
 from core.memory.overhead import Item, llamacpp_overhead, transformers_overhead, vllm_overhead
-from core.memory.quant import default_format, tensor_bytes, weights_bytes
+from core.memory.quant import default_format
 from core.memory.weightfiles import WeightFile
 from core.model.params import ParamCount, count_params
 from core.model.spec import ModelSpec
@@ -70,6 +70,24 @@ class Fit:
     rows: tuple[Row, ...]
     vllm: Capacity | None = None
     notes: tuple[str, ...] = ()
+
+
+def layer_bytes(count: ParamCount, fmt: str, dtype_bytes: int) -> tuple[list[int], list[int], int]:
+    """Per decoder layer, the bytes of its tensors but routed experts and those of its routed experts; and the bytes
+    outside the layers but the token embedding (the output layer and final norm). Once per count and format."""
+
+    def build() -> tuple[list[int], list[int], int]:
+        sized = sized_tensors(count, fmt, dtype_bytes)
+        n = 1 + max((t.layer for t, _ in sized if t.layer is not None), default=-1)
+        dense, routed, output = [0] * n, [0] * n, 0
+        for tensor, size in sized:
+            if tensor.layer is not None:
+                (routed if tensor.routed else dense)[tensor.layer] += size
+            elif tensor.category != "embedding":
+                output += size
+        return dense, routed, output
+
+    return per_count(count, ("layer_bytes", fmt, dtype_bytes), build)
 
 
 def default_split(engine: Engine, gpus: int, tp: int | None = None, pp: int | None = None) -> tuple[int, int]:
@@ -145,7 +163,7 @@ class Solver:
             self.format = f"{setup.weights_file.kind} file"
             self.weights_total = setup.weights_file.total_bytes
         else:
-            self.weights_total = weights_bytes(count, self.format, dtype_bytes).total
+            self.weights_total = sized_weights(count, self.format, dtype_bytes).total
             if isinstance(engine, VllmEngine) and self.format == "mxfp4":
                 self.kernel = kernel_for(setup.card, engine.options.platform)
                 self.relaid = loading_growth(setup.model.config, self.kernel)
@@ -167,16 +185,15 @@ class Solver:
                 raise InputError("--n-cpu-moe with a weights file is not modelled: its tensors carry no expert roles")
             on_gpu = self.setup.weights_file.bytes_on_gpu(where.layers, where.output)
         else:
-            on_gpu = 0
-            for tensor, size in tensor_bytes(count, self.format, dtype_bytes):
-                if tensor.layer is not None:
-                    kept = tensor.layer in where.layers and not (tensor.routed and tensor.layer in where.cpu_experts)
-                    on_gpu += size if kept else 0
-                elif tensor.category != "embedding":
-                    on_gpu += size if where.output else 0
+            dense, routed, output = layer_bytes(count, self.format, dtype_bytes)
+            on_gpu = sum(
+                dense[i] + (0 if i in where.cpu_experts else routed[i]) for i in where.layers if i < len(dense)
+            )
+            on_gpu += output if where.output else 0
+        if len(where.layers) == len(layers):
+            return on_gpu, self.setup.model  # every layer on the GPU (the same spec, its layer census kept)
         kept = tuple(layers[i] for i in where.layers)
-        partial = len(kept) < len(layers)
-        name = self.setup.model.name + (f" ({len(kept)} of {len(layers)} layers on GPU)" if partial else "")
+        name = f"{self.setup.model.name} ({len(kept)} of {len(layers)} layers on GPU)"
         return on_gpu, self.setup.model.with_layers(kept, name=name)
 
     # cache is split across pipeline stages (layers) and, for vLLM, across TP ranks inside the engine's pages
@@ -295,9 +312,13 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
     if isinstance(solver.engine, LlamaCppEngine):
         n, where = len(setup.model.layers), solver.offload
         assert where is not None  # set for every llama.cpp setup
-        placed = f"all {n} layers and the output layer" if where.layers.start == 0 and where.output else (
-            f"-ngl {setup.gpu_layers}: the last {len(where.layers)} of {n} layers"
-            + (" and the output layer" if where.output else "")
+        placed = (
+            f"all {n} layers and the output layer"
+            if where.layers.start == 0 and where.output
+            else (
+                f"-ngl {setup.gpu_layers}: the last {len(where.layers)} of {n} layers"
+                + (" and the output layer" if where.output else "")
+            )
         )
         moe = where.cpu_experts
         in_ram = "the token embedding table stays in system RAM"

@@ -9,6 +9,7 @@ from core.errors import InputError
 from core.memory.gpus import card_named, cards
 from core.model.loading import load_model, presets
 from core.ollama_report import DEFAULT_CARDS, MEASURED, SPEED_AT, TYPICAL_SOURCE, explain, host, ollama_grid
+from core.speed.predict import PREFILL_SPANS, prefill_spans
 from core.units import GIB, MIB, format_tokens, parse_tokens
 from ui.inputs import sidebar
 from ui.layout import FAVICON, mobile_css
@@ -107,6 +108,12 @@ st.dataframe(
         "fit decode tok/s": st.column_config.NumberColumn("fit decode tok/s", format="%.1f", help="one request"),
     },
 )
+for spec in specs:
+    if prefill_spans(len(spec.layers)) < PREFILL_SPANS:
+        st.info(
+            f"{spec.name} has {len(spec.layers):,} layers: its prefill is timed over {prefill_spans(len(spec.layers))} "
+            f"span(s) of chunks instead of {PREFILL_SPANS}, bounded to keep a request under 2 s of server CPU."
+        )
 st.caption(
     f"Speed: {SPEED_AT}. Layers left in RAM run at {hw.ram_gb_s:.1f} GB/s ({ram_source}), {hw.threads} threads. "
     "Binary units: 1 GiB = 2³⁰ bytes. Each card is taken as empty (its whole memory free)."

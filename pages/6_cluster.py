@@ -1,17 +1,20 @@
 """vLLM past one machine: every TP × PP × DP (EP) plan of a cluster for the chosen model, best first, with the
 arithmetic of the best plan, plain TP and DP-attention. The page only draws: core.engines.vllm_cluster computes."""
 
+from dataclasses import replace
+
 import pandas as pd
 import streamlit as st
 
 from core.cluster_report import cluster_report
 from core.engines.vllm_cluster import Cluster
+from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
 from core.memory.gpus import card_named, cards
 from core.units import format_bytes, format_tokens
 from ui.inputs import sidebar
 from ui.layout import FAVICON, mobile_css
-from ui.state import BOUNDS, SWITCH
+from ui.state import BOUNDS, DEFAULTS, SWITCH, to_query
 
 st.set_page_config(page_title="kvscope — vLLM across nodes", page_icon=FAVICON, layout="wide")
 mobile_css()
@@ -25,7 +28,15 @@ st.caption(
 
 c1, c2, c3, c4 = st.columns(4)
 names = [name for name, card in cards().items() if not card.unified_memory]
-c1.selectbox("Card", names, key="in_ccard")
+if st.session_state.get("in_ccard") not in names:  # a link's unified-memory machine: not a card of a cluster node
+    refused = st.session_state.get("in_ccard")
+    st.session_state["in_ccard"] = DEFAULTS.ccard
+    st.query_params.from_dict(to_query(replace(inputs, ccard=DEFAULTS.ccard)))
+    st.warning(
+        f"ccard={refused!r} is a unified-memory machine, not a GPU of a cluster node; the plans below use "
+        f"{DEFAULTS.ccard}, the card shown. Pick a data-centre or desktop GPU."
+    )
+card_name = c1.selectbox("Card", names, key="in_ccard")
 c2.number_input("Nodes", *BOUNDS["nodes"], key="in_nodes")
 c3.number_input("GPUs per node", *BOUNDS["gpn"], key="in_gpn")
 c4.selectbox(
@@ -34,8 +45,14 @@ c4.selectbox(
     key="in_ep",
     help="--enable-expert-parallel for MoE models: auto lists plans with and without it",
 )
+kv = inputs.kv if inputs.kv in VllmEngine.kv_dtypes else "auto"
+if kv != inputs.kv:
+    st.warning(
+        f"KV dtype {inputs.kv} (from the link or another engine) is not one vLLM has; the plans use auto (the "
+        f"model's dtype). vLLM's: {', '.join(VllmEngine.kv_dtypes)}."
+    )
 st.caption(
-    f"{format_tokens(inputs.ctx)}-token requests (the sidebar's context), KV dtype {inputs.kv}, weights as the "
+    f"{format_tokens(inputs.ctx)}-token requests (the sidebar's context), KV dtype {kv}, weights as the "
     "checkpoint, `vllm serve` defaults for the card."
 )
 
@@ -47,10 +64,9 @@ def report(_model, key: str, card: str, nodes: int, gpn: int, context: int, kv: 
     return cluster_report(_model, cluster, context, kv_dtype=kv, expert_parallel=SWITCH[ep])
 
 
-kv = inputs.kv if inputs.kv in ("auto", "fp8", "bf16", "fp16") else "auto"
 try:
     context = min(inputs.ctx, model.max_context or inputs.ctx)
-    out = report(model, repr(model), inputs.ccard, inputs.nodes, inputs.gpn, context, kv, inputs.ep)
+    out = report(model, repr(model), card_name, inputs.nodes, inputs.gpn, context, kv, inputs.ep)
 except InputError as err:
     st.error(str(err))
     st.stop()

@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from core.dtypes import CacheDtype, dtype_named
 from core.errors import InputError
-from core.memory.quant import tensor_bytes
+from core.memory.quant import WeightBytes, tensor_bytes, weights_bytes
 from core.model.layers import LayerKind, Storage
 from core.model.params import ParamCount, Tensor
 from core.model.spec import ModelSpec, kind_label
@@ -40,6 +40,11 @@ def per_count(count: ParamCount, what: Hashable, compute: Callable[[], T]) -> T:
 def sized_tensors(count: ParamCount, fmt: str, dtype_bytes: int) -> list[tuple[Tensor, int]]:
     """core.memory.quant.tensor_bytes, once per count and format."""
     return per_count(count, ("tensor_bytes", fmt, dtype_bytes), lambda: tensor_bytes(count, fmt, dtype_bytes))
+
+
+def sized_weights(count: ParamCount, fmt: str, dtype_bytes: int) -> WeightBytes:
+    """core.memory.quant.weights_bytes, once per count and format."""
+    return per_count(count, ("weights_bytes", fmt, dtype_bytes), lambda: weights_bytes(count, fmt, dtype_bytes))
 
 
 @dataclass(frozen=True)
@@ -112,11 +117,15 @@ class Engine:
     def kv_bytes_per_token(self, model: ModelSpec, kv_dtype: str = "auto") -> int:
         """Bytes one more token adds across all growing layers (windows not yet full)."""
         storage = self.storage(model, kv_dtype)
-        return sum(layer.bytes_per_token(self.layer_storage(layer, storage)) for layer in model.layers)
+        return sum(
+            layer.bytes_per_token(self.layer_storage(layer, storage)) * len(at) for layer, at in model.census.items()
+        )
 
     def fixed_bytes_per_sequence(self, model: ModelSpec, kv_dtype: str = "auto") -> int:
         storage = self.storage(model, kv_dtype)
-        return sum(layer.fixed_bytes(self.layer_storage(layer, storage)) for layer in model.layers)
+        return sum(
+            layer.fixed_bytes(self.layer_storage(layer, storage)) * len(at) for layer, at in model.census.items()
+        )
 
     def seen(self, model: ModelSpec) -> ModelSpec:
         """The model as this engine loads it (some engines drop or force a window)."""
@@ -147,8 +156,8 @@ class Engine:
         model = self.seen(model)
         storage = self.storage(model, kv_dtype)
         grouped: dict[str, list[LayerKind]] = {}
-        for layer in model.layers:
-            grouped.setdefault(kind_label(layer) + _cap_label(layer), []).append(layer)
+        for layer, indices in model.census.items():  # labels in order of first appearance, as layer by layer
+            grouped.setdefault(kind_label(layer) + _cap_label(layer), []).extend([layer] * len(indices))
         lines = tuple(self.kind_line(model, label, group, storage, context, batch) for label, group in grouped.items())
         return CacheAccount(model.name, self.name, self.kv_dtype(model, kv_dtype).name, context, batch, lines)
 

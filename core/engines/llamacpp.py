@@ -107,8 +107,10 @@ def as_llamacpp_sees(model: ModelSpec) -> ModelSpec:
             )
         )
     fixed = FIXED_PATTERNS.get(model.model_type)
-    windows = [layer for layer in model.layers if _windowed(layer)]
-    if fixed is None or not windows:
+    if fixed is None:
+        return model
+    windows = [layer for layer in model.census if _windowed(layer)]  # distinct layers, first appearance first
+    if not windows:
         return model
     period, chunk = fixed
     first = windows[0]
@@ -220,7 +222,7 @@ class LlamaCppEngine(Engine):
         return FP16 if kv_dtype.strip().lower() == "auto" else super().kv_dtype(model, kv_dtype)
 
     def storage(self, model: ModelSpec, kv_dtype: str = "auto") -> Storage:
-        if any(isinstance(p, LightningAttention) for layer in model.layers for p in layer.parts()):
+        if any(isinstance(p, LightningAttention) for layer in model.census for p in layer.parts()):
             raise InputError(f"{model.name}: llama.cpp has no lightning-attention (MiniMax-Text-01) cache to model")
         kv = self.kv_dtype(model, kv_dtype)
         if kv.block_elems > 1 and not self.options.flash_attn:
@@ -272,7 +274,7 @@ class LlamaCppEngine(Engine):
             v_row = max(
                 (
                     p.token_rows()[1]
-                    for layer in model.layers
+                    for layer in model.census
                     for p in self._attention_parts(layer)
                     if len(p.token_rows()) > 1
                 ),

@@ -32,9 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from core.dtypes import dtype_named
+from core.engines.base import per_count, sized_tensors
 from core.engines.llamacpp import LlamaCppEngine, LlamaCppOptions
 from core.errors import InputError
-from core.memory.quant import tensor_bytes
 from core.model.layers import FullAttention
 from core.model.params import count_params
 from core.model.spec import ModelSpec
@@ -134,23 +134,28 @@ def gguf_facts(model: ModelSpec, weights: str = "q4_k_m") -> GgufFacts:
     if len(attn) != len(model.layers):
         raise InputError(f"{model.name}: the Ollama estimate here covers full-attention models only")
     count = count_params(model)
-    sizes = tensor_bytes(count, weights, dtype_named(model.dtype).block_bytes)
-    blocks = [0] * len(model.layers)
-    output = embd = 0
-    for tensor, size in sizes:
-        if tensor.layer is not None:
-            blocks[tensor.layer] += size
-        elif tensor.role in ("output", "output_norm"):
-            output += size
-        elif tensor.role == "token_embd":
-            embd = size
+    dtype_bytes = dtype_named(model.dtype).block_bytes
+
+    def tally() -> tuple[tuple[int, ...], int, int]:
+        blocks = [0] * len(model.layers)
+        output = embd = 0
+        for tensor, size in sized_tensors(count, weights, dtype_bytes):
+            if tensor.layer is not None:
+                blocks[tensor.layer] += size
+            elif tensor.role in ("output", "output_norm"):
+                output += size
+            elif tensor.role == "token_embd":
+                embd = size
+        return tuple(blocks), output, embd
+
+    blocks, output, embd = per_count(count, ("gguf blocks", weights, dtype_bytes), tally)
     if count.lm_head == 0:  # tied: no output tensor, Ollama counts token_embd (memory.go:244-248)
         output += embd
     cfg = model.config
     first = attn[0]
     return GgufFacts(
         arch=gguf_arch(model),
-        blocks=tuple(blocks),
+        blocks=blocks,
         output=output,
         embedding=int(cfg["hidden_size"]),
         heads=int(cfg["num_attention_heads"]),

@@ -12,17 +12,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from core.dtypes import dtype_named
+from core.engines.base import per_count, sized_tensors
 from core.engines.llamacpp import LlamaCppEngine, Offload
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
 from core.fit import Setup
-from core.memory.quant import default_format, tensor_bytes
+from core.memory.quant import default_format
 from core.model.params import count_params
 from core.speed.efficiency import Efficiency, efficiency_for
 from core.speed.work import PassWork, Weights, decode_work, prefill_work
 
 FP8_FORMATS = frozenset({"fp8", "fp8_block"})
 PREFILL_SPANS = 16  # prefill chunks are grouped into at most this many spans, each timed as one roofline
+# Spans × layers one prefill is timed over: models past 1,024 layers (only what-ifs and crafted configs) get fewer
+# spans, so a request's work stays bounded (each span is still a whole roofline; see prefill_spans).
+PREFILL_LAYER_SPANS = PREFILL_SPANS * 1024
 
 
 Table = Mapping[tuple[str, str], Efficiency]
@@ -169,12 +173,17 @@ def setup_weights(setup: Setup) -> Weights:
     model = setup.model
     count = count_params(model)
     fmt = setup.weights or default_format(model)
-    per_tensor = tensor_bytes(count, fmt, dtype_named(model.dtype).block_bytes)
-    scale = 1.0
-    if setup.weights_file is not None:  # a real file's total replaces the estimate, spread in proportion
-        estimate = sum(size for _, size in per_tensor)
-        scale = setup.weights_file.total_bytes / estimate if estimate else 1.0
-    return Weights.of(per_tensor, len(model.layers), count.lm_head == 0, scale)
+    dtype_bytes = dtype_named(model.dtype).block_bytes
+    per_tensor = sized_tensors(count, fmt, dtype_bytes)
+    tied = count.lm_head == 0
+    if setup.weights_file is None:
+        return per_count(
+            count, ("speed weights", fmt, dtype_bytes), lambda: Weights.of(per_tensor, len(model.layers), tied)
+        )
+    # a real file's total replaces the estimate, spread in proportion
+    estimate = sum(size for _, size in per_tensor)
+    scale = setup.weights_file.total_bytes / estimate if estimate else 1.0
+    return Weights.of(per_tensor, len(model.layers), tied, scale)
 
 
 def placement(setup: Setup, hw: Hardware) -> Offload:
@@ -292,6 +301,11 @@ def _merge(t: Timing) -> Timing:
     return Timing(tuple(merged.values()), t.overhead_s)
 
 
+def prefill_spans(n_layers: int) -> int:
+    """Spans a prompt's chunks are grouped into: PREFILL_SPANS, fewer past 1,024 layers (PREFILL_LAYER_SPANS)."""
+    return max(1, min(PREFILL_SPANS, PREFILL_LAYER_SPANS // max(1, n_layers)))
+
+
 def prefill_timing(
     setup: Setup, hw: Hardware, context: int, table: Table | None = None, weights: Weights | None = None
 ) -> tuple[Timing, int]:
@@ -301,7 +315,7 @@ def prefill_timing(
     chunks = math.ceil(context / chunk)
     weights = weights or setup_weights(setup)
     total: Timing | None = None
-    per_span = math.ceil(chunks / min(chunks, PREFILL_SPANS))
+    per_span = math.ceil(chunks / min(chunks, prefill_spans(len(setup.model.layers))))
     for first in range(0, chunks, per_span):
         start = first * chunk
         end = min(context, (first + per_span) * chunk)

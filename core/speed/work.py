@@ -176,31 +176,58 @@ def _q_heads(model: ModelSpec) -> int:
     return heads if isinstance(heads, int) and heads > 0 else 0
 
 
+@dataclass(frozen=True)
+class _Terms:
+    """What a pass's figures take from one layer alone, worked out once per distinct layer."""
+
+    kind: str
+    cap: int | None
+    per_token: int  # cache bytes per token
+    fixed: int  # state bytes per sequence
+    per_key: int  # attention FLOPs per key attended
+    state_flops: int  # per token
+    cache_label: str
+
+
+def _terms(model: ModelSpec, engine: Engine, kv_dtype: str) -> tuple[ModelSpec, list[_Terms]]:
+    """The layers as the engine builds them, and each one's terms (computed once per distinct layer)."""
+    seen = engine_view(model, engine)
+    storage = engine.storage(model, kv_dtype)
+    heads = _q_heads(model)
+    by_layer: dict[LayerKind, _Terms] = {}
+    for layer in seen.census:
+        rules = engine.layer_storage(layer, storage)
+        by_layer[layer] = _Terms(
+            kind=kind_label(layer),
+            cap=attention_cap(layer),
+            per_token=layer.bytes_per_token(rules),
+            fixed=layer.fixed_bytes(rules),
+            per_key=attention_flops_per_key(layer, heads),
+            state_flops=state_flops_per_token(layer, rules),
+            cache_label=kind_label(layer) + _cap_label(layer),
+        )
+    return seen, [by_layer[layer] for layer in seen.layers]
+
+
 def decode_work(
     model: ModelSpec, engine: Engine, weights: Weights, context: int, batch: int, kv_dtype: str
 ) -> PassWork:
     """One decode step: `batch` sequences each add one token at `context` tokens of history."""
-    seen = engine_view(model, engine)
+    seen, terms = _terms(model, engine, kv_dtype)
     account = engine.account(model, context, batch, kv_dtype)
     per_layer_cache = {line.label: line.token_bytes_total // line.count if line.count else 0 for line in account.lines}
-    storage = engine.storage(model, kv_dtype)
-    heads = _q_heads(model)
     layers = []
-    for i, layer in enumerate(seen.layers):
-        rules = engine.layer_storage(layer, storage)
-        cap = attention_cap(layer)
+    for i, (layer, t) in enumerate(zip(seen.layers, terms, strict=True)):
         layers.append(
             LayerWork(
                 index=i,
-                kind=kind_label(layer),
+                kind=t.kind,
                 weight_bytes=weights.layer_read(i, batch),
-                cache_bytes=per_layer_cache.get(kind_label(layer) + _cap_label(layer), 0) if layer.grows else 0,
-                state_bytes=2 * layer.fixed_bytes(rules) * batch,
+                cache_bytes=per_layer_cache.get(t.cache_label, 0) if layer.grows else 0,
+                state_bytes=2 * t.fixed * batch,
                 matmul_flops=2.0 * weights.layer_active_params[i] * batch,
-                attention_flops=attention_flops_per_key(layer, heads) * attended(context, cap) * batch
-                if layer.grows
-                else 0,
-                state_flops=state_flops_per_token(layer, rules) * batch,
+                attention_flops=t.per_key * attended(context, t.cap) * batch if layer.grows else 0,
+                state_flops=t.state_flops * batch,
                 expert_bytes=weights.expert_read(i, batch),
                 expert_flops=2.0 * weights.layer_expert_active_params[i] * batch,
             )
@@ -220,32 +247,26 @@ def prefill_work(
 ) -> PassWork:
     """Tokens [start, end) of one prompt, `chunk` tokens per forward pass (None: one pass), each pass reading the
     weights it touches once. `logits`: positions the output head runs on (serving engines: one per pass)."""
-    seen = engine_view(model, engine)
-    storage = engine.storage(model, kv_dtype)
-    heads = _q_heads(model)
+    seen, terms = _terms(model, engine, kv_dtype)
     n = end - start
     size = n if chunk is None else min(chunk, n)
     passes = -(-n // size)
     layers = []
-    for i, layer in enumerate(seen.layers):
-        rules = engine.layer_storage(layer, storage)
-        cap = attention_cap(layer)
-        per_token = layer.bytes_per_token(rules)
-        held_before = min(start, cap) if cap is not None else start
+    for i, (layer, t) in enumerate(zip(seen.layers, terms, strict=True)):
+        held_before = min(start, t.cap) if t.cap is not None else start
         layers.append(
             LayerWork(
                 index=i,
-                kind=kind_label(layer),
+                kind=t.kind,
                 weight_bytes=passes * weights.layer_read(i, size),
                 # the chunk reads what earlier chunks cached and writes its own keys and values
-                cache_bytes=per_token * (held_before + n) if layer.grows else 0,
-                state_bytes=2 * layer.fixed_bytes(rules) * passes,
+                cache_bytes=t.per_token * (held_before + n) if layer.grows else 0,
+                state_bytes=2 * t.fixed * passes,
                 matmul_flops=2.0 * weights.layer_active_params[i] * n,
-                attention_flops=attention_flops_per_key(layer, heads)
-                * (attended_sum(end, cap) - attended_sum(start, cap))
+                attention_flops=t.per_key * (attended_sum(end, t.cap) - attended_sum(start, t.cap))
                 if layer.grows
                 else 0,
-                state_flops=state_flops_per_token(layer, rules) * n,
+                state_flops=t.state_flops * n,
                 expert_bytes=passes * weights.expert_read(i, size),
                 expert_flops=2.0 * weights.layer_expert_active_params[i] * n,
             )
