@@ -8,9 +8,11 @@ from core.errors import InputError
 from core.fit import Setup, Solver, context_limit
 from core.memory.gpus import Card
 from core.model.spec import ModelSpec
+from core.units import format_tokens
 
 CARD_SIZES_GIB = (8, 12, 16, 24, 32, 48, 80, 96, 141)
 FAR = 1 << 22  # a context past every window: the per-token rate there is what the cache grows by for good
+UNLIMITED_SHOWN = 1 << 20  # how far curves run when no model drawn has a position limit (state-space models)
 
 
 def layout(model: ModelSpec) -> str:
@@ -46,6 +48,11 @@ class Series:
     far_bytes_per_token: float  # past every window, as the engine holds it: what the ratio heads toward
     layout: str
     limit: int  # the model's own longest context (or the search cap for models without one)
+    unlimited: bool = False  # no position limit of its own: `limit` is kvscope's search cap, not the model's
+
+    @property
+    def limit_text(self) -> str:
+        return "no limit" if self.unlimited else format_tokens(self.limit)
 
 
 def series(setup: Setup, contexts: list[int]) -> Series:
@@ -62,7 +69,19 @@ def series(setup: Setup, contexts: list[int]) -> Series:
         far_bytes_per_token=far,
         layout=layout(setup.model),
         limit=context_limit(setup),
+        unlimited=not has_limit(setup),
     )
+
+
+def has_limit(setup: Setup) -> bool:
+    """The model (or the engine's max_model_len) bounds the context; a pure state-space model does not."""
+    return setup.model.max_context is not None or setup.max_model_len is not None
+
+
+def shown_limit(setups: list[Setup]) -> int:
+    """How far curves comparing these setups run: the longest own limit among them. Models without one are drawn
+    that far too; only when none has a limit does a fixed span stand in (never the search cap, 16M tokens)."""
+    return max((context_limit(s) for s in setups if has_limit(s)), default=UNLIMITED_SHOWN)
 
 
 def ratio(base: Series, other: Series) -> tuple[list[int], list[float]]:

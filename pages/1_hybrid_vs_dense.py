@@ -7,7 +7,16 @@ from contextlib import suppress
 import pandas as pd
 import streamlit as st
 
-from core.compare import CARD_SIZES_GIB, asymptote, context_grid, max_context_by_card, ratio, series, with_model
+from core.compare import (
+    CARD_SIZES_GIB,
+    asymptote,
+    context_grid,
+    max_context_by_card,
+    ratio,
+    series,
+    shown_limit,
+    with_model,
+)
 from core.errors import InputError
 from core.fit import Setup, context_limit
 from core.model.loading import load_model, presets
@@ -26,33 +35,32 @@ st.title("Hybrid vs full attention")
 inputs, model, setup = sidebar()
 
 
+def _setups(setup: Setup, comparators: tuple[str, ...]) -> list[Setup]:
+    """The model, its all-full-attention skeleton (models without attention have none) and the comparators."""
+    setups = [setup]
+    with suppress(InputError):
+        setups.append(with_model(setup, all_full_attention(setup.model)))
+    return setups + [with_model(setup, load_model(n, isolated=True)) for n in comparators if n != setup.model.name]
+
+
 @st.cache_data(show_spinner="Comparing…", max_entries=64)
 def compute(_setup: Setup, comparators: tuple[str, ...], key: str):
     """`key` (the setup's repr) stands in for the setup, which Streamlit cannot hash."""
-    setup = _setup
-    grid = context_grid(context_limit(setup))
-    setups = [setup]
-    with suppress(InputError):  # models without attention have no full-attention skeleton to compare with
-        setups.append(with_model(setup, all_full_attention(setup.model)))
-    for name in comparators:
-        if name != setup.model.name:
-            setups.append(with_model(setup, load_model(name, isolated=True)))
-    return [series(s, grid) for s in setups], [max_context_by_card(s) for s in setups]
+    setups = _setups(_setup, comparators)
+    grid = context_grid(shown_limit(setups))
+    return [series(s, grid) for s in setups], [max_context_by_card(s) for s in setups], grid[-1]
 
 
 @st.cache_data(show_spinner="Timing…", max_entries=64)
 def speed_curves(_setup: Setup, comparators: tuple[str, ...], key: str):
-    """Decode tok/s and time to first token over context for the same models; None when the card has no figures."""
-    setup = _setup
-    if not setup.card.bandwidth_gb_s or not setup.card.bf16_tflops:
+    """Decode tok/s and time to first token over context for the same models, each to its own limit; None when
+    the card has no figures."""
+    if not _setup.card.bandwidth_gb_s or not _setup.card.bf16_tflops:
         return None
-    grid = context_grid(context_limit(setup))
-    setups = [setup]
-    with suppress(InputError):
-        setups.append(with_model(setup, all_full_attention(setup.model)))
-    setups += [with_model(setup, load_model(n, isolated=True)) for n in comparators if n != setup.model.name]
+    setups = _setups(_setup, comparators)
+    grid = context_grid(shown_limit(setups))
     hw = Hardware(ram_gb_s=60.0, threads=8)  # only layers left in RAM (llama.cpp -ngl) use it
-    return {s.model.name: curve(s, hw, grid) for s in setups}
+    return {s.model.name: curve(s, hw, [c for c in grid if c <= context_limit(s)]) for s in setups}
 
 
 def _on_comparators() -> None:
@@ -72,7 +80,7 @@ chosen = st.multiselect(
 )
 
 try:
-    all_series, reach = compute(setup, tuple(chosen), repr(setup))
+    all_series, reach, shown = compute(setup, tuple(chosen), repr(setup))
 except InputError as err:
     st.error(str(err))
     st.stop()
@@ -95,7 +103,7 @@ st.dataframe(
             "cache layout": [s.layout for s in all_series],
             "B/token, long contexts": [s.far_bytes_per_token for s in all_series],
             "fixed state (MiB)": [s.fixed_bytes / MIB for s in all_series],
-            "longest context": [format_tokens(s.limit) for s in all_series],
+            "longest context": [s.limit_text for s in all_series],
         }
     ),
     hide_index=True,
@@ -169,16 +177,23 @@ st.plotly_chart(
 )
 
 st.subheader("Longest context per card size")
-st.plotly_chart(
-    bars(
-        [f"{g:g} GiB" for g in CARD_SIZES_GIB],
-        {s.name: r for s, r in zip(all_series, reach, strict=True)},
-        "max tokens, one sequence",
-        caps={s.name: s.limit for s in all_series},
-        colors=colors,
-    ),
-    width="stretch",
-)
+limited = [(s, r) for s, r in zip(all_series, reach, strict=True) if not s.unlimited]
+if limited:
+    st.plotly_chart(
+        bars(
+            [f"{g:g} GiB" for g in CARD_SIZES_GIB],
+            {s.name: r for s, r in limited},
+            "max tokens, one sequence",
+            caps={s.name: s.limit for s, _ in limited},
+            colors=colors,
+        ),
+        width="stretch",
+    )
+for s, r in zip(all_series, reach, strict=True):
+    if s.unlimited:  # "no limit" is a marker, not a bar 16M tokens tall
+        fits = [f"{g:g} GiB" for g, n in zip(CARD_SIZES_GIB, r, strict=True) if n]
+        where = f"from {fits[0]} up" if fits else "on none of these sizes (its weights do not fit)"
+        st.caption(f"**{s.name}** has no context limit (fixed state per sequence): any length fits {where}.")
 st.subheader(f"Speed on {setup.card.name}")
 timed = speed_curves(setup, tuple(chosen), repr(setup))
 if timed is None:
@@ -229,5 +244,5 @@ with st.expander("How is this computed?"):
     )
 st.caption(
     f"Same engine ({setup.engine.name}), weights ({inputs.weights}) and KV dtype for every model. "
-    f"Contexts run from 1K to {format_tokens(context_limit(setup))}."
+    f"Contexts run from 1K to {format_tokens(shown)}, each model's curves to its own limit."
 )
