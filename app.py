@@ -111,12 +111,22 @@ if constant_table(result):  # a pure state-space model: one row says it all
         f"Every context from {format_tokens(result.rows[0].context)} to {format_tokens(result.rows[-1].context)} "
         "gives the same numbers: this model's cache is fixed state that does not grow with context."
     )
+SPEED_COLUMNS = ["decode tok/s", "aggregate tok/s"]
 if speed_rows:
     by_context = {format_tokens(r["context"]): r for r in speed_rows}
     shown["decode tok/s"] = [by_context[c]["decode_tok_s"] for c in shown["context"]]
     shown["aggregate tok/s"] = [by_context[c]["aggregate_tok_s"] for c in shown["context"]]
+# A row that does not fit has no speed: "—" with why, where a bare None would read as missing data. The Styler
+# only sets what is displayed; the table's values (and its CSV) stay numbers.
+styled = (
+    shown.style.format(
+        {"decode tok/s": "{:,.1f}", "aggregate tok/s": "{:,.0f}"}, na_rep="— (does not fit)", subset=SPEED_COLUMNS
+    )
+    if speed_rows
+    else shown
+)
 st.dataframe(
-    shown,
+    styled,
     hide_index=True,
     width="stretch",
     column_config={
@@ -127,9 +137,9 @@ st.dataframe(
         **{c: st.column_config.NumberColumn(c, format="%.3f") for c in shown.columns if "GiB" in c},
         # vLLM reports a fractional concurrency; the other engines run whole sequences
         "requests": st.column_config.NumberColumn("requests", format="%.2f" if result.vllm else "%d"),
-        "decode tok/s": st.column_config.NumberColumn("decode tok/s", format="%.1f", help="one sequence"),
-        "aggregate tok/s": st.column_config.NumberColumn(
-            "aggregate tok/s", format="%.0f", help="all sequences together, with as many running as fit"
+        "decode tok/s": st.column_config.Column("decode tok/s", help="one sequence"),
+        "aggregate tok/s": st.column_config.Column(
+            "aggregate tok/s", help="all sequences together, with as many running as fit"
         ),
     },
 )
@@ -149,6 +159,12 @@ with st.expander("How is this computed?"):
 
 if speed_rows:
     with st.expander("How is the speed computed?"):
-        st.markdown("\n\n".join(speed_lines(predict(setup, Hardware(ram_gb_s=ram, threads=threads), context))))
+        if row.fits:
+            st.markdown("\n\n".join(speed_lines(predict(setup, Hardware(ram_gb_s=ram, threads=threads), context))))
+        else:  # the table shows "—" for this row: no figure here either
+            st.markdown(
+                f"{format_tokens(context)} tokens do not fit on {setup.card.name}, so there is no speed to work "
+                "out; pick a shorter context or a larger card."
+            )
 
 downloads(inputs, shown, {"table": table_records(result)})

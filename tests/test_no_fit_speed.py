@@ -1,0 +1,26 @@
+"""Issue 20 item 8: a context table row that does not fit shows "—" with the reason for its speed, and the speed
+explanation works out no figure for a context that does not fit."""
+
+from __future__ import annotations
+
+from tests.test_app import app
+
+
+def test_rows_that_do_not_fit_say_so_instead_of_none():
+    at = app({"model": "Qwen/Qwen3-8B", "card": "GeForce RTX 4060 8GB", "ctx": "1M"})
+    assert not at.exception
+    table = at.dataframe[0]
+    frame = table.value
+    assert (~frame["fits"]).any() and frame["fits"].any()
+    # the values stay numbers (None where nothing fits); what is displayed for them is the Styler's
+    display = table.proto.arrow_data.styler.display_values
+    assert b"does not fit" in display, "the displayed cells say why there is no speed"
+    assert b"None" not in display
+
+
+def test_the_speed_explanation_has_no_figure_for_a_context_that_does_not_fit():
+    at = app({"model": "Qwen/Qwen3-8B", "card": "GeForce RTX 4060 8GB", "ctx": "1M"})
+    assert not at.metric[0].value == "yes"
+    expander = next(e for e in at.expander if e.label == "How is the speed computed?")
+    text = "\n".join(m.value for m in expander.markdown)
+    assert "do not fit" in text and "tok/s" not in text
