@@ -69,6 +69,7 @@ def test_app_resolution_of_a_preset_needs_no_child_process(monkeypatch):
     def refuse(*_args, **_kwargs):
         raise AssertionError("a child process was started for a bundled preset")
 
-    monkeypatch.setattr(core.model.config.subprocess, "run", refuse)
+    monkeypatch.setattr("core.model.resolver.subprocess.Popen", refuse)
+    monkeypatch.setattr("core.model.resolver.RESOLVER._proc", None)
     raw = json.loads(presets()["Qwen/Qwen3.5-9B"].read_text())
     assert core.model.config.resolve_isolated(raw)["layer_types"].count("full_attention") == 8

@@ -16,6 +16,7 @@ from core.memory.gpus import Card, card_named, cards
 from core.memory.quant import FORMATS
 from core.model.config import parse_json
 from core.model.loading import DEFAULT_MODEL, load_raw, model_from_config, presets
+from core.model.resolver import RESOLVER
 from core.model.spec import ModelSpec
 from core.model.whatif import edited
 from core.report import check, engine_format_warning, gpu_counts
@@ -277,6 +278,7 @@ def sidebar(*, model_only: bool = False) -> tuple[Inputs, ModelSpec, Setup]:
     `model_only` draws just the model (and what-if) inputs, for pages whose other settings are their own; the
     hidden inputs keep their values and stay in the link. Inputs that cannot be read stop the page with an error
     in place of its results."""
+    RESOLVER.start()  # once per server: transformers is imported there before a visitor's config needs it
     _init_from_url()
     with st.sidebar:
         st.page_link("app.py", label="Fit a card", icon=":material/calculate:")

@@ -3,8 +3,9 @@
 The raw dict a checkpoint ships may omit fields its architecture defaults (Gemma 3's head count, Qwen3.5's
 `layer_types`). transformers' `AutoConfig.for_model` fills them the way the model itself will; `resolve` returns the
 decoder's text config as a plain dict with those defaults applied. transformers imports torch on import, so the app
-calls `resolve_isolated`, which does this once per config in a child process and keeps the answer on disk; the
-command line calls `resolve_cached`, which reads the same answers and resolves in-process on a miss.
+calls `resolve_isolated`, which does this once per config in one long-lived child process (core.model.resolver) and
+keeps the answer on disk; the command line calls `resolve_cached`, which reads the same answers and resolves
+in-process on a miss.
 
 Fallback: a `model_type` that the installed transformers does not know but kvscope's architecture table does (e.g.
 `kimi_k2`, which is DeepSeek-V3-shaped) is used as the raw dict, with `layer_types` derived the way transformers'
@@ -18,8 +19,6 @@ import copy
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -255,22 +254,14 @@ def resolve_cached(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def resolve_isolated(raw: dict[str, Any], timeout: float = 120) -> dict[str, Any]:
-    """`resolve` run in a child process (transformers pulls in torch) and cached on disk by content."""
+    """`resolve` run in the app's long-lived resolver process (transformers pulls in torch, which stays out of the
+    server; core.model.resolver) and cached on disk by content."""
+    from core.model.resolver import RESOLVER
+
     key = cache_key(raw)
     out = _cached(key)
     if out is not None:
         return out
-    proc = subprocess.run(
-        [sys.executable, "-m", "core", "resolve", "-"],
-        input=json.dumps(raw),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=Path(__file__).resolve().parents[2],
-    )
-    if proc.returncode != 0:
-        message = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "config resolution failed"
-        raise InputError(message.removeprefix("error: "))
-    out = json.loads(proc.stdout)
+    out = RESOLVER.resolve(raw, timeout)
     _store(key, out)
     return out
