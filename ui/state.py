@@ -42,7 +42,16 @@ BOUNDS = {
 }
 SWITCH = {"auto": None, "on": True, "off": False}  # an engine option: its default, or forced on/off
 PLATFORMS = ("cuda", "cpu")
-CHOICES = {"swa": SWITCH, "kvu": SWITCH, "vver": VERSIONS, "fe": FRONTENDS, "plat": PLATFORMS, "ep": SWITCH}
+FINDER_VIEWS = ("cards", "models")
+CHOICES = {
+    "swa": SWITCH,
+    "kvu": SWITCH,
+    "vver": VERSIONS,
+    "fe": FRONTENDS,
+    "plat": PLATFORMS,
+    "ep": SWITCH,
+    "ftab": FINDER_VIEWS,
+}
 SOURCES = ("Preset", "Hub", "Upload")
 # org/name; never a path on the server (no "..", no "x.json" that core.model.loading would read as a file)
 REPO_ID = re.compile(r"^(?!.*\.\.)(?!.*\.json$)[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$", re.ASCII)
@@ -79,6 +88,7 @@ class Inputs:
     nodes: int = 2
     gpn: int = 8
     ep: str = "auto"
+    ftab: str = "cards"  # the finders page's view: cards for the model, or models for the card
 
 
 DEFAULTS = Inputs()
