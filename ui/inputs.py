@@ -236,12 +236,23 @@ def _hardware_inputs() -> list[str]:
             help="MoE models: the routed experts of the first N layers stay in system RAM (their attention stays "
             "on the GPU); 0 = none",
         )
-    st.text_input("Context (tokens)", key="in_ctx_text", help="e.g. 8192, 64,000, 32k, 128K")
-    try:
-        st.session_state["in_ctx"] = parse_tokens(st.session_state["in_ctx_text"])
-    except InputError as err:
-        problems.append(f"Context: {err}")
+    context_box()
     return problems
+
+
+def context_box(where=st) -> None:
+    """The context text box (the sidebar's, or a page's own where the sidebar shows only the model); `sidebar`
+    reads it into `in_ctx` before anything else, so the link follows on the same run."""
+    where.text_input("Context (tokens)", key="in_ctx_text", help="e.g. 8192, 64,000, 32k, 128K")
+
+
+def _sync_context() -> str | None:
+    """`in_ctx` from the context box's text; what is wrong with the text when it cannot be read."""
+    try:
+        st.session_state["in_ctx"] = parse_tokens(st.session_state.get("in_ctx_text", ""))
+    except InputError as err:
+        return f"Context: {err}"
+    return None
 
 
 def _typed() -> dict[str, str]:
@@ -272,12 +283,13 @@ def _stop(message: str) -> None:
     st.stop()
 
 
-def sidebar(*, model_only: bool = False) -> tuple[Inputs, ModelSpec, Setup]:
+def sidebar(*, model_only: bool = False, context: bool | None = None) -> tuple[Inputs, ModelSpec, Setup]:
     """Draw the shared inputs; return them with the model and the fit setup they describe.
 
     `model_only` draws just the model (and what-if) inputs, for pages whose other settings are their own; the
-    hidden inputs keep their values and stay in the link. Inputs that cannot be read stop the page with an error
-    in place of its results."""
+    hidden inputs keep their values and stay in the link. `context` (default: not `model_only`): the page draws
+    the context box (`context_box`), so a context that cannot be read stops it. Inputs that cannot be read stop
+    the page with an error in place of its results."""
     RESOLVER.start()  # once per server: transformers is imported there before a visitor's config needs it
     _init_from_url()
     with st.sidebar:
@@ -292,8 +304,12 @@ def sidebar(*, model_only: bool = False) -> tuple[Inputs, ModelSpec, Setup]:
         problems = _model_inputs()
         if not model_only:
             problems += _hardware_inputs()
+    context = not model_only if context is None else context
+    ctx_problem = _sync_context()
+    if context and ctx_problem:
+        problems.append(ctx_problem)
     inputs = _current()
-    typed = {} if model_only else _typed()
+    typed = _typed() if context else {}
     st.query_params.from_dict(to_query(inputs) | typed)
     with st.sidebar:
         _share_link(inputs, problems, typed)
