@@ -266,3 +266,11 @@ def test_resolve_refuses_a_fifo_without_blocking(tmp_path):
 def test_resolve_refuses_dev_zero_without_reading_it():
     """It read 1.8 GiB of zeros before the 2 GiB cap; under the 1 GiB cap that was only "out of memory"."""
     assert_refused(run_core("resolve", "/dev/zero"), "/dev/zero", "not a regular file")
+
+
+@pytest.mark.parametrize("command", ["size", "fit"])
+def test_a_fifo_as_the_model_config_is_refused_without_blocking(tmp_path, command):
+    """The model argument of every command reads its config.json through the same reader as `resolve`."""
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    assert_refused(run_core(command, str(fifo)), "not a regular file")

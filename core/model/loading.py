@@ -10,6 +10,7 @@ from typing import Any
 
 from core.dtypes import dtype_named
 from core.errors import InputError
+from core.files import read_regular_file
 from core.model.architectures import Cfg, build_layers
 from core.model.config import MAX_CONFIG_BYTES, parse_json, resolve_cached, resolve_isolated
 from core.model.spec import ModelSpec
@@ -93,11 +94,9 @@ def fetch_hub_config(repo_id: str) -> dict[str, Any]:
 
 
 def _read_config(path: Path) -> bytes:
-    """A config file's bytes, refusing one too large to be a config before reading it into memory."""
-    size = path.stat().st_size
-    if size > MAX_CONFIG_BYTES:
-        raise InputError(f"{path.name} is {size / (1 << 20):.1f} MiB, too large to be a config.json")
-    return path.read_bytes()
+    """A config file's bytes: a regular file only (a FIFO or a device would block or never end), refused when too
+    large to be a config before it is read into memory."""
+    return read_regular_file(path, MAX_CONFIG_BYTES, "a config.json")
 
 
 def config_label(raw: dict[str, Any]) -> str | None:
@@ -121,7 +120,7 @@ def load_raw(source: str, prefer_hub: bool = False, local_files: bool = True) ->
         return bundled.stem.replace("__", "/", 1), parse_json(bundled.read_bytes(), bundled.name), "bundled preset"
     path = Path(source).expanduser()
     if local_files and (path.suffix == ".json" or path.is_file()):
-        if not path.is_file():
+        if not path.exists():
             raise InputError(f"no file {source}; give a config.json path, a preset or a Hub repo id")
         return path.stem, parse_json(_read_config(path), str(path)), f"file {path}"
     if not _REPO_ID.match(source):
