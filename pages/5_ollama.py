@@ -8,20 +8,30 @@ from core.engines.runtimes import ESTIMATOR_VERSION, OLLAMA_KV_TYPES, OLLAMA_VER
 from core.errors import InputError
 from core.memory.gpus import card_named, cards
 from core.model.loading import load_model, presets
-from core.ollama_report import DEFAULT_CARDS, MEASURED, SPEED_AT, TYPICAL_SOURCE, explain, host, ollama_grid
+from core.ollama_report import MEASURED, SPEED_AT, TYPICAL_SOURCE, explain, host, ollama_grid
 from core.speed.predict import PREFILL_SPANS, prefill_spans
 from core.units import GIB, MIB, format_tokens, parse_tokens
 from ui.inputs import sidebar
 from ui.layout import FAVICON, mobile_css
+from ui.state import BOUNDS, MAX_OLLAMA_CARDS, OLLAMA_FLASH, OLLAMA_RAM, OLLAMA_WEIGHTS
 
 st.set_page_config(page_title="kvscope — Ollama", page_icon=FAVICON, layout="wide")
 mobile_css()
 st.title("Ollama on your card")
 inputs, model, setup = sidebar(model_only=True)  # card, engine and context are Ollama's own here
-GGUF_WEIGHTS = ("q8_0", "q6_k", "q5_k_m", "q4_k_m", "q3_k_m", "q2_k", "iq4_xs", "fp16", "bf16")
 RAM_CHOICES = {"typical": f"Typical desktop ({TYPICAL_SOURCE.split(': ', 1)[1]})", "given": "Enter a figure"}
 RAM_CHOICES[MEASURED] = "Measured on the server running kvscope"
-FLASH = {"unset": None, "on": True, "off": False}
+
+
+def _on_list(widget: str, field: str) -> None:
+    # A callback runs before the script, so the sidebar writes the new list into the link on this very run.
+    st.session_state[field] = ",".join(st.session_state[widget])
+
+
+# Lists travel in the link as comma-separated fields; their widgets hold lists (as on the hybrid page).
+for widget, value in (("ol_cards", inputs.ocards), ("ol_models", inputs.omodels)):
+    if widget not in st.session_state:
+        st.session_state[widget] = [n for n in value.split(",") if n]
 
 st.caption(
     f"For each card, the layers Ollama puts on the GPU and the context it gives a request, from its own estimator "
@@ -29,20 +39,28 @@ st.caption(
     "re-derived by a test), set beside kvscope's llama.cpp account of that same split and the speed it predicts. "
     "None of it was checked against a running Ollama (none runs here)."
 )
-with st.expander("Ollama settings and host", expanded=True):
+with st.expander("Ollama settings and host", expanded=True):  # every control is bound to a link field (in_o…)
     c1, c2, c3 = st.columns(3)
     listed = [name for name, card in cards().items() if card.bandwidth_gb_s and card.bf16_tflops]
-    chosen = c1.multiselect("Cards", listed, default=list(DEFAULT_CARDS), key="ol_cards")
-    others = c1.multiselect("Also compare", sorted(presets()), key="ol_models", help="more models, one row per card")
-    ctx_text = c2.text_input("num_ctx", key="ol_ctx", placeholder="Ollama's default for the card", help="e.g. 8k")
-    parallel = int(c2.number_input("OLLAMA_NUM_PARALLEL", 1, 64, 1, key="ol_np"))
-    kv_type = c2.selectbox("OLLAMA_KV_CACHE_TYPE", OLLAMA_KV_TYPES, key="ol_kv", help="q8_0/q4_0 need flash attention")
-    flash = c2.radio("OLLAMA_FLASH_ATTENTION", list(FLASH), horizontal=True, key="ol_fa")
-    overhead_mib = c2.number_input("OLLAMA_GPU_OVERHEAD (MiB)", 0, 1 << 20, 0, step=256, key="ol_overhead")
-    weights = c3.selectbox("Weights (GGUF)", GGUF_WEIGHTS, index=GGUF_WEIGHTS.index("q4_k_m"), key="ol_weights")
-    ram_choice = c3.radio("Host RAM bandwidth", list(RAM_CHOICES), format_func=RAM_CHOICES.get, key="ol_ram")
-    ram_given = c3.number_input("RAM GB/s", 1.0, 2000.0, 60.0, key="ol_ram_gbs", disabled=ram_choice != "given")
-    threads = int(c3.number_input("CPU threads", 1, 1024, 8, key="ol_threads"))
+    chosen = c1.multiselect(
+        "Cards", listed, key="ol_cards", max_selections=MAX_OLLAMA_CARDS, on_change=_on_list,
+        args=("ol_cards", "in_ocards"),
+    )  # fmt: skip
+    others = c1.multiselect(
+        "Also compare", sorted(presets()), key="ol_models", max_selections=4, on_change=_on_list,
+        args=("ol_models", "in_omodels"), help="more models, one row per card",
+    )  # fmt: skip
+    ctx_text = c2.text_input(
+        "num_ctx", key="in_octx", max_chars=40, placeholder="Ollama's default for the card", help="e.g. 8k"
+    )
+    parallel = int(c2.number_input("OLLAMA_NUM_PARALLEL", *BOUNDS["onp"], key="in_onp"))
+    kv_type = c2.selectbox("OLLAMA_KV_CACHE_TYPE", OLLAMA_KV_TYPES, key="in_okv", help="q8_0/q4_0 need flash attention")
+    flash = c2.radio("OLLAMA_FLASH_ATTENTION", list(OLLAMA_FLASH), horizontal=True, key="in_ofa")
+    overhead_mib = c2.number_input("OLLAMA_GPU_OVERHEAD (MiB)", *BOUNDS["oover"], step=256, key="in_oover")
+    weights = c3.selectbox("Weights (GGUF)", OLLAMA_WEIGHTS, key="in_ow")
+    ram_choice = c3.radio("Host RAM bandwidth", OLLAMA_RAM, format_func=RAM_CHOICES.get, key="in_oram")
+    ram_given = c3.number_input("RAM GB/s", *BOUNDS["ogbs"], key="in_ogbs", disabled=ram_choice != "given")
+    threads = int(c3.number_input("CPU threads", *BOUNDS["othr"], key="in_othr"))
 
 try:
     num_ctx = parse_tokens(ctx_text) if ctx_text.strip() else None
@@ -50,7 +68,7 @@ try:
         num_ctx=num_ctx,
         num_parallel=parallel,
         kv_cache_type=kv_type,
-        flash_attention=FLASH[flash],
+        flash_attention=OLLAMA_FLASH[flash],
         gpu_overhead=int(overhead_mib) * MIB,
     )
     ram = {"typical": None, "given": ram_given, MEASURED: MEASURED}[ram_choice]

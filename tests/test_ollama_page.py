@@ -88,14 +88,14 @@ def test_settings_host_and_a_second_model_reach_the_table():
     at = ollama_page({"model": "Qwen/Qwen3-8B"})
     at.multiselect(key="ol_cards").set_value(["GeForce RTX 4060 8GB", "GeForce RTX 4090 24GB"])
     at.multiselect(key="ol_models").set_value(["microsoft/phi-4"])
-    at.text_input(key="ol_ctx").input("8k")
-    at.number_input(key="ol_np").set_value(2)
-    at.selectbox(key="ol_kv").set_value("q8_0")
-    at.radio(key="ol_fa").set_value("on")
-    at.number_input(key="ol_overhead").set_value(1024)
-    at.radio(key="ol_ram").set_value("given").run()  # the figure box opens once "given" is chosen
-    at.number_input(key="ol_ram_gbs").set_value(40.0)
-    at.number_input(key="ol_threads").set_value(12)
+    at.text_input(key="in_octx").input("8k")
+    at.number_input(key="in_onp").set_value(2)
+    at.selectbox(key="in_okv").set_value("q8_0")
+    at.radio(key="in_ofa").set_value("on")
+    at.number_input(key="in_oover").set_value(1024)
+    at.radio(key="in_oram").set_value("given").run()  # the figure box opens once "given" is chosen
+    at.number_input(key="in_ogbs").set_value(40.0)
+    at.number_input(key="in_othr").set_value(12)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     table = at.dataframe[0].value

@@ -41,3 +41,36 @@ def test_an_upload_after_a_bad_hub_entry_drops_it_from_the_link():
     receiver = reopen(link)
     assert [w.value for w in receiver.warning] == [w.value for w in at.warning]  # nothing about the Hub entry
     assert metrics(receiver) == metrics(at)
+
+
+OLLAMA = "pages/5_ollama.py"
+
+
+def test_the_ollama_pages_settings_travel_in_the_link():
+    """Item 1: with num_ctx 32k, q8_0 and flash attention on, the link carried only model, card and kv, and the
+    receiver saw Ollama's defaults (4K, f16, every layer) under a box that said it reproduced every input."""
+    sender = app({"model": "Qwen/Qwen3-8B"})
+    sender.switch_page(OLLAMA).run()
+    sender.multiselect(key="ol_cards").set_value(["GeForce RTX 4060 8GB", "GeForce RTX 3060 12GB"])
+    sender.multiselect(key="ol_models").set_value(["microsoft/phi-4"])
+    sender.text_input(key="in_octx").input("32k")
+    sender.number_input(key="in_onp").set_value(2)
+    sender.selectbox(key="in_okv").set_value("q8_0")
+    sender.radio(key="in_ofa").set_value("on")
+    sender.number_input(key="in_oover").set_value(512)
+    sender.selectbox(key="in_ow").set_value("q5_k_m")
+    sender.radio(key="in_oram").set_value("given").run()
+    sender.number_input(key="in_ogbs").set_value(40.0)
+    sender.number_input(key="in_othr").set_value(12).run()
+    assert not sender.exception, [e.value for e in sender.exception]
+    link = share_link(sender)
+    sent = through_chat(link)
+    for key in ("ocards", "omodels", "octx", "onp", "okv", "ofa", "oover", "ow", "oram", "ogbs", "othr"):
+        assert key in sent, key
+    receiver = reopen(link, OLLAMA)
+    assert not receiver.exception and not receiver.warning
+    table = receiver.dataframe[0].value
+    assert table.equals(sender.dataframe[0].value)
+    assert set(table[table["model"] == "Qwen/Qwen3-8B"]["num_ctx"]) == {"32K"}  # phi-4 stops at its own 16K
+    assert set(table["KV"]) == {"q8_0"}
+    assert len(table) == 4  # two models × two cards

@@ -15,12 +15,14 @@ from urllib.parse import quote, urlencode
 
 from core.engines import ENGINES
 from core.engines.llamacpp import DEFAULT_FRONTEND, FRONTENDS
+from core.engines.runtimes import OLLAMA_KV_TYPES
 from core.engines.vllm_engine import VERSIONS, VllmOptions
 from core.errors import InputError
 from core.memory.gpus import card_named
 from core.memory.quant import FORMATS
 from core.model.config import parse_json
 from core.model.loading import DEFAULT_MODEL, presets
+from core.ollama_report import DEFAULT_CARDS, MEASURED
 from core.units import format_tokens, parse_tokens
 
 CUSTOM_CARD = "custom"
@@ -39,10 +41,18 @@ BOUNDS = {
     "win": (0, 1 << 24),
     "nodes": (1, 512),
     "gpn": (1, 64),
+    "onp": (1, 64),
+    "oover": (0, 1 << 20),
+    "ogbs": (1.0, 2000.0),
+    "othr": (1, 1024),
 }
 SWITCH = {"auto": None, "on": True, "off": False}  # an engine option: its default, or forced on/off
 PLATFORMS = ("cuda", "cpu")
 FINDER_VIEWS = ("cards", "models")
+OLLAMA_WEIGHTS = ("q8_0", "q6_k", "q5_k_m", "q4_k_m", "q3_k_m", "q2_k", "iq4_xs", "fp16", "bf16")  # GGUFs it pulls
+OLLAMA_FLASH = {"unset": None, "on": True, "off": False}  # OLLAMA_FLASH_ATTENTION
+OLLAMA_RAM = ("typical", "given", MEASURED)  # the host's RAM bandwidth: a typical desktop, a figure, or measured
+MAX_OLLAMA_CARDS = 12
 CHOICES = {
     "swa": SWITCH,
     "kvu": SWITCH,
@@ -51,6 +61,10 @@ CHOICES = {
     "plat": PLATFORMS,
     "ep": SWITCH,
     "ftab": FINDER_VIEWS,
+    "okv": OLLAMA_KV_TYPES,
+    "ofa": OLLAMA_FLASH,
+    "ow": OLLAMA_WEIGHTS,
+    "oram": OLLAMA_RAM,
 }
 SOURCES = ("Preset", "Hub", "Upload")
 # org/name; never a path on the server (no "..", no "x.json" that core.model.loading would read as a file)
@@ -89,6 +103,19 @@ class Inputs:
     gpn: int = 8
     ep: str = "auto"
     ftab: str = "cards"  # the finders page's view: cards for the model, or models for the card
+    # The Ollama page's settings (its model is the sidebar's): cards and extra models (comma separated), num_ctx as
+    # typed ("" = Ollama's default for the card), OLLAMA_* variables, weights, and the host's RAM and threads.
+    ocards: str = ",".join(DEFAULT_CARDS)
+    omodels: str = ""
+    octx: str = ""
+    onp: int = 1
+    okv: str = "f16"
+    ofa: str = "unset"
+    oover: int = 0  # OLLAMA_GPU_OVERHEAD in MiB
+    ow: str = "q4_k_m"
+    oram: str = "typical"
+    ogbs: float = 60.0
+    othr: int = 8
 
 
 DEFAULTS = Inputs()
@@ -171,11 +198,20 @@ def _check(key: str, value: str):
         if not PATTERN.match(value):
             raise InputError("a layer pattern is up to 64 letters")
         return value.upper()
-    if key == "cmp":
+    if key in ("cmp", "omodels"):
         names = [n for n in value.split(",") if n]
         if len(names) > 4 or any(n not in presets() for n in names):
             raise InputError("comparators must be bundled presets (at most 4)")
         return ",".join(names)
+    if key == "ocards":
+        names = [card_named(n).name for n in value.split(",") if n]
+        if len(names) > MAX_OLLAMA_CARDS or not all(card_named(n).bandwidth_gb_s for n in names):
+            raise InputError(f"cards with speed figures, at most {MAX_OLLAMA_CARDS}")
+        return ",".join(names)
+    if key == "octx":
+        if value.strip():
+            parse_tokens(value)
+        return value.strip()
     raise InputError(f"unknown parameter {key!r}")
 
 
