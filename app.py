@@ -9,6 +9,7 @@ from core.errors import InputError
 from core.explain import row_lines, usable_line
 from core.fit import Setup, context_limit, fit, table_contexts
 from core.llamacpp_autofit import AUTOFIT_FRONTENDS, fit_params
+from core.ollama_report import fit_card_row, runtime_line
 from core.report import (
     breakdown_records,
     constant_table,
@@ -84,6 +85,23 @@ if setup.engine.name == "llama.cpp":
     line = autofit_line(setup, inputs.fe, repr(setup) + inputs.fe)
     if line:
         st.info(line)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def ollama_line(_setup: Setup, context: int, key: str) -> tuple[str, bool]:
+    """What Ollama itself does with these inputs (its own split, on the Ollama page's default host), and whether
+    that is every layer on the GPU and fitting. The verdict above is llama.cpp with -ngl as set here."""
+    try:
+        row = fit_card_row(_setup, context)
+    except InputError as err:
+        return f"Ollama's own split is not worked out here: {err}.", True
+    return runtime_line(row), row.full and row.kvscope_fits
+
+
+if setup.engine.name == "llama.cpp" and inputs.fe == "ollama":
+    text, whole = ollama_line(setup, context, repr(setup))
+    (st.info if whole else st.warning)(text)
+    st.page_link("pages/5_ollama.py", label="Ollama on your card: its split in detail", icon=":material/memory:")
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

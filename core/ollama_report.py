@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from core.engines.runtimes import (
     ESTIMATOR_VERSION,
     KV_BYTES,
+    OLLAMA_KV_TYPES,
     OLLAMA_VERSION,
     OllamaSettings,
     OllamaSplit,
@@ -346,3 +347,45 @@ def explain(row: OllamaRow, model: ModelSpec) -> list[str]:
             else f"not modelled here: {row.fit_note}"
         ),
     ]
+
+
+# --- Fit a card with the "ollama" front end: what Ollama itself would do with the page's inputs ----------------
+
+# Fit a card's llama.cpp KV types as OLLAMA_KV_CACHE_TYPE; "auto" is Ollama's default, f16. Others have no setting.
+FIT_CARD_KV = {"auto": "f16", "f16": "f16", "fp16": "f16", "q8_0": "q8_0", "q4_0": "q4_0"}
+
+
+def fit_card_settings(setup: Setup, context: int) -> OllamaSettings:
+    """Fit a card's inputs as Ollama takes them: num_ctx = the page's context, its KV type as OLLAMA_KV_CACHE_TYPE,
+    every other variable unset (OLLAMA_NUM_PARALLEL 1, as the "ollama" front end has it)."""
+    if setup.kv_dtype not in FIT_CARD_KV:
+        raise InputError(f"KV type {setup.kv_dtype} has no OLLAMA_KV_CACHE_TYPE ({', '.join(OLLAMA_KV_TYPES)})")
+    return OllamaSettings(num_ctx=context, kv_cache_type=FIT_CARD_KV[setup.kv_dtype])
+
+
+def fit_card_row(setup: Setup, context: int, hw: Hardware | None = None) -> OllamaRow:
+    """ollama_row for Fit a card's setup at its context: the split Ollama chooses itself (num_gpu unset, so a -ngl
+    or --n-cpu-moe set on the page does not reach it), on the Ollama page's default host unless `hw` is given."""
+    if setup.gpus != 1:
+        raise InputError("Ollama's split is modelled for one GPU")
+    if setup.weights is None:
+        raise InputError("Ollama runs a GGUF: pick its weight format")
+    return ollama_row(setup.model, setup.card, fit_card_settings(setup, context), setup.weights, hw)
+
+
+def runtime_line(row: OllamaRow) -> str:
+    """One sentence for Fit a card: Ollama's split and speed, and current Ollama's (llama-server's --fit)."""
+    total = row.blocks + 1
+    placed = f"all {total} layers" if row.full else f"{row.layers} of {total} layers"
+    line = (
+        f"Ollama would offload {placed} to the GPU (its log: offloaded {row.offloaded}; num_ctx "
+        f"{format_tokens(row.num_ctx)}, KV {row.kv_type}), decode ~{row.decode_tok_s:.1f} tok/s"
+    )
+    if row.fit_layers is not None and row.fit_decode_tok_s is not None:
+        line += (
+            f"; current Ollama leaves -ngl to llama-server's --fit: {row.fit_layers} of {total} layers, "
+            f"~{row.fit_decode_tok_s:.1f} tok/s"
+        )
+    if not row.kvscope_fits:
+        line += "; kvscope's llama.cpp account of that split does not fit the card"
+    return line + f" (layers in RAM at {row.ram_gb_s:.1f} GB/s, {row.threads} threads)."

@@ -1,0 +1,83 @@
+"""Fit a card with the "ollama" front end shows what Ollama itself does with those inputs (issue 20, item 2): the
+split and speed of the Ollama page, worked out here from core.ollama_report.ollama_row, not read off the page."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.engines.runtimes import OllamaSettings
+from core.errors import InputError
+from core.memory.gpus import card_named
+from core.model.loading import load_model
+from core.ollama_report import fit_card_settings, ollama_row
+from tests.test_app import app
+from ui.inputs import setup_for
+from ui.state import Inputs
+
+LINK = {
+    "model": "Qwen/Qwen3-8B",
+    "card": "GeForce RTX 4060 8GB",
+    "engine": "llama.cpp",
+    "fe": "ollama",
+    "kv": "q8_0",
+    "ctx": "32K",
+}
+
+
+def links_to_the_ollama_page(at) -> list:
+    """st.page_link elements in the page's body (the sidebar links every page) whose script is the sidebar's
+    "Ollama on your card" link's, pages/5_ollama.py."""
+    ollama = next(el.proto for el in at.sidebar.get("page_link") if el.proto.label == "Ollama on your card")
+    assert ollama.page == "ollama"  # Streamlit's name for pages/5_ollama.py
+    return [el for el in at.main.get("page_link") if el.proto.page_script_hash == ollama.page_script_hash]
+
+
+def shown_text(at) -> str:
+    return " ".join(el.value for kind in (at.info, at.warning) for el in kind)
+
+
+def test_fit_a_card_shows_ollamas_split_and_speed():
+    at = app(LINK)
+    assert not at.exception, [e.value for e in at.exception]
+    row = ollama_row(
+        load_model("Qwen/Qwen3-8B"),
+        card_named("GeForce RTX 4060 8GB"),
+        OllamaSettings(num_ctx=32768, kv_cache_type="q8_0"),
+        "q4_k_m",
+    )
+    assert (row.layers, row.blocks, row.fit_layers) == (34, 36, 33)  # the Ollama page's figures for these inputs
+    text = shown_text(at)
+    assert f"offload {row.layers} of {row.blocks + 1} layers" in text
+    assert f"~{row.decode_tok_s:.1f} tok/s" in text
+    assert f"{row.fit_layers} of {row.blocks + 1} layers, ~{row.fit_decode_tok_s:.1f} tok/s" in text
+    assert links_to_the_ollama_page(at)
+
+
+def test_other_front_ends_show_no_ollama_line():
+    at = app(LINK | {"fe": "llama-server"})
+    assert not at.exception
+    assert "Ollama would" not in shown_text(at)
+    assert not links_to_the_ollama_page(at)
+
+
+def test_a_model_ollamas_estimate_does_not_cover_says_why():
+    at = app(LINK | {"model": "Qwen/Qwen3.5-9B"})
+    assert not at.exception
+    assert "full-attention models only" in shown_text(at)
+    assert at.metric  # the verdict stays
+
+
+def setup_of(**changes):
+    inputs = Inputs(**(dict(model="Qwen/Qwen3-8B", engine="llama.cpp", fe="ollama") | changes))
+    return setup_for(inputs, load_model(inputs.model))
+
+
+@pytest.mark.parametrize(("kv", "ollama"), [("auto", "f16"), ("f16", "f16"), ("q8_0", "q8_0"), ("q4_0", "q4_0")])
+def test_the_pages_kv_type_becomes_ollama_kv_cache_type(kv, ollama):
+    settings = fit_card_settings(setup_of(kv=kv), 8192)
+    assert (settings.kv_cache_type, settings.num_ctx, settings.num_parallel) == (ollama, 8192, 1)
+
+
+def test_a_kv_type_ollama_lacks_is_refused():
+    with pytest.raises(InputError, match="OLLAMA_KV_CACHE_TYPE"):
+        fit_card_settings(setup_of(kv="q5_1"), 8192)
