@@ -10,6 +10,7 @@ from core.engines.vllm_cluster import (
     arithmetic,
     dp_attention,
     evaluate,
+    launch_script,
     plain_tp,
     plans,
     record,
@@ -68,6 +69,7 @@ def cluster_report(
         "plans": [record(r) for r in ranked],
         "best": record(best),
         "best_arithmetic": arithmetic(best),
+        "best_launch": launch_script(best),  # shell lines, each step headed by a comment saying where it runs
         "recipes": {
             name: {**record(r), "arithmetic": arithmetic(r), "requests_vs_plain_tp": _gain(r, recipes["plain_tp"])}
             for name, r in recipes.items()
@@ -87,6 +89,7 @@ def print_cluster(out: dict) -> None:
         f"{out['model']} on {out['cluster']} ({format_bytes(out['card_memory_bytes'])} each), vLLM, "
         f"weights {out['weights']}, KV {out['kv_dtype']}, {format_tokens(out['context'])}-token requests"
     )
+    # weights and KV budget of the stage that sets the block count, the stage the arithmetic below shows
     print(f"{'plan':<36} {'requests':>8} {'per DP rank':>11} {'cache tokens':>13} {'weights/GPU':>11} {'KV/GPU':>10}")
     for p in out["plans"]:
         weights = format_bytes(p["weights_bytes_per_gpu"]) if p["weights_bytes_per_gpu"] is not None else "-"
@@ -97,7 +100,10 @@ def print_cluster(out: dict) -> None:
         )
         print(line + (f"  ({p['why_not']})" if p["why_not"] else ""))
     if out["best"]["fits"]:
-        print(f"\nbest: {out['best']['layout']}: vllm serve ... {out['best']['vllm_flags']}")
+        print(f"\nbest: {out['best']['layout']}; to run it:")
+        for line in out["best_launch"]:
+            print(f"  {line}")
+        print()
     else:
         print(f"\nno plan fits; the closest: {out['best']['layout']}")
     for line in out["best_arithmetic"]:

@@ -7,53 +7,71 @@ import pandas as pd
 import streamlit as st
 
 from core.cluster_report import cluster_report
+from core.engines import ENGINES
 from core.engines.vllm_cluster import Cluster
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
 from core.memory.gpus import card_named, cards
 from core.units import format_bytes, format_tokens
-from ui.inputs import sidebar
+from ui.inputs import context_box, sidebar
 from ui.layout import FAVICON, mobile_css
 from ui.state import BOUNDS, DEFAULTS, SWITCH, to_query
 
 st.set_page_config(page_title="kvscope — vLLM across nodes", page_icon=FAVICON, layout="wide")
 mobile_css()
 st.title("vLLM across nodes")
-inputs, model, _ = sidebar(model_only=True)
+inputs, model, _ = sidebar(model_only=True, context=True)
 st.caption(
     "Tensor parallel inside a node, pipeline parallel across nodes, data-parallel engine cores, expert parallel for "
     "MoE: how many requests each cut of the cluster holds at once. MLA models keep their whole latent on every TP "
     "rank, so DP-attention (one engine core per GPU) often holds several times more."
 )
 
-c1, c2, c3, c4 = st.columns(4)
 names = [name for name, card in cards().items() if not card.unified_memory]
-if st.session_state.get("in_ccard") not in names:  # a link's unified-memory machine: not a card of a cluster node
-    refused = st.session_state.get("in_ccard")
-    st.session_state["in_ccard"] = DEFAULTS.ccard
-    st.query_params.from_dict(to_query(replace(inputs, ccard=DEFAULTS.ccard)))
+fixed = inputs
+if inputs.ccard not in names:  # a link's unified-memory machine: not a card of a cluster node
+    fixed = replace(fixed, ccard=DEFAULTS.ccard)
     st.warning(
-        f"ccard={refused!r} is a unified-memory machine, not a GPU of a cluster node; the plans below use "
+        f"ccard={inputs.ccard!r} is a unified-memory machine, not a GPU of a cluster node; the plans below use "
         f"{DEFAULTS.ccard}, the card shown. Pick a data-centre or desktop GPU."
     )
+if inputs.kv not in VllmEngine.kv_dtypes:  # another engine's (llama.cpp's q8_0): the box can only show vLLM's
+    fixed = replace(fixed, kv="auto")
+    st.warning(
+        f"KV dtype {inputs.kv} (from the link or another engine) is not one vLLM has; the plans use auto (the "
+        f"model's dtype), as shown. vLLM's: {', '.join(VllmEngine.kv_dtypes)}."
+    )
+if fixed != inputs:
+    st.session_state["in_ccard"], st.session_state["in_kv"] = fixed.ccard, fixed.kv
+    st.query_params.from_dict(to_query(fixed))
+    inputs = fixed
+
+
+def _on_kv() -> None:
+    """A link's KV dtype is read against its engine: name vLLM there when the shared engine lacks this dtype (fp8
+    on llama.cpp), or the receiver would get auto."""
+    if st.session_state["in_kv"] not in ENGINES[st.session_state.get("in_engine", DEFAULTS.engine)].kv_dtypes:
+        st.session_state["in_engine"] = "vllm"
+
+
+c1, c2, c3 = st.columns(3)
 card_name = c1.selectbox("Card", names, key="in_ccard")
 c2.number_input("Nodes", *BOUNDS["nodes"], key="in_nodes")
 c3.number_input("GPUs per node", *BOUNDS["gpn"], key="in_gpn")
-c4.selectbox(
+c4, c5, c6 = st.columns(3)
+context_box(c4)
+kv = c5.selectbox(
+    "KV dtype",
+    VllmEngine.kv_dtypes,
+    key="in_kv",
+    on_change=_on_kv,
+    help="--kv-cache-dtype; auto: the model's dtype (fp8: half the cache)",
+)
+c6.selectbox(
     "Expert parallel",
     list(SWITCH),
     key="in_ep",
     help="--enable-expert-parallel for MoE models: auto lists plans with and without it",
-)
-kv = inputs.kv if inputs.kv in VllmEngine.kv_dtypes else "auto"
-if kv != inputs.kv:
-    st.warning(
-        f"KV dtype {inputs.kv} (from the link or another engine) is not one vLLM has; the plans use auto (the "
-        f"model's dtype). vLLM's: {', '.join(VllmEngine.kv_dtypes)}."
-    )
-st.caption(
-    f"{format_tokens(inputs.ctx)}-token requests (the sidebar's context), KV dtype {kv}, weights as the "
-    "checkpoint, `vllm serve` defaults for the card."
 )
 
 
@@ -71,14 +89,23 @@ except InputError as err:
     st.error(str(err))
     st.stop()
 
+st.caption(
+    f"{format_tokens(context)}-token requests, KV dtype {kv}, weights as the checkpoint, `vllm serve`'s defaults "
+    "for the card (batched tokens, max_num_seqs)."
+)
+if context < inputs.ctx:
+    st.info(f"{model.name} takes at most {model.max_context:,} tokens a request; the plans use that.")
 best = out["best"]
 m1, m2, m3 = st.columns(3)
-m1.metric("Best plan", best["layout"] if best["fits"] else "none fits")
+# metrics cut long values off: the short form here, the plan in full below
+short = f"TP{best['tp']} PP{best['pp']} DP{best['dp']}" if best["fits"] else "none fits"
+m1.metric("Best plan", short, help="TP × PP × DP sizes; the plan in full below")
 m2.metric(f"Requests at {format_tokens(context)}", f"{best['requests']:,}")
 gain = out["best_vs_plain_tp"]
 m3.metric("vs plain TP", f"{gain:.2f}×" if gain else "–")
+st.markdown(f"**Best plan:** {best['layout']}" if best["fits"] else f"**No plan fits**; the closest: {best['layout']}")
 if best["fits"]:
-    st.code(f"vllm serve {model.name} {best['vllm_flags']}", language="bash", wrap_lines=True)
+    st.code("\n".join(out["best_launch"]), language="bash", wrap_lines=True)
 
 frame = pd.DataFrame(
     {
@@ -86,6 +113,7 @@ frame = pd.DataFrame(
         "requests": p["requests"],
         "per DP rank": p["requests_per_dp_rank"],
         "cache tokens": p["cache_tokens"],
+        "stage": p["stage"],
         "weights / GPU": format_bytes(p["weights_bytes_per_gpu"]) if p["weights_bytes_per_gpu"] else "–",
         "KV budget / GPU": format_bytes(max(0, p["kv_budget_bytes_per_gpu"] or 0)),
         "why not": p["why_not"] or "",
@@ -101,6 +129,9 @@ st.dataframe(
         "cache tokens": st.column_config.NumberColumn(
             help="KV cache size every DP rank logs, added up", format="localized"
         ),
+        "stage": st.column_config.NumberColumn(
+            help="The pipeline stage the GPU figures are of: the one that sets the block count, as in the arithmetic"
+        ),
     },
 )
 
@@ -109,11 +140,11 @@ titles = {
     "dp_attention": "DP-attention: one engine core per GPU",
 }
 with st.expander(f"How is it computed? Best plan: {best['layout']}"):
-    st.code("\n".join(out["best_arithmetic"]), language=None)
+    st.code("\n".join(out["best_arithmetic"]), language=None, wrap_lines=True)
 for name, recipe in out["recipes"].items():
     vs = f" — {recipe['requests_vs_plain_tp']:.2f}× plain TP" if recipe["requests_vs_plain_tp"] else ""
     with st.expander(f"{titles[name]} ({recipe['layout']}){vs}"):
-        st.code("\n".join(recipe["arithmetic"]), language=None)
+        st.code("\n".join(recipe["arithmetic"]), language=None, wrap_lines=True)
 st.caption(
     "Not modelled: the all-to-all buffers of EP kernels (DeepEP reserves its own), EPLB's redundant experts, "
     "decode context parallel, MTP draft layers. Rules and their vLLM sources: core/engines/vllm_cluster.py."

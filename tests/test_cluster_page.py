@@ -34,7 +34,9 @@ def test_page_shows_cores_plans_for_the_link():
     assert list(shown["requests"]) == [r.requests for r in expected]
     metrics = {m.label: m.value for m in at.metric}
     base = evaluate(model, cluster, plain_tp(model, cluster), 32768)
-    assert metrics["Best plan"] == expected[0].label
+    layout = expected[0].layout
+    assert metrics["Best plan"] == f"TP{layout.tp} PP{layout.pp} DP{layout.dp}"  # short: a metric cuts long values
+    assert f"**Best plan:** {expected[0].label}" in [m.value for m in at.markdown]
     assert metrics["vs plain TP"] == f"{expected[0].requests / base.requests:.2f}×"
     assert any(expected[0].layout.flags() in c.value for c in at.code)
 

