@@ -37,3 +37,20 @@ def test_cluster_page_lists_cores_plans(page, server):
     wait_for_app(page)
     no_exception(page, "cluster, reached from the sidebar")
     expect(page.locator('[data-testid="stSidebar"] input[aria-label="Model"]')).to_have_value("deepseek-ai/DeepSeek-V3")
+
+
+def test_cluster_page_text_wraps_instead_of_being_cut_off(page, server):
+    """Issue 20: the best-plan metric and the arithmetic lines were cut off at the box's edge."""
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(server.url + LINK)
+    wait_for_app(page)
+    no_exception(page, "cluster")
+    page.get_by_text("How is it computed?").click()
+    expect(page.get_by_text("KV budget per GPU =").first).to_be_visible()
+    cut = page.evaluate(
+        """() => [...document.querySelectorAll('[data-testid="stMetricValue"], [data-testid="stCode"] pre')]
+            .filter(e => e.offsetParent !== null && e.scrollWidth > e.clientWidth + 1)
+            .map(e => e.innerText.slice(0, 60))"""
+    )
+    assert not cut, cut
+    expect(page.get_by_text("vllm serve deepseek-ai/DeepSeek-V3").first).to_be_visible()
