@@ -3,13 +3,15 @@
 `?claim=<id>` opens one figure on its own (the link each row offers); `model`, `metric` and `verdict` carry the
 filters."""
 
+from urllib.parse import quote, urlencode
+
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
 from core.check import AGREES, CANNOT, DISAGREES, VERDICTS, check_all
 from core.errors import InputError
-from ui.layout import FAVICON, mobile_css
+from ui.layout import FAVICON, mobile_css, nav, share_box
 
 st.set_page_config(page_title="kvscope — fact-check", page_icon=FAVICON, layout="wide")
 mobile_css()
@@ -40,21 +42,21 @@ def _param_list(name: str, allowed: list[str]) -> list[str]:
 models = sorted({r["model"] for r in rows})
 metrics = sorted({r["metric"] for r in rows})
 with st.sidebar:
-    st.page_link("app.py", label="Fit a card", icon=":material/calculate:")
-    st.divider()
+    nav()
     chosen_models = st.multiselect("Model", models, default=_param_list("model", models))
     chosen_metrics = st.multiselect("Metric", metrics, default=_param_list("metric", metrics))
     chosen_verdicts = st.multiselect("Verdict", VERDICTS, default=_param_list("verdict", list(VERDICTS)))
 
 claim = st.query_params.get("claim")
-st.query_params.from_dict(
-    {
-        **({"claim": claim} if claim else {}),
-        "model": chosen_models,
-        "metric": chosen_metrics,
-        "verdict": chosen_verdicts,
-    }
-)
+query = {
+    **({"claim": claim} if claim else {}),
+    "model": chosen_models,
+    "metric": chosen_metrics,
+    "verdict": chosen_verdicts,
+}
+st.query_params.from_dict(query)
+with st.sidebar:
+    share_box(urlencode(query, doseq=True, quote_via=quote, safe=""))
 shown = [
     r
     for r in rows

@@ -29,7 +29,7 @@ def test_the_table_lists_every_figure_with_its_verdict():
     assert list(table["Verdict"]) == [c.verdict for c in checks]
     counts = {m.label: m.value for m in at.metric}
     assert counts["Disagrees"] == str(sum(c.verdict == DISAGREES for c in checks))
-    assert len(at.expander) == len(checks)
+    assert len(at.main.expander) == len(checks)
     assert at.get("plotly_chart")  # the published-vs-kvscope scatter
 
 
@@ -47,7 +47,7 @@ def test_filters_narrow_the_table_and_land_in_the_link():
 def test_a_claim_link_opens_that_figure_alone_with_both_sides_of_the_arithmetic():
     at = page(claim="s001-state-bf16")
     assert not at.exception
-    assert len(at.dataframe[0].value) == 1 and len(at.expander) == 1
+    assert len(at.dataframe[0].value) == 1 and len(at.main.expander) == 1
     text = " ".join(c.value for c in at.code)
     assert "51,904,512" in text  # 24 layers × (8192 × 4 × 2 + 32 × 128 × 128 × 4) B
     markdown = " ".join(m.value for m in at.markdown)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
-from tests.test_app import app, metrics
+from streamlit.testing.v1 import AppTest
+
+from tests.test_app import APP, app, metrics
 from tests.test_app_issue9 import main_errors, reopen, share_link, through_chat
 from tests.tiny_configs import tiny_raw
 
@@ -74,3 +76,22 @@ def test_the_ollama_pages_settings_travel_in_the_link():
     assert set(table[table["model"] == "Qwen/Qwen3-8B"]["num_ctx"]) == {"32K"}  # phi-4 stops at its own 16K
     assert set(table["KV"]) == {"q8_0"}
     assert len(table) == 4  # two models × two cards
+
+
+FACT_CHECK = "pages/3_fact_check.py"
+
+
+def test_fact_check_has_every_page_and_a_share_box_that_carries_its_filters():
+    at = app()
+    at.switch_page(FACT_CHECK).run()
+    links = [p.proto.page for p in at.sidebar.get("page_link")]
+    assert len(links) == 7 and "ollama" in links and "cluster" in links, links
+    verdict = at.sidebar.multiselect[2]
+    verdict.set_value([verdict.options[0]]).run()
+    link = share_link(at)
+    assert through_chat(link)["verdict"] == verdict.value[0]
+    receiver = AppTest.from_file(APP, default_timeout=180)  # opened on the fact-check page itself, as a browser
+    receiver.query_params.update(through_chat(link))
+    receiver.switch_page(FACT_CHECK).run()
+    assert receiver.sidebar.multiselect[2].value == verdict.value
+    assert [m.value for m in receiver.metric] == [m.value for m in at.metric]

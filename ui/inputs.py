@@ -21,7 +21,7 @@ from core.model.spec import ModelSpec
 from core.model.whatif import edited
 from core.report import check, engine_format_warning, gpu_counts
 from core.units import format_tokens, parse_tokens
-from ui.layout import fold_sidebar_on_phones
+from ui.layout import fold_sidebar_on_phones, nav, share_box
 from ui.state import (
     BOUNDS,
     CUSTOM_CARD,
@@ -266,15 +266,11 @@ def _typed() -> dict[str, str]:
 
 
 def _share_link(inputs: Inputs, problems: list[str], typed: dict[str, str]) -> None:
-    with st.expander("Share this view"):
-        url = st.context.url.split("?")[0] if st.context.url else ""
-        st.code(f"{url}?{share_query(inputs, typed)}", language=None, wrap_lines=True)
-        st.caption("Copy the link with the button in the box's corner; it reproduces every input.")
-        if problems:
-            st.caption(
-                "It carries them as they are now, so whoever opens it meets the same problem: "
-                + " ".join(p.split("\n")[0] for p in problems)
-            )
+    notes = () if not problems else (
+        "It carries them as they are now, so whoever opens it meets the same problem: "
+        + " ".join(p.split("\n")[0] for p in problems),
+    )  # fmt: skip
+    share_box(share_query(inputs, typed), notes)
 
 
 def _stop(message: str) -> None:
@@ -293,14 +289,7 @@ def sidebar(*, model_only: bool = False, context: bool | None = None) -> tuple[I
     RESOLVER.start()  # once per server: transformers is imported there before a visitor's config needs it
     _init_from_url()
     with st.sidebar:
-        st.page_link("app.py", label="Fit a card", icon=":material/calculate:")
-        st.page_link("pages/1_hybrid_vs_dense.py", label="Hybrid vs full attention", icon=":material/show_chart:")
-        st.page_link("pages/2_measure_live.py", label="Measure live", icon=":material/speed:")
-        st.page_link("pages/3_fact_check.py", label="Fact-check", icon=":material/fact_check:")
-        st.page_link("pages/4_finders.py", label="Which card, which model", icon=":material/travel_explore:")
-        st.page_link("pages/5_ollama.py", label="Ollama on your card", icon=":material/memory:")
-        st.page_link("pages/6_cluster.py", label="vLLM across nodes", icon=":material/hub:")
-        st.divider()
+        nav()
         problems = _model_inputs()
         if not model_only:
             problems += _hardware_inputs()

@@ -39,6 +39,33 @@ if (window.parent.innerWidth <= 640 && bar && bar.dataset.collapsed === "false")
 
 
 def fold_sidebar_on_phones(key: str) -> None:
-    from streamlit.components.v1 import html
+    # st.iframe, not st.components.v1.html (deprecated): our own constant script, same-origin as it needs to be
+    st.iframe(_FOLD_SIDEBAR % key.replace("-", ""), height=1)
 
-    html(_FOLD_SIDEBAR % key.replace("-", ""), height=0)
+
+PAGES = (
+    ("app.py", "Fit a card", ":material/calculate:"),
+    ("pages/1_hybrid_vs_dense.py", "Hybrid vs full attention", ":material/show_chart:"),
+    ("pages/2_measure_live.py", "Measure live", ":material/speed:"),
+    ("pages/3_fact_check.py", "Fact-check", ":material/fact_check:"),
+    ("pages/4_finders.py", "Which card, which model", ":material/travel_explore:"),
+    ("pages/5_ollama.py", "Ollama on your card", ":material/memory:"),
+    ("pages/6_cluster.py", "vLLM across nodes", ":material/hub:"),
+)
+
+
+def nav() -> None:
+    """Every page, in the sidebar of every page."""
+    for path, label, icon in PAGES:
+        st.page_link(path, label=label, icon=icon)
+    st.divider()
+
+
+def share_box(query: str, notes: tuple[str, ...] = ()) -> None:
+    """The link to this view, to copy (the code box has a copy button), and what it carries."""
+    with st.expander("Share this view"):
+        url = st.context.url.split("?")[0] if st.context.url else ""
+        st.code(f"{url}?{query}", language=None, wrap_lines=True)
+        st.caption("Copy the link with the button in the box's corner; it reproduces every input.")
+        for note in notes:
+            st.caption(note)
