@@ -19,21 +19,13 @@ from core.memory.gpus import card_named
 from core.memory.overhead import vllm_overhead
 from core.model.loading import load_model
 from core.units import format_bytes
+from tests.test_cluster_page import _page
 from ui.state import from_query
 
 ROOT = Path(__file__).resolve().parents[1]
 DSV3 = "deepseek-ai/DeepSeek-V3"
 LINK = {"model": DSV3, "ctx": "32k", "ccard": "H200", "nodes": "2", "gpn": "8"}
 H200 = card_named("H200")
-
-
-def _page(params: dict[str, str]) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
-    at.query_params.update(params)
-    at.run()
-    at.switch_page("pages/6_cluster.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def _plans_shown(at: AppTest) -> list[tuple[str, int]]:
