@@ -13,6 +13,7 @@ Ranking rules (shown to the user with the results):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from core.dtypes import dtype_named
@@ -27,6 +28,9 @@ from core.memory.gpus import Card, cards
 from core.memory.quant import default_format
 from core.model.params import count_params
 from core.model.spec import ModelSpec
+from core.ollama_report import TYPICAL_RAM_GB_S, TYPICAL_THREADS
+from core.report import max_context_text, requests_text
+from core.speed.predict import Hardware, predict, prefill_chunk, prefill_spans
 from core.units import format_bytes, format_tokens
 
 DEFAULT_CONTEXT = 8192  # what the finders ask about when no context is given
@@ -204,6 +208,121 @@ def rank_models(models: list[ModelSpec], engine: Engine, card: Card, context: in
     if context <= 0:
         raise InputError(f"context must be positive, got {context}")
     return sorted((best_model_answer(m, engine, card, context) for m in models), key=model_order)
+
+
+# --- speed: one request at each answer's own context -----------------------------------------------------------
+
+# The finders' setups keep every layer on the card, so the host's figures never enter a prediction; predict needs one.
+HOST = Hardware(ram_gb_s=TYPICAL_RAM_GB_S, threads=TYPICAL_THREADS)
+# Layer passes one table may time (issue 17: a link costs ≤ ~2 s of server CPU). A prediction walks every layer once
+# for the decode step and once per prefill span, and that work does not depend on the card, so a table of 46 cards
+# repeats it 46 times: bundled models (≤ ~100 layers) are timed on every row; a 10,000-layer config on the first few.
+SPEED_LAYER_PASSES = 128 * 1024
+
+
+@dataclass(frozen=True)
+class AnswerSpeed:
+    """core.speed's figures for one answer (batch 1, at its context), or why there are none."""
+
+    decode_tok_s: float | None
+    ttft_s: float | None
+    why_none: str | None
+
+
+def speed_cost(setup: Setup, context: int) -> int:
+    """Layer passes `predict` walks for one request: the decode step, then each prefill span."""
+    n = len(setup.model.layers)
+    chunks = -(-context // prefill_chunk(setup, context))
+    return n * (1 + min(chunks, prefill_spans(n)))
+
+
+def answer_speeds(answers: Sequence[CardAnswer | ModelAnswer], hw: Hardware = HOST) -> list[AnswerSpeed]:
+    """Decode tok/s and time to first token of one request per answer, in table order, within SPEED_LAYER_PASSES.
+    `predict` reuses the per-tensor weights of a model across cards (core.speed.predict.setup_weights is cached
+    per parameter count)."""
+    out, spent = [], 0
+    for a in answers:
+        if a.result is None:
+            out.append(AnswerSpeed(None, None, "cannot run"))
+            continue
+        if not a.fits:
+            out.append(AnswerSpeed(None, None, "does not fit"))
+            continue
+        setup = a.result.setup
+        cost = speed_cost(setup, a.context)
+        if spent + cost > SPEED_LAYER_PASSES:
+            layers = len(setup.model.layers)
+            out.append(AnswerSpeed(None, None, f"not timed: {layers:,} layers, too many to time on every row"))
+            continue
+        spent += cost
+        try:
+            speed = predict(setup, hw, a.context, 1)
+        except InputError:  # a card listed without bandwidth or peak figures
+            out.append(AnswerSpeed(None, None, "no bandwidth or peak figure for this card"))
+            continue
+        out.append(AnswerSpeed(speed.decode_tok_s, speed.ttft_s, None))
+    return out
+
+
+# --- table rows as shown: text, "—" with the reason where there is no figure ---------------------------------------
+
+
+def _absent(why: str) -> str:
+    return f"— ({why})"
+
+
+def _max_context_cell(result: Fit | None) -> str:
+    """As Fit a card shows it: "no limit" for a model with no position limit of its own (not kvscope's search cap)."""
+    return _absent("cannot run") if result is None else max_context_text(result)
+
+
+def _requests_cell(result: Fit | None, fits: bool) -> str:
+    """As Fit a card counts them (fractional only for vLLM), at the row's own context."""
+    if result is None:
+        return _absent("cannot run")
+    return requests_text(result, result.rows[0]) if fits else _absent("does not fit")
+
+
+def _speed_cells(speed: AnswerSpeed) -> dict[str, str]:
+    if speed.decode_tok_s is None or speed.ttft_s is None:
+        why = _absent(speed.why_none or "no figure")
+        return {"decode tok/s": why, "time to first token": why}
+    return {"decode tok/s": f"{speed.decode_tok_s:,.1f}", "time to first token": f"{speed.ttft_s:,.2f} s"}
+
+
+def card_rows(answers: list[CardAnswer], speeds: list[AnswerSpeed]) -> list[dict[str, str]]:
+    return [
+        {
+            "card": a.card.name,
+            "memory": format_bytes(a.card.memory_bytes),
+            "fits": "yes" if a.fits else "no",
+            "max context": _max_context_cell(a.result),
+            "context": format_tokens(a.context),
+            "requests": _requests_cell(a.result, a.fits),
+            **_speed_cells(s),
+            "weights": a.weights_format,
+            "why not": a.why_not or "",
+        }
+        for a, s in zip(answers, speeds, strict=True)
+    ]
+
+
+def model_rows(answers: list[ModelAnswer], speeds: list[AnswerSpeed]) -> list[dict[str, str]]:
+    return [
+        {
+            "model": a.model.name,
+            "parameters": f"{a.params / 1e9:,.1f}B",
+            "fits": "yes" if a.fits else "no",
+            "best weights": a.weights_format,
+            "KV dtype": a.result.rows[0].account.kv_dtype if a.result else a.kv_dtype,
+            "max context": _max_context_cell(a.result),
+            "context": format_tokens(a.context),
+            "requests": _requests_cell(a.result, a.fits),
+            **_speed_cells(s),
+            "why not": a.why_not or "",
+        }
+        for a, s in zip(answers, speeds, strict=True)
+    ]
 
 
 # --- records: one dict per answer, for the command line's JSON and the pages' tables ------------------------------

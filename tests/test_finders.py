@@ -15,7 +15,8 @@ from core.fit import Setup, fit
 from core.memory.gpus import Card, card_named, cards
 from core.model.loading import load_model, presets
 from core.model.params import count_params
-from core.units import GIB, format_tokens
+from core.report import max_context_text
+from core.units import GIB
 from tests.conftest import ROOT
 
 CASES = [("Qwen/Qwen3-8B", "llama.cpp", "q4_k_m", 32768), ("meta-llama/Llama-3.1-8B-Instruct", "vllm", None, 8192)]
@@ -143,14 +144,17 @@ def test_finders_page_shows_cores_ranking():
     at.run()
     at.switch_page("pages/4_finders.py").run()
     assert not at.exception, [e.value for e in at.exception]
-    shown_cards, shown_models = at.dataframe[0].value, at.dataframe[1].value
+    shown_cards = at.dataframe[0].value
+    at.segmented_control(key="in_ftab").set_value("models").run()  # one table at a time: the link's `ftab`
+    assert not at.exception, [e.value for e in at.exception]
+    shown_models = at.dataframe[0].value
     engine = configured("llama.cpp")
     model = load_model("Qwen/Qwen3-8B")
     expected = rank_cards(model, engine, 8192, "q4_k_m")
     truth = {c.name: fit(Setup(model=model, engine=engine, card=c, weights="q4_k_m"), [8192]) for c in cards().values()}
     assert list(shown_cards["card"]) == [a.card.name for a in expected]
     assert list(shown_cards["fits"]) == ["yes" if truth[a.card.name].rows[0].fits else "no" for a in expected]
-    assert list(shown_cards["max context"]) == [format_tokens(truth[a.card.name].max_context) for a in expected]
+    assert list(shown_cards["max context"]) == [max_context_text(truth[a.card.name]) for a in expected]
     card = card_named("GeForce RTX 4060 8GB")
     models = rank_models([load_model(n) for n in presets()], engine, card, 8192)
     assert list(shown_models["model"]) == [a.model.name for a in models]

@@ -1,4 +1,5 @@
-"""The finders page in a real browser: both tables list what core.finders ranks, in its order."""
+"""The finders page in a real browser: both tables list what core.finders ranks, in its order, and the chosen one
+is in the link."""
 
 from __future__ import annotations
 
@@ -34,8 +35,10 @@ def test_finders_page_lists_cores_rankings(page, server):
     assert shown and shown == cards[: len(shown)], (shown, cards)
     full_page_screenshot(page, ARTIFACTS / "finders-cards.png")
 
-    page.get_by_role("tab", name="Models for GeForce RTX 4060 8GB").click()
+    view = page.locator('[data-testid="stButtonGroup"]')  # the view control, whose value is the link's `ftab`
+    view.get_by_text("Models for GeForce RTX 4060 8GB", exact=True).click()
     wait_for_app(page)
+    page.wait_for_url("**ftab=models**", timeout=WAIT_MS)
     models = rank_models([load_model(n) for n in presets()], engine, card_named("GeForce RTX 4060 8GB"), 8192)
     rows = table_rows(page, 0)
     column = rows[0].index("model")
