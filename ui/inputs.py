@@ -26,6 +26,7 @@ from ui.state import (
     BOUNDS,
     CUSTOM_CARD,
     DEFAULTS,
+    PAGE_FIELDS,
     PLATFORMS,
     REPO_ID,
     SOURCES,
@@ -82,15 +83,23 @@ def _current() -> Inputs:
     return Inputs(**{f.name: st.session_state.get(f"in_{f.name}", getattr(DEFAULTS, f.name)) for f in fields(Inputs)})
 
 
+def _forget_eight_bit() -> None:
+    st.session_state["_kv_eight_bit_wanted"] = False  # an explicit choice replaces a remembered one
+
+
 def _on_eight_bit() -> None:
+    _forget_eight_bit()
     engine = st.session_state["in_engine"]
     st.session_state["in_kv"] = EIGHT_BIT_KV.get(engine, "auto") if st.session_state["eight_bit"] else "auto"
 
 
 def _on_engine() -> None:
-    """Keep the 8-bit choice across engines: llama.cpp's q8_0 becomes vLLM's fp8 and back."""
-    if st.session_state.get("in_kv") in EIGHT_BIT:
-        st.session_state["in_kv"] = EIGHT_BIT_KV.get(st.session_state["in_engine"], "auto")
+    """Keep the 8-bit choice across engines: llama.cpp's q8_0 becomes vLLM's fp8 and back, and an engine without an
+    8-bit cache (transformers) on the way keeps the wish for the next engine that has one."""
+    if st.session_state.get("in_kv") in EIGHT_BIT or st.session_state.get("_kv_eight_bit_wanted"):
+        eight_bit = EIGHT_BIT_KV.get(st.session_state["in_engine"])
+        st.session_state["_kv_eight_bit_wanted"] = eight_bit is None
+        st.session_state["in_kv"] = eight_bit or "auto"
 
 
 def _clear_edits() -> None:
@@ -177,7 +186,7 @@ def _hardware_inputs() -> list[str]:
         disabled=engine not in EIGHT_BIT_KV,
         help="fp8 on vLLM, q8_0 on llama.cpp; transformers keeps K/V in the compute dtype",
     )
-    st.selectbox("KV dtype", kv_options, key="in_kv")
+    st.selectbox("KV dtype", kv_options, key="in_kv", on_change=_forget_eight_bit)
     st.caption(f"Rules: {ENGINES[engine].rules_version}")
     if engine == "vllm":
         st.selectbox(
@@ -387,19 +396,20 @@ def setup_for(inputs: Inputs, model: ModelSpec) -> Setup:
     )
 
 
-def downloads(inputs: Inputs, frame, payload: dict, name: str = "kvscope") -> None:
-    """The table as shown (CSV, with the inputs that produced it as leading columns) and everything as JSON."""
+def downloads(inputs: Inputs, frame, payload: dict, name: str = "kvscope", kv_used: str | None = None) -> None:
+    """The table as shown (CSV, with the inputs that produced it as leading columns, its numbers to the digits the
+    page shows) and everything as JSON. `kv_used`: the KV dtype `auto` resolved to, as the page names it."""
     main = {
         "model": "uploaded config.json" if inputs.config else inputs.model,
         "card": f"{inputs.gib:g} GiB" if inputs.card == CUSTOM_CARD else inputs.card,
         "gpus": inputs.gpus,
         "engine": inputs.engine,
         "weights": inputs.weights,
-        "kv": inputs.kv,
+        "kv": kv_used or inputs.kv,
     }
-    others = {k: v for k, v in to_query(inputs).items() if k not in (*main, "gib", "config", "cmp", "ctx")}
-    carried = main | others
-    table = frame.copy()
+    skip = (*main, "gib", "config", "ctx", *PAGE_FIELDS)  # other pages' settings did not produce this table
+    carried = main | {k: v for k, v in to_query(inputs).items() if k not in skip}
+    table = frame.round(3)
     for i, (key, value) in enumerate(carried.items()):
         table.insert(i, key, value)
     c1, c2 = st.columns(2)

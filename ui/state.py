@@ -119,6 +119,8 @@ class Inputs:
 
 
 DEFAULTS = Inputs()
+# Fields only one page reads (its own controls); the sidebar's figures do not depend on them.
+PAGE_FIELDS = ("cmp", "ccard", "nodes", "gpn", "ep", "ftab", *(f.name for f in fields(Inputs) if f.name[0] == "o"))
 
 
 def pack_config(raw: dict) -> str:
