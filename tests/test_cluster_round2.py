@@ -4,6 +4,7 @@ its nodes (page and `python -m core cluster` alike), and vLLM's max_num_seqs rul
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -151,3 +152,44 @@ def test_fit_a_card_uses_the_cards_max_num_seqs_too():
     sampler = next(i for i in solver.overhead(32768) if i.label == "sampler logits")
     one_node = evaluate(model, Cluster(H200, 1, 8), Layout(tp=8), 32768)
     assert sampler == next(i for i in one_node.overhead if i.label == "sampler logits")
+
+
+ENGINES_PYTHON = ROOT / ".venv-engines" / "bin" / "python"
+PARSE = """
+import json, shlex, sys
+from vllm.entrypoints.cli.serve import ServeSubcommand
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+parser = FlexibleArgumentParser()
+ServeSubcommand().subparser_init(parser.add_subparsers())
+for line in sys.stdin.read().splitlines():
+    args = parser.parse_args(shlex.split(line)[1:])
+    print(json.dumps([args.data_parallel_size_local, args.data_parallel_start_rank, args.headless, args.nnodes,
+                      args.node_rank, args.distributed_executor_backend]))
+"""
+
+
+@pytest.mark.skipif(not ENGINES_PYTHON.exists(), reason="the real vLLM lives in .venv-engines (make engines)")
+def test_real_vllm_serve_parses_every_launch_command():
+    model = load_model(DSV3)
+    cases = [(Cluster(H200, 2, 8), Layout(1, 2, 8, True)), (Cluster(H200, 2, 8), Layout(8, 2, 1))]
+    cases.append((Cluster(H200, 4, 8), Layout(8, 2, 2, True)))
+    shell = {"$HEAD_IP": "192.0.2.10", "$((NODE_RANK * 4))": "4", "$NODE_RANK": "1"}
+    lines = []
+    for cluster, layout in cases:
+        for step in launch(evaluate(model, cluster, layout, 32768, kv_dtype="fp8")):
+            if step.command.startswith("vllm serve"):
+                lines.append(step.command)
+                for name, value in shell.items():
+                    lines[-1] = lines[-1].replace(name, value)
+    done = subprocess.run(
+        [str(ENGINES_PYTHON), "-c", PARSE], input="\n".join(lines), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    parsed = [json.loads(line) for line in done.stdout.splitlines()]
+    assert parsed == [
+        [4, None, False, 1, 0, None],  # node 0 of DP across nodes: 4 local ranks from 0
+        [4, 4, True, 1, 0, None],  # node 1: ranks 4 … 7, headless
+        [None, None, False, 1, 0, "ray"],  # one engine core over both nodes, Ray
+        [None, None, False, 4, 0, None],  # several cores over nodes: vLLM's own --nnodes launcher
+        [None, None, True, 4, 1, None],
+    ]
