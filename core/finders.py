@@ -249,6 +249,9 @@ def answer_speeds(answers: Sequence[CardAnswer | ModelAnswer], hw: Hardware = HO
             out.append(AnswerSpeed(None, None, "does not fit"))
             continue
         setup = a.result.setup
+        if not setup.card.bandwidth_gb_s or not setup.card.bf16_tflops:  # predict refuses it, after the work
+            out.append(AnswerSpeed(None, None, "no bandwidth or peak figure for this card"))
+            continue
         cost = speed_cost(setup, a.context)
         if spent + cost > SPEED_LAYER_PASSES:
             layers = len(setup.model.layers)
@@ -257,8 +260,8 @@ def answer_speeds(answers: Sequence[CardAnswer | ModelAnswer], hw: Hardware = HO
         spent += cost
         try:
             speed = predict(setup, hw, a.context, 1)
-        except InputError:  # a card listed without bandwidth or peak figures
-            out.append(AnswerSpeed(None, None, "no bandwidth or peak figure for this card"))
+        except InputError as err:
+            out.append(AnswerSpeed(None, None, str(err)))
             continue
         out.append(AnswerSpeed(speed.decode_tok_s, speed.ttft_s, None))
     return out
