@@ -39,7 +39,12 @@ st.caption(
     "re-derived by a test), set beside kvscope's llama.cpp account of that same split and the speed it predicts. "
     "None of it was checked against a running Ollama (none runs here)."
 )
-with st.expander("Ollama settings and host", expanded=True):  # every control is bound to a link field (in_o…)
+# Folded, with what is set in its label: on a phone the settings would otherwise fill the first screen.
+summary = (
+    f"num_ctx {inputs.octx or 'default'}, KV {inputs.okv}, flash attention {inputs.ofa}, {inputs.ow}, "
+    f"{len(st.session_state['ol_cards'])} card(s)"
+)
+with st.expander(f"Ollama settings and host: {summary}"):  # every control is bound to a link field (in_o…)
     c1, c2, c3 = st.columns(3)
     listed = [name for name, card in cards().items() if card.bandwidth_gb_s and card.bf16_tflops]
     chosen = c1.multiselect(
@@ -104,10 +109,13 @@ table = pd.DataFrame(
     for r in rows
 )
 gib = {c: st.column_config.NumberColumn(c, format="%.2f") for c in table.columns if "GiB" in c}
+MAIN_COLUMNS = ["card", "Ollama layers", "decode tok/s", "num_ctx", "model", "KV", "TTFT (s)", "kvscope fits"]
+every = st.toggle("Every column", key="ol_every", help="Ollama's memory figures, kvscope's account, llama-server's fit")
 st.dataframe(
     table,
     hide_index=True,
     key="ollama_table",
+    column_order=None if every else MAIN_COLUMNS,  # the answer first, narrow enough for a phone
     column_config={
         "card": st.column_config.TextColumn("card", pinned=True),
         "Ollama layers": st.column_config.TextColumn(

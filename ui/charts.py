@@ -8,6 +8,10 @@ import plotly.graph_objects as go
 from core.units import GIB, format_tokens
 
 
+# Below the plot: above it, the chart's toolbar (full screen, download) covered the legend on a phone.
+LEGEND_BELOW = {"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0}
+
+
 def palette(names: list[str]) -> dict[str, str]:
     """One colour per model, fixed for the page: the same model keeps its colour in every chart."""
     colors = px.colors.qualitative.Plotly
@@ -41,7 +45,7 @@ def breakdown(rows: list[dict]) -> go.Figure:
         xaxis_title="context",
         height=380,
         margin={"t": 30, "b": 10},
-        legend={"orientation": "h", "y": 1.12},
+        legend=LEGEND_BELOW,
     )
     return fig
 
@@ -74,7 +78,7 @@ def curves(
     ticks = sorted({x for xs, _ in series.values() for x in xs})
     fig.update_xaxes(type="log", title="context (tokens)", tickvals=ticks, ticktext=[format_tokens(t) for t in ticks])
     fig.update_yaxes(title=y_title, type="log" if log_y else "linear", dtick=1 if log_y else None)
-    fig.update_layout(height=380, margin={"t": 30, "b": 10}, legend={"orientation": "h", "y": 1.12})
+    fig.update_layout(height=380, margin={"t": 30, "b": 10}, legend=LEGEND_BELOW)
     return fig
 
 
@@ -109,7 +113,7 @@ def bars(
         yaxis_title=y_title,
         height=380,
         margin={"t": 50, "b": 10},
-        legend={"orientation": "h", "y": 1.18},
+        legend=LEGEND_BELOW,
         uniformtext={"minsize": 8, "mode": "show"},
     )
     return fig
