@@ -7,7 +7,6 @@ import plotly.graph_objects as go
 
 from core.units import GIB, format_tokens
 
-
 # Below the plot: above it, the chart's toolbar (full screen, download) covered the legend on a phone.
 LEGEND_BELOW = {"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0}
 
