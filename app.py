@@ -118,7 +118,8 @@ if in_ram:
     r1, r2 = st.columns(2)
     ram = r1.number_input("System RAM bandwidth (GB/s)", min_value=1.0, value=round(ram_measured, 1), key="in_ram")
     threads = int(r2.number_input("CPU threads", min_value=1, max_value=1024, value=8, key="in_threads"))
-speed_rows, no_speed = speeds(result, ram, threads, f"{setup!r} {[r.context for r in result.rows]}")
+result_key = f"{setup!r} {[r.context for r in result.rows]}"  # the setup and its table's contexts
+speed_rows, no_speed = speeds(result, ram, threads, result_key)
 
 st.subheader("Context table")
 st.caption(f"{setup.card.name}" + (f" × {setup.gpus}" if setup.gpus > 1 else "") + ", per GPU")
@@ -167,8 +168,22 @@ st.caption(
     "efficiencies, see below)." + (f" No speed: {no_speed}" if no_speed else "")
 )
 
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def breakdown_chart(_result, key: str):
+    """One figure per result, shared by every session: building a plotly figure costs more than the fit, and
+    st.plotly_chart only reads it (to_dict)."""
+    return breakdown(breakdown_records(_result))
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def speed_text(_setup: Setup, ram: float, threads: int, context: int, key: str) -> str:
+    """The speed explanation at one context (`key`: the setup's repr)."""
+    return "\n\n".join(speed_lines(predict(_setup, Hardware(ram_gb_s=ram, threads=threads), context)))
+
+
 st.subheader("Where the memory goes")
-st.plotly_chart(breakdown(breakdown_records(result)), width="stretch")
+st.plotly_chart(breakdown_chart(result, result_key), width="stretch")
 
 with st.expander("How is this computed?"):
     st.markdown(usable_line(result))
@@ -178,7 +193,7 @@ with st.expander("How is this computed?"):
 if speed_rows:
     with st.expander("How is the speed computed?"):
         if row.fits:
-            st.markdown("\n\n".join(speed_lines(predict(setup, Hardware(ram_gb_s=ram, threads=threads), context))))
+            st.markdown(speed_text(setup, ram, threads, context, repr(setup)))
         else:  # the table shows "—" for this row: no figure here either
             st.markdown(
                 f"{format_tokens(context)} tokens do not fit on {setup.card.name}, so there is no speed to work "
