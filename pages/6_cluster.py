@@ -7,7 +7,6 @@ import pandas as pd
 import streamlit as st
 
 from core.cluster_report import cluster_report
-from core.engines import ENGINES
 from core.engines.vllm_cluster import Cluster
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
@@ -35,23 +34,10 @@ if inputs.ccard not in names:  # a link's unified-memory machine: not a card of 
         f"ccard={inputs.ccard!r} is a unified-memory machine, not a GPU of a cluster node; the plans below use "
         f"{DEFAULTS.ccard}, the card shown. Pick a data-centre or desktop GPU."
     )
-if inputs.kv not in VllmEngine.kv_dtypes:  # another engine's (llama.cpp's q8_0): the box can only show vLLM's
-    fixed = replace(fixed, kv="auto")
-    st.warning(
-        f"KV dtype {inputs.kv} (from the link or another engine) is not one vLLM has; the plans use auto (the "
-        f"model's dtype), as shown. vLLM's: {', '.join(VllmEngine.kv_dtypes)}."
-    )
 if fixed != inputs:
-    st.session_state["in_ccard"], st.session_state["in_kv"] = fixed.ccard, fixed.kv
+    st.session_state["in_ccard"] = fixed.ccard
     st.query_params.from_dict(to_query(fixed))
     inputs = fixed
-
-
-def _on_kv() -> None:
-    """A link's KV dtype is read against its engine: name vLLM there when the shared engine lacks this dtype (fp8
-    on llama.cpp), or the receiver would get auto."""
-    if st.session_state["in_kv"] not in ENGINES[st.session_state.get("in_engine", DEFAULTS.engine)].kv_dtypes:
-        st.session_state["in_engine"] = "vllm"
 
 
 c1, c2, c3 = st.columns(3)
@@ -63,8 +49,7 @@ context_box(c4)
 kv = c5.selectbox(
     "KV dtype",
     VllmEngine.kv_dtypes,
-    key="in_kv",
-    on_change=_on_kv,
+    key="in_ckv",  # the page's own: the sidebar's KV dtype belongs to its engine (llama.cpp's q8_0, …)
     help="--kv-cache-dtype; auto: the model's dtype (fp8: half the cache)",
 )
 c6.selectbox(

@@ -37,19 +37,19 @@ def _plans_shown(at: AppTest) -> list[tuple[str, int]]:
 def test_context_and_kv_dtype_are_the_pages_own_and_travel_in_the_link():
     at = _page(LINK)
     at.text_input(key="in_ctx_text").set_value("16k")
-    at.selectbox(key="in_kv").set_value("fp8")
+    at.selectbox(key="in_ckv").set_value("fp8")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    assert at.selectbox(key="in_kv").options == list(VllmEngine.kv_dtypes)
+    assert at.selectbox(key="in_ckv").options == list(VllmEngine.kv_dtypes)
     sent, ignored = from_query(dict(at.query_params))
-    assert (sent.ctx, sent.kv, ignored) == (16384, "fp8", [])
+    assert (sent.ctx, sent.ckv, ignored) == (16384, "fp8", [])
     expected = plans(load_model(DSV3), Cluster(H200, 2, 8), 16384, kv_dtype="fp8")
     shown = _plans_shown(at)
     assert shown == [(r.label, r.requests) for r in expected]
 
     receiver = _page(dict(at.query_params))
     assert receiver.text_input(key="in_ctx_text").value == "16K"
-    assert receiver.selectbox(key="in_kv").value == "fp8"
+    assert receiver.selectbox(key="in_ckv").value == "fp8"
     assert _plans_shown(receiver) == shown
 
 

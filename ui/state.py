@@ -16,7 +16,7 @@ from urllib.parse import quote, urlencode
 from core.engines import ENGINES
 from core.engines.llamacpp import DEFAULT_FRONTEND, FRONTENDS
 from core.engines.runtimes import OLLAMA_KV_TYPES
-from core.engines.vllm_engine import VERSIONS, VllmOptions
+from core.engines.vllm_engine import VERSIONS, VllmEngine, VllmOptions
 from core.errors import InputError
 from core.memory.gpus import card_named
 from core.memory.quant import FORMATS
@@ -61,6 +61,7 @@ CHOICES = {
     "plat": PLATFORMS,
     "ep": SWITCH,
     "ftab": FINDER_VIEWS,
+    "ckv": VllmEngine.kv_dtypes,
     "okv": OLLAMA_KV_TYPES,
     "ofa": OLLAMA_FLASH,
     "ow": OLLAMA_WEIGHTS,
@@ -102,6 +103,7 @@ class Inputs:
     nodes: int = 2
     gpn: int = 8
     ep: str = "auto"
+    ckv: str = "auto"  # the cluster page's KV dtype (vLLM's --kv-cache-dtype), apart from the sidebar engine's
     ftab: str = "cards"  # the finders page's view: cards for the model, or models for the card
     # The Ollama page's settings (its model is the sidebar's): cards and extra models (comma separated), num_ctx as
     # typed ("" = Ollama's default for the card), OLLAMA_* variables, weights, and the host's RAM and threads.
@@ -120,7 +122,16 @@ class Inputs:
 
 DEFAULTS = Inputs()
 # Fields only one page reads (its own controls); the sidebar's figures do not depend on them.
-PAGE_FIELDS = ("cmp", "ccard", "nodes", "gpn", "ep", "ftab", *(f.name for f in fields(Inputs) if f.name[0] == "o"))
+PAGE_FIELDS = (
+    "cmp",
+    "ccard",
+    "nodes",
+    "gpn",
+    "ep",
+    "ckv",
+    "ftab",
+    *(f.name for f in fields(Inputs) if f.name[0] == "o"),
+)
 
 
 def pack_config(raw: dict) -> str:
