@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import os
 import platform
+import resource
 import statistics
 import sys
 from pathlib import Path
@@ -33,9 +34,16 @@ def summary(values: list[float]) -> dict[str, float]:
     return {"min": min(values), "median": statistics.median(values), "p90": deciles[-1], "max": max(values)}
 
 
-def run_round(minimal: bool, urls_of, cache: Path) -> tuple[list[float], float]:
-    """Each user's page-load time, and the CPU seconds the server's process group used from its start to the
-    last page complete."""
+def reaped_cpu_s() -> float:
+    """CPU seconds of the child processes this one has waited for: after a round, its Playwright driver and the
+    Chromium it ran (each level reaps the one below), so a round's difference is the browser's share."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_round(minimal: bool, urls_of, cache: Path) -> tuple[list[float], float, float]:
+    """Each user's page-load time; the CPU seconds the server's process group used from its start to the last
+    page complete; and the browser's CPU seconds for the round."""
     from tests.e2e.conftest import Server
     from tests.e2e.test_hostile import drive_team
 
@@ -44,10 +52,12 @@ def run_round(minimal: bool, urls_of, cache: Path) -> tuple[list[float], float]:
     try:
         server.wait_healthy()
         urls = [server.url + path for path in urls_of(minimal)]
+        before = reaped_cpu_s()
         answers = drive_team(urls, ready="h1", count=1, read=False) if minimal else drive_team(urls)
+        browser = reaped_cpu_s() - before
         if any(errors for _, _, _, errors in answers):
             raise SystemExit(f"an exception box appeared under load:\n{server.tail()}")
-        return [elapsed for elapsed, *_ in answers], group_cpu_s(server.proc.pid)
+        return [elapsed for elapsed, *_ in answers], group_cpu_s(server.proc.pid), browser
     finally:
         server.stop()
 
@@ -80,11 +90,13 @@ def main() -> int:
           f"minimal page: {MINIMAL_PAGE.strip()!r}")  # fmt: skip
     times: dict[str, list[float]] = {"kvscope": [], "minimal": []}
     cpu: dict[str, list[float]] = {"kvscope": [], "minimal": []}
+    browser_cpu: dict[str, list[float]] = {"kvscope": [], "minimal": []}
     for _ in range(args.rounds):
         for name in times:
-            loads, seconds = run_round(name == "minimal", urls_of, cache)
+            loads, seconds, browser = run_round(name == "minimal", urls_of, cache)
             times[name] += loads
             cpu[name].append(seconds)
+            browser_cpu[name].append(browser)
     stats = {name: summary(values) for name, values in times.items()}
     print(f"\n  {'page load, s':<14} {'min':>7} {'median':>7} {'p90':>7} {'max':>7}   (n = {args.users * args.rounds})")
     for name, s in stats.items():
@@ -94,10 +106,11 @@ def main() -> int:
     print(f"  {'kvscope ÷ min':<14} " + " ".join(f"{ratio[k]:>6.2f}x" for k in ("min", "median", "p90", "max"))
           + f"   target: median < {RATIO_TARGET:.1f}x, {mark}")  # fmt: skip
     # CPU barely moves with the machine's load (wall time does): the steadier ratio on a shared machine
-    per_round = {name: statistics.median(values) for name, values in cpu.items()}
-    print(f"\n  server CPU, s (median per round, its process group, start to last page): kvscope "
-          f"{per_round['kvscope']:.2f}, minimal {per_round['minimal']:.2f}, "
-          f"ratio {per_round['kvscope'] / per_round['minimal']:.2f}x")  # fmt: skip
+    print("\n  CPU, s (median per round)")
+    for label, values in (("server, start to last page", cpu), ("browser, the round", browser_cpu)):
+        per_round = {name: statistics.median(v) for name, v in values.items()}
+        print(f"  {label:<28} kvscope {per_round['kvscope']:>6.2f}  minimal {per_round['minimal']:>6.2f}  "
+              f"ratio {per_round['kvscope'] / per_round['minimal']:.2f}x")  # fmt: skip
     return 0
 
 
