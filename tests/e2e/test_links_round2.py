@@ -1,0 +1,98 @@
+"""Issue 20's must-show, in Chromium: a link from every page, with every input changed from its default, copied from
+the page's share box and opened in a fresh browser context (a teammate's), gives back every input and the same
+answer."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+
+from tests.e2e.conftest import VIEWPORT, WAIT_MS, wait_for_app
+from tests.e2e.test_browser import pasted_in_chat, shared_link
+from ui.state import DEFAULTS, Inputs, from_query, share_query
+
+# Every field away from its default, in values that make sense together (vLLM on two H100s for the sizing pages;
+# the llama.cpp-only fields still travel, as the sidebar keeps them for when the engine changes back).
+CHANGED = Inputs(
+    model="Qwen/Qwen3-8B", source="Hub", card="H100 80GB SXM5", gib=24.0, gpus=2, weights="bf16", kv="fp8",
+    engine="vllm", ctx=16384, ngl=20, ncmoe=1, swa="on", kvu="off", plat="cpu", vver="0.20", fe="llama-server",
+    util=0.85, layers=30, kvh=4, hd=64, win=1024, pat="FFFS", cmp="google/gemma-3-4b-it", ccard="H200 141GB SXM",
+    nodes=3, gpn=4, ep="on", ckv="fp8", ftab="models", ocards="GeForce RTX 4060 8GB,GeForce RTX 3060 12GB",
+    omodels="microsoft/phi-4", octx="8k", onp=2, okv="q8_0", ofa="on", oover=512, ow="q5_k_m", oram="given",
+    ogbs=45.5, othr=6,
+)  # fmt: skip
+PAGES = {
+    "/": "Fit a card",
+    "/hybrid_vs_dense": "Hybrid vs full attention",
+    "/measure_live": "Measure live",
+    "/finders": "Which card, which model",
+    "/ollama": "Ollama on your card",
+    "/cluster": "vLLM across nodes",
+}
+
+
+def test_every_field_is_changed():
+    same = [f.name for f in fields(Inputs) if getattr(CHANGED, f.name) == getattr(DEFAULTS, f.name)]
+    assert same == ["config"], same  # an upload replaces the model: tests/test_share_round2.py covers it
+
+
+def _answer(page) -> str:
+    """What the page answers: its main area's text, less what moves between runs (the probe's clock)."""
+    main = page.locator('[data-testid="stMain"]')
+    return "\n".join(line for line in main.inner_text().splitlines() if " s ago" not in line)
+
+
+def _fresh(chromium):
+    context = chromium.new_context(viewport=VIEWPORT)
+    context.set_default_timeout(WAIT_MS)
+    return context, context.new_page()
+
+
+@pytest.mark.parametrize("path", list(PAGES))
+def test_a_link_from_every_page_round_trips_into_a_fresh_context(chromium, server, path):
+    from playwright.sync_api import expect
+
+    sender_context, sender = _fresh(chromium)
+    receiver_context, receiver = _fresh(chromium)
+    try:
+        sender.goto(f"{server.url}{path}?{share_query(CHANGED)}")
+        expect(sender.locator("h1")).to_have_text(PAGES[path], timeout=60_000)
+        wait_for_app(sender)
+        link = pasted_in_chat(shared_link(sender))
+        assert urlsplit(link).path.rstrip("/") == path.rstrip("/"), link
+        inputs, ignored = from_query(dict(parse_qsl(urlsplit(link).query)))
+        assert ignored == [] and inputs == CHANGED, [
+            (f.name, getattr(inputs, f.name))
+            for f in fields(Inputs)
+            if getattr(inputs, f.name) != getattr(CHANGED, f.name)
+        ]
+        receiver.goto(link)
+        expect(receiver.locator("h1")).to_have_text(PAGES[path], timeout=60_000)
+        wait_for_app(receiver)
+        assert pasted_in_chat(shared_link(receiver)) == link
+        assert _answer(receiver) == _answer(sender)
+    finally:
+        sender_context.close()
+        receiver_context.close()
+
+
+def test_the_fact_check_link_round_trips_into_a_fresh_context(chromium, server):
+    from playwright.sync_api import expect
+
+    sender_context, sender = _fresh(chromium)
+    receiver_context, receiver = _fresh(chromium)
+    try:
+        sender.goto(f"{server.url}/fact_check?verdict=agrees&metric=kv_bytes_per_token")
+        expect(sender.locator('[data-testid="stMetric"]')).to_have_count(3, timeout=60_000)
+        wait_for_app(sender)
+        link = pasted_in_chat(shared_link(sender))
+        assert dict(parse_qsl(urlsplit(link).query)) == {"verdict": "agrees", "metric": "kv_bytes_per_token"}
+        receiver.goto(link)
+        expect(receiver.locator('[data-testid="stMetric"]')).to_have_count(3, timeout=60_000)
+        wait_for_app(receiver)
+        assert _answer(receiver) == _answer(sender)
+    finally:
+        sender_context.close()
+        receiver_context.close()
