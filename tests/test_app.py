@@ -36,6 +36,16 @@ def app(params: dict[str, str] | None = None) -> AppTest:
     return at.run()
 
 
+def open_page(page: str, params: dict[str, str], timeout: int = 180) -> AppTest:
+    """A link to `page` as a browser opens it: the app reads the link, then the page runs; no exception."""
+    at = AppTest.from_file(APP, default_timeout=timeout)
+    at.query_params.update(params)
+    at.run()
+    at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
 def metrics(at: AppTest) -> dict[str, str]:
     return {m.label: m.value for m in at.metric}
 

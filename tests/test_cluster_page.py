@@ -10,18 +10,14 @@ from streamlit.testing.v1 import AppTest
 from core.engines.vllm_cluster import Cluster, evaluate, plain_tp, plans
 from core.memory.gpus import card_named
 from core.model.loading import load_model
+from tests.test_app import open_page
 from ui.state import from_query
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _page(params: dict[str, str]) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
-    at.query_params.update(params)
-    at.run()
-    at.switch_page("pages/6_cluster.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_page("pages/6_cluster.py", params)
 
 
 def test_page_shows_cores_plans_for_the_link():

@@ -16,7 +16,7 @@ from core.model.loading import load_model, model_from_config, presets
 from core.report import requests_text, unlimited
 from core.speed.predict import Hardware, predict
 from core.units import format_tokens
-from tests.conftest import ROOT
+from tests.test_app import open_page
 from tests.test_budget import deep_dense
 
 CARD = "GeForce RTX 4060 8GB"
@@ -25,12 +25,7 @@ ANY_HOST = Hardware(ram_gb_s=1.0, threads=1)  # every layer is on the card in th
 
 
 def open_finders(query: dict[str, str]) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-    at.query_params.update(query)
-    at.run()
-    at.switch_page("pages/4_finders.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_page("pages/4_finders.py", query, timeout=300)
 
 
 def expected_speed(setup: Setup, context: int, fits: bool) -> tuple[str, str]:
