@@ -9,7 +9,6 @@ from core.errors import InputError
 from core.explain import row_lines, usable_line
 from core.fit import Setup, context_limit, fit, table_contexts
 from core.llamacpp_autofit import AUTOFIT_FRONTENDS, fit_params
-from core.ollama_report import fit_card_row, runtime_line
 from core.report import (
     breakdown_records,
     constant_table,
@@ -91,6 +90,8 @@ if setup.engine.name == "llama.cpp":
 def ollama_line(_setup: Setup, context: int, key: str) -> tuple[str, bool]:
     """What Ollama itself does with these inputs (its own split, on the Ollama page's default host), and whether
     that is every layer on the GPU and fitting. The verdict above is llama.cpp with -ngl as set here."""
+    from core.ollama_report import fit_card_row, runtime_line  # ~20 ms of imports only the ollama front end needs
+
     try:
         row = fit_card_row(_setup, context)
     except InputError as err:
