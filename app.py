@@ -1,7 +1,6 @@
 """kvscope — Fit a card (the default page): the verdict, the context table, the memory breakdown and the
 arithmetic behind them. Other pages live in pages/."""
 
-import pandas as pd
 import streamlit as st
 
 from core.engines.llamacpp import FRONTENDS
@@ -22,7 +21,6 @@ from core.speed import Hardware, predict
 from core.speed.ram import ram_gb_s
 from core.speed.report import speed_lines, speed_or_none
 from core.units import format_bytes, format_tokens
-from ui.charts import breakdown
 from ui.inputs import downloads, sidebar
 from ui.layout import FAVICON, mobile_css
 
@@ -122,6 +120,10 @@ if in_ram:
 result_key = f"{setup!r} {[r.context for r in result.rows]}"  # the setup and its table's contexts
 speed_rows, no_speed = speeds(result, ram, threads, result_key)
 
+# pandas (~0.25 s to import on a server's first page) and plotly are imported only here and below, after the
+# verdict: a visitor reads the answer while they load.
+import pandas as pd  # noqa: E402
+
 st.subheader("Context table")
 st.caption(f"{setup.card.name}" + (f" × {setup.gpus}" if setup.gpus > 1 else "") + ", per GPU")
 shown = pd.DataFrame(display_records(result))
@@ -174,6 +176,8 @@ st.caption(
 def breakdown_chart(_result, key: str):
     """One figure per result, shared by every session: building a plotly figure costs more than the fit, and
     st.plotly_chart only reads it (to_dict)."""
+    from ui.charts import breakdown  # plotly: imported once the verdict and the table are out
+
     return breakdown(breakdown_records(_result))
 
 
