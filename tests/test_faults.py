@@ -142,7 +142,7 @@ def test_the_hub_gone_mid_fetch(monkeypatch):
     assert not at.exception and at.metric
     assert any("using the bundled preset" in w.value for w in at.warning)
     at = app({"model": "someorg/not-bundled-either", "source": "Hub"})
-    assert not at.exception and at.metric  # the default model, with the reason
+    assert not at.exception and not at.metric  # the reason, and no other model's figures in its place
     assert any("could not fetch config.json" in e.value for e in at.main.error)
 
 

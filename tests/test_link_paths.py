@@ -134,7 +134,7 @@ def test_a_5000_digit_context_typed_in_the_sidebar():
 
 def test_a_5000_digit_num_ctx_on_the_ollama_page():
     at = _page({}, "pages/5_ollama.py")
-    at.text_input(key="in_octx").input(HUGE).run()
+    at.text_input(key="in_octx").input(HUGE[:40]).run()  # the most the box takes
     assert not at.exception, [e.value for e in at.exception]
     assert any("digits" in e.value for e in at.error)
 

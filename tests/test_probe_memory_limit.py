@@ -32,4 +32,4 @@ def test_the_cap_leaves_room_for_the_budget_and_stops_more():
 def test_a_cpu_probe_sets_the_cap_before_it_loads_a_model():
     source = (ROOT / "core" / "probe" / "worker.py").read_text()
     run = source[source.index("def run_transformers") :]
-    assert run.index("limit_address_space(CPU_ADDRESS_SPACE)") < run.index("load_raw(req.model)")
+    assert run.index("limit_address_space(CPU_ADDRESS_SPACE)") < run.index("load_raw(req.model")
