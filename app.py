@@ -205,4 +205,4 @@ if speed_rows:
                 "out; pick a shorter context or a larger card."
             )
 
-downloads(inputs, shown, {"table": table_records(result)})
+downloads(inputs, shown, {"table": table_records(result)}, kv_used=row.account.kv_dtype)

@@ -278,19 +278,9 @@ def test_unsplittable_gpu_count_offers_the_valid_ones():
 
 # --- 15. the model-only sidebar ------------------------------------------------------------------------------------
 def test_model_only_sidebar_hides_card_engine_and_context():
-    def page():
-        import streamlit as st
-
-        from ui.inputs import sidebar
-
-        st.page_link = lambda *args, **kwargs: None  # page links need the multipage app; not what is tested here
-        _, model, _ = sidebar(model_only=True)
-        st.write(model.name)
-
-    at = AppTest.from_function(page, default_timeout=120)
-    at.query_params["engine"] = "vllm"
-    at.run()
-    keys = {w.key for w in [*at.selectbox, *at.text_input, *at.number_input]}
+    at = app({"engine": "vllm"})
+    at.switch_page("pages/2_measure_live.py").run()  # a page that draws only the model in the sidebar
+    keys = {w.key for w in [*at.sidebar.selectbox, *at.sidebar.text_input, *at.sidebar.number_input]}
     assert "in_model" in keys
     assert not keys & {"in_card", "in_engine", "in_ctx_text", "in_gpus", "in_kv"}
     assert at.query_params["engine"] == "vllm"  # hidden inputs keep their values and stay in the link

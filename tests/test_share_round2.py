@@ -55,15 +55,10 @@ def test_the_ollama_pages_settings_travel_in_the_link():
     sender.switch_page(OLLAMA).run()
     sender.multiselect(key="ol_cards").set_value(["GeForce RTX 4060 8GB", "GeForce RTX 3060 12GB"])
     sender.multiselect(key="ol_models").set_value(["microsoft/phi-4"])
-    sender.text_input(key="in_octx").input("32k")
-    sender.number_input(key="in_onp").set_value(2)
-    sender.selectbox(key="in_okv").set_value("q8_0")
-    sender.radio(key="in_ofa").set_value("on")
-    sender.number_input(key="in_oover").set_value(512)
-    sender.selectbox(key="in_ow").set_value("q5_k_m")
-    sender.radio(key="in_oram").set_value("given").run()
-    sender.number_input(key="in_ogbs").set_value(40.0)
-    sender.number_input(key="in_othr").set_value(12).run()
+    settings = {"octx": "32k", "onp": 2, "okv": "q8_0", "ofa": "on", "oover": 512, "ow": "q5_k_m", "oram": "given"}
+    for key, value in (settings | {"ogbs": 40.0, "othr": 12}).items():  # as the widgets bound to them would
+        sender.session_state[f"in_{key}"] = value
+    sender.run()
     assert not sender.exception, [e.value for e in sender.exception]
     link = share_link(sender)
     sent = through_chat(link)
@@ -95,3 +90,35 @@ def test_fact_check_has_every_page_and_a_share_box_that_carries_its_filters():
     receiver.switch_page(FACT_CHECK).run()
     assert receiver.sidebar.multiselect[2].value == verdict.value
     assert [m.value for m in receiver.metric] == [m.value for m in at.metric]
+
+
+def test_the_eight_bit_cache_survives_a_pass_through_transformers():
+    """Item 12: llama.cpp q8_0 → transformers (no 8-bit cache: auto) → vLLM came back as auto, not fp8."""
+    at = app({"engine": "llama.cpp", "kv": "q8_0"})
+    for engine, kv in (("transformers", "auto"), ("vllm", "fp8"), ("llama.cpp", "q8_0")):
+        at.selectbox(key="in_engine").set_value(engine).run()
+        assert at.selectbox(key="in_kv").value == kv, engine
+    at.selectbox(key="in_engine").set_value("transformers").run()
+    at.selectbox(key="in_kv").set_value("fp32").run()  # an explicit choice there ends the wish
+    at.selectbox(key="in_engine").set_value("vllm").run()
+    assert at.selectbox(key="in_kv").value == "fp32"  # kept as chosen (vLLM has it), not turned into fp8
+
+
+def test_the_csv_names_the_kv_dtype_used_and_rounds_as_shown(monkeypatch):
+    """Item 12: the CSV said kv=auto where the page said "KV fp16", with floats to 16 digits."""
+    import io
+
+    import pandas as pd
+    from streamlit.delta_generator import DeltaGenerator
+
+    sent: dict[str, str] = {}
+    monkeypatch.setattr(
+        DeltaGenerator, "download_button", lambda self, label, data, *a, **k: sent.update({label: data})
+    )
+    at = app({"model": "Qwen/Qwen3-8B", "card": "GeForce RTX 4090 24GB"})
+    assert any("KV fp16" in s.value for s in at.success)
+    frame = pd.read_csv(io.StringIO(sent["Download table (CSV)"]))
+    assert set(frame["kv"]) == {"fp16"}
+    assert not {"ocards", "ccard", "ftab"} & set(frame.columns)  # other pages' settings made no figure here
+    floats = frame.select_dtypes("float")
+    assert len(floats.columns) >= 3 and (floats.round(3) == floats).all().all()

@@ -295,7 +295,7 @@ def sidebar(*, model_only: bool = False, context: bool | None = None) -> tuple[I
     hidden inputs keep their values and stay in the link. `context` (default: not `model_only`): the page draws
     the context box (`context_box`), so a context that cannot be read stops it. Inputs that cannot be read stop
     the page with an error in place of its results."""
-    RESOLVER.start()  # once per server: transformers is imported there before a visitor's config needs it
+    RESOLVER.start_soon()  # once per server, after this first page: ready before a visitor's new config needs it
     _init_from_url()
     with st.sidebar:
         nav()
