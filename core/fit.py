@@ -9,7 +9,7 @@ from core.engines import Engine
 from core.engines.base import CacheAccount, per_count, sized_tensors, sized_weights
 from core.engines.hf_transformers import TransformersEngine
 from core.engines.llamacpp import LlamaCppEngine, Offload
-from core.engines.vllm_engine import Capacity, VllmEngine
+from core.engines.vllm_engine import Capacity, VllmEngine, serve_defaults
 from core.engines.vllm_mxfp4 import Kernel, kernel_for, loading_growth
 from core.engines.vllm_pipeline import fullest_stage_fraction, pipeline_capacity
 from core.errors import InputError
@@ -149,7 +149,10 @@ class Solver:
         engine = setup.engine
         if isinstance(engine, VllmEngine):
             engine = engine.with_options(
-                tensor_parallel=setup.tp, pipeline_parallel=setup.pp, gdn_flashinfer=setup.card.hopper
+                tensor_parallel=setup.tp,
+                pipeline_parallel=setup.pp,
+                gdn_flashinfer=setup.card.hopper,
+                max_num_seqs=serve_defaults(setup.card).max_num_seqs,  # `vllm serve`'s pick, as on the cluster page
             )
         self.engine = engine
         self.format = setup.weights or default_format(setup.model)
@@ -218,7 +221,8 @@ class Solver:
     def overhead(self, context: int) -> tuple[Item, ...]:
         model, world = self.setup.model, self.setup.gpus
         if isinstance(self.engine, VllmEngine):
-            return tuple(vllm_overhead(model, self.engine.options.max_num_batched_tokens, world))
+            options = self.engine.options
+            return tuple(vllm_overhead(model, options.max_num_batched_tokens, world, self.engine.sampler_rows()))
         if isinstance(self.engine, LlamaCppEngine):
             return tuple(llamacpp_overhead(model, self.engine.options.n_ubatch, world))
         if isinstance(self.engine, TransformersEngine):

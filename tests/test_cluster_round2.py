@@ -145,7 +145,6 @@ def test_max_num_seqs_and_the_sampler_buffer_have_one_rule():
     assert small.sampler_rows() == 512
 
 
-@pytest.mark.xfail(strict=True, reason="core/fit.py passes vllm_overhead no max_num_seqs (256 on every card)")
 def test_fit_a_card_uses_the_cards_max_num_seqs_too():
     model = load_model(DSV3)
     solver = Solver(Setup(model, VllmEngine(), H200, gpus=8, tp=8))
