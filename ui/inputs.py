@@ -275,9 +275,10 @@ def _typed() -> dict[str, str]:
 
 
 def _share_link(inputs: Inputs, problems: list[str], typed: dict[str, str]) -> None:
+    # Named, not repeated: the message itself stands where the results would be.
+    what = ", ".join(sorted({p.split(":")[0] for p in problems if ":" in p[:20]})) or "an input"
     notes = () if not problems else (
-        "It carries them as they are now, so whoever opens it meets the same problem: "
-        + " ".join(p.split("\n")[0] for p in problems),
+        f"It carries the inputs as they are now, {what} included, so whoever opens it meets the same message.",
     )  # fmt: skip
     share_box(share_query(inputs, typed), notes)
 
