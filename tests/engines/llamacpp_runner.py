@@ -173,6 +173,10 @@ def main() -> None:
     results = []
     for name, path in job["models"].items():
         mparams = llama_cpp.llama_model_default_params()
+        # No CPU "extra" weight buffers (AMX, repacked): on a CPU with AMX, libllama 0.3.36 placed a DeepSeek-V3
+        # op on no backend and aborted (GGML_ASSERT(*cur_backend_id != -1), ggml-backend.cpp:1294) while building
+        # the context. Where weights live does not change what the cache holds, which is what is asked here.
+        mparams.use_extra_bufts = False
         model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
         mine = [case for case in job["cases"] if case["model"] == name]
         if not model:
