@@ -265,6 +265,11 @@ def run_case(case: dict, capture: Capture) -> dict:
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
         if case.get("enable_expert_parallel"):
             kwargs["enable_expert_parallel"] = True
+        if "kv_lora_rank" in case["config"]:
+            # vLLM's reference CPU MLA backend, the one kvscope's platform "cpu" rules follow. On a CPU with AMX
+            # vLLM 0.32 picks AMX_MLA instead (platforms/cpu.py:152-164), whose weight packing refuses the tiny
+            # models' widths ("invalid weight out features 24") and whose block rules differ; not modelled here.
+            kwargs["attention_backend"] = "CPU_MLA"
         llm = None
         try:
             llm = vllm.LLM(**kwargs)
