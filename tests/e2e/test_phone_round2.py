@@ -32,7 +32,7 @@ def test_the_chart_toolbar_leaves_the_legend_readable(chromium, server):
         chart.scroll_into_view_if_needed()
         chart.hover()  # the toolbar shows on hover (and always, on a touch screen)
         toolbar = page.locator('[data-testid="stElementToolbar"]').first
-        expect(toolbar).to_be_visible()
+        expect(toolbar).to_be_visible(timeout=30_000)
         legend = chart.locator(".legend").bounding_box()
         assert not _overlap(toolbar.bounding_box(), legend), (toolbar.bounding_box(), legend)
         modebar = chart.locator(".modebar")
@@ -53,6 +53,7 @@ def test_the_ollama_page_answers_on_the_first_screen(chromium, server):
         wait_for_app(page)
         box = table.bounding_box()
         assert box["y"] < 800, box  # the settings are folded: the answer starts on the first screen
+        expect(table.locator("[role=columnheader]").first).to_be_attached(timeout=30_000)  # drawn after the frame
         header = table.evaluate("e => [...e.querySelectorAll('[role=columnheader]')].map(c => c.textContent)")
         assert header[:3] == ["card", "Ollama layers", "decode tok/s"], header
     finally:
