@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 
 from core.errors import InputError
-from core.units import MAX_DIGITS, parse_bytes, parse_tokens
+from core.units import digits_checked, parse_bytes, parse_tokens
 
 MAX_COUNT = 1 << 40  # past any count of GPUs, requests or steps; float arithmetic stays exact far beyond it
 MAX_MEMORY_BYTES = 1 << 50  # a pebibyte: past any one GPU's memory
@@ -24,11 +24,10 @@ def _shown(text: str) -> str:
 
 
 def _integer(text: str) -> int:
-    digits = sum(ch.isdigit() for ch in text)
-    if digits > MAX_DIGITS:
-        raise argparse.ArgumentTypeError(
-            f"{_shown(text)} has more than {MAX_DIGITS} digits; no real setting is that long"
-        )
+    try:
+        digits_checked(text, text)
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
     try:
         return int(text)
     except ValueError:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from core.errors import InputError
+from core.units import format_bytes
 
 
 def open_regular(path: Path, what: str) -> tuple[BinaryIO, int]:
@@ -49,12 +50,8 @@ def read_regular_file(path: Path, limit: int, what: str) -> bytes:
     f, size = open_regular(path, what)
     with f:
         if size > limit:
-            raise InputError(f"{path} is {_mib(size)}, too large to be {what} (limit {_mib(limit)})")
+            raise InputError(f"{path} is {format_bytes(size)}, too large to be {what} (limit {format_bytes(limit)})")
         data = f.read(limit + 1)
     if len(data) > limit:
-        raise InputError(f"{path} grew past {_mib(limit)} while it was read, too large to be {what}")
+        raise InputError(f"{path} grew past {format_bytes(limit)} while it was read, too large to be {what}")
     return data
-
-
-def _mib(n: int) -> str:
-    return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n:,} bytes"

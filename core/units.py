@@ -14,7 +14,7 @@ MAX_TOKENS = 1 << 40  # a trillion: far past any model's context; beyond it a co
 MAX_DIGITS = 24  # past any size kvscope takes; checked before int() (which refuses 4,300+ digits with a ValueError)
 
 
-def _digits_checked(number: str, text: str | int) -> str:
+def digits_checked(number: str, text: str | int) -> str:
     """The number as typed, refused before conversion when it has more digits than any real size."""
     if sum(ch.isdigit() for ch in number) > MAX_DIGITS:
         raise InputError(f"{str(text)[:24]}… has more than {MAX_DIGITS} digits; no real size is that long")
@@ -31,7 +31,7 @@ def parse_tokens(text: str | int) -> int:
             raise InputError(f"cannot read {text!r} as a token count; write e.g. 8192, 64,000, 32k or 128K")
         number, suffix = match.groups()
         # Fraction, not float: 999999999999999999999 must stay that number (and be refused), not round
-        exact = Fraction(_digits_checked(number, text).replace(",", "")) * _SCALE[suffix.lower()]
+        exact = Fraction(digits_checked(number, text).replace(",", "")) * _SCALE[suffix.lower()]
         if exact.denominator != 1:
             raise InputError(f"{text!r} is not a whole number of tokens")
         value = int(exact)
@@ -76,7 +76,7 @@ def parse_bytes(text: str | int) -> int:
         if not match:
             raise InputError(f"cannot read {text!r} as a size; write bytes (1073741824) or e.g. 512MiB, 1.5GiB")
         number, unit = match.groups()
-        exact = Fraction(_digits_checked(number, text)) * _BYTE_SCALE[unit]
+        exact = Fraction(digits_checked(number, text)) * _BYTE_SCALE[unit]
         if exact.denominator != 1:
             raise InputError(f"{text!r} is not a whole number of bytes")
         value = int(exact)

@@ -3,8 +3,6 @@
 `?claim=<id>` opens one figure on its own (the link each row offers); `model`, `metric` and `verdict` carry the
 filters."""
 
-from urllib.parse import quote, urlencode
-
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
@@ -12,6 +10,7 @@ import streamlit as st
 from core.check import AGREES, CANNOT, DISAGREES, VERDICTS, check_all
 from core.errors import InputError
 from ui.layout import FAVICON, mobile_css, nav, share_box
+from ui.state import link_query
 
 st.set_page_config(page_title="kvscope — fact-check", page_icon=FAVICON, layout="wide")
 mobile_css()
@@ -56,7 +55,7 @@ query = {
 }
 st.query_params.from_dict(query)
 with st.sidebar:
-    share_box(urlencode(query, doseq=True, quote_via=quote, safe=""))
+    share_box(link_query(query))
 shown = [
     r
     for r in rows

@@ -264,16 +264,6 @@ def _sync_context() -> str | None:
     return None
 
 
-def _typed() -> dict[str, str]:
-    """Text boxes that cannot be read, as typed (bounded): the link carries them rather than older valid values."""
-    text = st.session_state.get("in_ctx_text", "")
-    try:
-        parse_tokens(text)
-    except InputError:
-        return {"ctx": text.strip()[:40]}
-    return {}
-
-
 def _share_link(inputs: Inputs, problems: list[str], typed: dict[str, str]) -> None:
     # Named, not repeated: the message itself stands where the results would be.
     what = ", ".join(sorted({p.split(":")[0] for p in problems if ":" in p[:20]})) or "an input"
@@ -308,7 +298,8 @@ def sidebar(*, model_only: bool = False, context: bool | None = None) -> tuple[I
     if context and ctx_problem:
         problems.append(ctx_problem)
     inputs = _current()
-    typed = _typed() if context else {}
+    # A context box that cannot be read travels as typed (bounded), not as its last valid value.
+    typed = {"ctx": st.session_state.get("in_ctx_text", "").strip()[:40]} if context and ctx_problem else {}
     st.query_params.from_dict(to_query(inputs) | typed)
     with st.sidebar:
         _share_link(inputs, problems, typed)

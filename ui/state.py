@@ -272,7 +272,12 @@ def _float(value: float) -> str:
     return short if float(short) == value else repr(value)
 
 
+def link_query(params: dict[str, str | list[str]]) -> str:
+    """A link's query string, every value percent-encoded (a space would end a link in chat); lists repeat the key."""
+    return urlencode(params, doseq=True, quote_via=quote, safe="")
+
+
 def share_query(inputs: Inputs, typed: dict[str, str] | None = None) -> str:
-    """The query string of a link to this view, every value percent-encoded (a space would end a link in chat).
-    `typed`: boxes whose text cannot be read, carried as typed so that the link opens on the same problem."""
-    return urlencode(to_query(inputs) | (typed or {}), quote_via=quote, safe="")
+    """The query string of a link to this view. `typed`: boxes whose text cannot be read, carried as typed so that
+    the link opens on the same problem."""
+    return link_query(to_query(inputs) | (typed or {}))

@@ -117,8 +117,9 @@ def _torch_dtype(torch: Any, name: str) -> Any:
 def _label(req: ProbeRequest, name: str, raw: dict[str, Any], origin: str) -> str:
     """What results call the model: the request's name, else for a config file the model it names (a file's stem
     such as 'tmp3uvz18pq' says nothing in past runs), else kvscope's name for it."""
-    from_file = config_label(raw) if origin.startswith("file") else None
-    return req.name or from_file or (f"{name} ({raw.get('model_type')})" if origin.startswith("file") else name)
+    if req.name or not origin.startswith("file"):
+        return req.name or name
+    return config_label(raw) or f"{name} ({raw.get('model_type')})"
 
 
 def local_weights(source: str, local_files: bool = True) -> Path | None:
