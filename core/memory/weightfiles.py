@@ -16,9 +16,10 @@ import json
 import math
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from core.errors import InputError
 from core.files import open_regular
@@ -117,27 +118,61 @@ def read_safetensors(path: Path) -> WeightFile:
 
 
 # GGUF (ggml/docs/gguf.md): magic, version, tensor count, key count, the keys, the tensor table, aligned data.
-_GGUF_SCALARS = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # value type → bytes
+_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 _GGUF_STRING, _GGUF_ARRAY, _GGUF_UINT32 = 8, 9, 4
 _GGUF_MAX_KEYS = 1 << 16  # real files carry a few dozen
 _GGUF_MAX_TENSORS = 1 << 20  # DeepSeek-V3 has under 2,000
 _GGUF_MAX_DIMS = 4  # GGML_MAX_DIMS
 _GGUF_MAX_NESTING = 4
 _GGUF_MAX_LIST = 1 << 24  # strings or arrays in one array: a real vocabulary or merge list is under a million
+_GGUF_KEPT_VALUE = 4096  # metadata strings and scalar arrays kept up to this many bytes (not the tokenizer's lists)
+GGUF_FIRST_READ = 1 << 20  # the first bytes read of a header; each further read doubles what is held
+MAX_GGUF_HEADER = 64 << 20  # a header is the keys (a tokenizer's vocabulary and merges: a few MiB) and the table
+
+
+def _scalar_size(kind: int) -> int:
+    return struct.calcsize(_GGUF_SCALARS[kind])
+
+
+@dataclass(frozen=True)
+class GGUFTensor:
+    name: str
+    ggml_type: str  # gguf's GGMLQuantizationType name, e.g. "Q4_K"
+    shape: tuple[int, ...]  # as the file stores it: the fastest-varying dimension first
+    n_bytes: int
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    metadata: dict[str, Any]  # scalars, short strings and short arrays; the tokenizer's lists are skipped
+    tensors: tuple[GGUFTensor, ...]
+    header_bytes: int  # where the (aligned) tensor data starts
+
+    def sizes(self) -> dict[str, int]:
+        return {t.name: t.n_bytes for t in self.tensors}
+
+
+class _Short(Exception):
+    """The bytes held end before the header does: hold at least `needed` and parse again."""
+
+    def __init__(self, needed: int):
+        self.needed = needed
 
 
 class _GGUFHeader:
-    """Walks a GGUF header with every declared count and length checked against the bytes left in the file before
-    anything is read or skipped: a hostile count is an InputError, never an allocation or a long loop."""
+    """Walks a GGUF header held in `buf` (the first bytes of a file of `size` bytes), with every declared count and
+    length checked against the bytes left in the file before anything is read or skipped: a hostile count is an
+    InputError, never an allocation or a long loop. A header longer than `buf` raises _Short, so a caller reading
+    over the network fetches only the header, in growing ranges."""
 
-    def __init__(self, f: BinaryIO, size: int, path: Path):
-        self.f, self.size, self.path, self.order = f, size, path, "<"
+    def __init__(self, buf: bytes, size: int, origin: str):
+        self.buf, self.pos, self.size, self.origin, self.order = buf, 0, size, origin, "<"
 
     def left(self) -> int:
-        return self.size - self.f.tell()
+        return self.size - self.pos
 
     def fail(self, what: str) -> InputError:
-        return InputError(f"{self.path} is not a readable GGUF file ({what})")
+        return InputError(f"{self.origin} is not a readable GGUF file ({what})")
 
     def need(self, n: int, what: str) -> None:
         if n > self.left():
@@ -145,11 +180,14 @@ class _GGUFHeader:
 
     def take(self, n: int, what: str) -> bytes:
         self.need(n, what)
-        return self.f.read(n)
+        if self.pos + n > len(self.buf):
+            raise _Short(self.pos + n)
+        self.pos += n
+        return self.buf[self.pos - n : self.pos]
 
     def skip(self, n: int, what: str) -> None:
         self.need(n, what)
-        self.f.seek(n, 1)
+        self.pos += n  # the bytes skipped need not be held; the next take asks for them if they are not
 
     def uint(self, size: int, what: str) -> int:
         return int.from_bytes(self.take(size, what), "little" if self.order == "<" else "big")
@@ -164,22 +202,32 @@ class _GGUFHeader:
             raise self.fail(f"it declares {n:,} {what}, more than the file's {self.size:,} bytes could hold")
         return n
 
-    def skip_value(self, kind: int, depth: int = 0) -> None:
+    def value(self, kind: int, keep: bool, depth: int = 0) -> Any:
+        """One metadata value: read when `keep` and short (None otherwise), else skipped."""
         if kind in _GGUF_SCALARS:
-            self.skip(_GGUF_SCALARS[kind], "a value")
-        elif kind == _GGUF_STRING:
-            self.skip(self.uint(8, "a string"), "a string")
+            raw = self.take(_scalar_size(kind), "a value")
+            return struct.unpack(self.order + _GGUF_SCALARS[kind], raw)[0]
+        if kind == _GGUF_STRING:
+            n = self.uint(8, "a string")
+            if keep and n <= _GGUF_KEPT_VALUE:
+                return self.take(n, "a string").decode("utf-8", "replace")
+            self.skip(n, "a string")
         elif kind == _GGUF_ARRAY and depth < _GGUF_MAX_NESTING:
             item = self.uint(4, "an array")
             if item in _GGUF_SCALARS:
-                self.skip(self.count("array items", _GGUF_SCALARS[item], 1 << 62) * _GGUF_SCALARS[item], "an array")
+                n = self.count("array items", _scalar_size(item), 1 << 62)
+                if keep and n * _scalar_size(item) <= _GGUF_KEPT_VALUE:
+                    raw = self.take(n * _scalar_size(item), "an array")
+                    return list(struct.unpack(f"{self.order}{n}{_GGUF_SCALARS[item]}", raw))
+                self.skip(n * _scalar_size(item), "an array")
             else:
                 for _ in range(self.count("array items", 8 if item == _GGUF_STRING else 12, _GGUF_MAX_LIST)):
-                    self.skip_value(item, depth + 1)
+                    self.value(item, False, depth + 1)
         else:
             raise self.fail(f"value type {kind} is not one GGUF defines")
+        return None
 
-    def tensor_sizes(self) -> dict[str, int]:
+    def parse(self) -> GGUFHeader:
         from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
         if self.take(4, "the magic") != b"GGUF":
@@ -193,42 +241,71 @@ class _GGUFHeader:
         n_keys = self.count("keys", 8 + 4 + 1, _GGUF_MAX_KEYS)
         if n_tensors > _GGUF_MAX_TENSORS or n_tensors * (8 + 4 + 4 + 8) > self.left():
             raise self.fail(f"it declares {n_tensors:,} tensors, more than the file's {self.size:,} bytes could hold")
-        alignment = 32
+        metadata: dict[str, Any] = {}
         for _ in range(n_keys):
-            key = self.string("a key")
-            kind = self.uint(4, "a value type")
-            if key == b"general.alignment" and kind == _GGUF_UINT32:
-                alignment = self.uint(4, "general.alignment")
-                if alignment == 0 or alignment & (alignment - 1):
-                    raise self.fail(f"general.alignment {alignment} is not a power of two")
-            else:
-                self.skip_value(kind)
+            key = self.string("a key").decode("utf-8", "replace")
+            value = self.value(self.uint(4, "a value type"), not key.startswith("tokenizer."))
+            if value is not None:
+                metadata[key] = value
+        alignment = metadata.get("general.alignment", 32)
+        if type(alignment) is not int or alignment <= 0 or alignment & (alignment - 1):  # not a bool either
+            raise self.fail(f"general.alignment {alignment} is not a power of two")
         table = []
         for _ in range(n_tensors):
             name = self.string("a tensor name").decode("utf-8", "replace")
             n_dims = self.uint(4, "a tensor's dimensions")
             if n_dims > _GGUF_MAX_DIMS:
                 raise self.fail(f"tensor {name[:80]!r} has {n_dims:,} dimensions")
-            elements = math.prod(self.uint(8, "a tensor's shape") for _ in range(n_dims))
+            shape = tuple(self.uint(8, "a tensor's shape") for _ in range(n_dims))
             kind = self.uint(4, "a tensor's type")
             offset = self.uint(8, "a tensor's offset")
             try:
-                block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+                ggml_type = GGMLQuantizationType(kind)
+                block, type_size = GGML_QUANT_SIZES[ggml_type]
             except (ValueError, KeyError):
                 raise self.fail(f"tensor {name[:80]!r} has ggml type {kind}, which gguf does not know") from None
-            table.append((name, offset, elements * type_size // block))
-        data = -(-self.f.tell() // alignment) * alignment
-        for name, offset, n_bytes in table:
-            if data + offset + n_bytes > self.size:
-                raise self.fail(f"tensor {name[:80]!r} of {n_bytes:,} bytes runs past the end of the file")
-        return {name: n_bytes for name, _, n_bytes in table}
+            table.append((offset, GGUFTensor(name, ggml_type.name, shape, math.prod(shape) * type_size // block)))
+        data = -(-self.pos // alignment) * alignment
+        for offset, t in table:
+            if data + offset + t.n_bytes > self.size:
+                raise self.fail(f"tensor {t.name[:80]!r} of {t.n_bytes:,} bytes runs past the end of the file")
+        return GGUFHeader(metadata, tuple(t for _, t in table), data)
+
+
+def parse_gguf(read: Callable[[int, int], bytes], size: int, origin: str) -> GGUFHeader:
+    """A GGUF header from `read(start, end)` (bytes [start, end) of a file of `size` bytes), read from the start in
+    growing ranges (each doubles what is held) until the tensor table is parsed: about the header's bytes, at most
+    twice them, never the tensor data beyond that, and never more than MAX_GGUF_HEADER."""
+    held = b""
+    want = min(size, GGUF_FIRST_READ)
+    while True:
+        chunk = read(len(held), want)
+        if len(chunk) != want - len(held):
+            raise InputError(f"{origin}: asked for bytes {len(held):,}-{want:,}, got {len(chunk):,}; is it damaged?")
+        held += chunk
+        try:
+            return _GGUFHeader(held, size, origin).parse()
+        except _Short as short:
+            if short.needed > MAX_GGUF_HEADER:
+                raise InputError(
+                    f"{origin}: its GGUF header runs past {MAX_GGUF_HEADER >> 20} MiB, more than a real one holds"
+                ) from None
+            want = min(size, MAX_GGUF_HEADER, max(short.needed, 2 * len(held)))
+
+
+def gguf_header(path: Path) -> GGUFHeader:
+    f, size = open_regular(path, "a .gguf file")
+
+    def read(start: int, end: int) -> bytes:
+        f.seek(start)
+        return f.read(end - start)
+
+    with f:
+        return parse_gguf(read, size, str(path))
 
 
 def read_gguf(path: Path) -> WeightFile:
-    f, size = open_regular(path, "a .gguf file")
-    with f:
-        sizes = _GGUFHeader(f, size, path).tensor_sizes()
-    return _summarise(str(path), "gguf", sizes)
+    return _summarise(str(path), "gguf", gguf_header(path).sizes())
 
 
 def read_hub(repo_id: str) -> WeightFile:
