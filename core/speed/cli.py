@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
-from core.argtypes import MAX_RAM_GB_S
+from core.argtypes import MAX_RAM_GB_S, positive_int
+from core.engines.llamacpp import LlamaCppEngine
 from core.errors import InputError
 from core.fit import Setup, Solver
-from core.speed.predict import Hardware, Speed, placement, predict, setup_weights
+from core.speed import calibration
+from core.speed.groups import BACKENDS, ErrorBar, checked_backend
+from core.speed.predict import Hardware, Speed, backend_of, flash_attn, placement, predict, setup_weights
 from core.speed.ram import ram_gb_s
 from core.units import format_bytes, format_tokens
 
@@ -26,6 +29,41 @@ def hardware(ram_gbs: float | None, threads: int | None, cpu_only: bool) -> tupl
     else:
         bw, source = ram_gb_s()
     return Hardware(ram_gb_s=bw, threads=threads or os.cpu_count() or 1, cpu_only=cpu_only), source
+
+
+def add_speed_flags(p: argparse.ArgumentParser) -> None:
+    """The run settings that change speed, spelled as llama.cpp spells them (llama-bench -fa, -ub)."""
+    p.add_argument(
+        "--backend", choices=BACKENDS, help="ggml backend the card runs (default: CUDA on NVIDIA, ROCm on AMD, "
+        "Metal on Apple, SYCL on Intel); cpu = no GPU, like --device cpu",
+    )  # fmt: skip
+    p.add_argument("--flash-attn", "-fa", choices=("on", "off"), help="llama.cpp: flash attention (default on/auto)")
+    p.add_argument("--ubatch", "-ub", type=positive_int, help="llama.cpp: n_ubatch, prompt tokens per pass (512)")
+
+
+def with_llama_flags(setup: Setup, args: argparse.Namespace) -> Setup:
+    """-fa and -ub on a llama.cpp engine; other engines have neither knob (they run fused attention and their own
+    chunking), so the flags leave them as they are, like every engine flag kvscope takes."""
+    engine = setup.engine
+    if not isinstance(engine, LlamaCppEngine):
+        return setup
+    chosen: dict = {}
+    if args.flash_attn is not None:
+        chosen["flash_attn"] = args.flash_attn == "on"
+    if args.ubatch is not None:
+        # llama.cpp caps n_ubatch by n_batch (llama-context.cpp: n_ubatch = min(n_batch, n_ubatch)); -ub alone
+        # (llama-bench's usual spelling) means that ubatch, so the batch grows with it
+        chosen |= {"n_ubatch": args.ubatch, "n_batch": max(engine.options.n_batch, args.ubatch)}
+    return replace(setup, engine=engine.with_options(**chosen)) if chosen else setup
+
+
+def error_record(e: ErrorBar | None) -> dict | None:
+    if e is None:
+        return None
+    return {
+        "label": e.label, "group": e.group, "held_out_rows": e.rows, "median_abs_error": e.median,
+        "within_20": e.within, "typical_ratio": e.ratio, "calibrated": e.calibrated or None,
+    }  # fmt: skip
 
 
 def needs_ram(setup: Setup, hw: Hardware) -> bool:
@@ -50,6 +88,8 @@ def record(s: Speed) -> dict:
         "overhead_s": s.decode.overhead_s,
         "prefill_bound": s.prefill.bound,
         "prefill_chunk": s.chunk,
+        "decode_error": error_record(s.decode_error),
+        "prefill_error": error_record(s.prefill_error),
     }
 
 
@@ -57,10 +97,18 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
     solver = Solver(setup)
     contexts = args.context or [c for c in DEFAULT_CONTEXTS if c <= solver.limit] or [solver.limit]
     batches = args.batch or [1]
-    hw = Hardware(ram_gb_s=0.0, threads=args.threads or os.cpu_count() or 1, cpu_only=cpu_only)
+    backend = None if cpu_only or args.backend is None else checked_backend(setup.card, args.backend)
+    hw = Hardware(ram_gb_s=0.0, threads=args.threads or os.cpu_count() or 1, cpu_only=cpu_only, backend=backend)
     ram_source = "not used (every layer on the GPU)"
+    cal = None
     if needs_ram(setup, hw) or args.ram_gbs is not None:
-        hw, ram_source = hardware(args.ram_gbs, args.threads, cpu_only)
+        cal = calibration.load()
+        if cal is not None and args.ram_gbs is None:
+            hw, ram_source = Hardware(cal.ram_gb_s, hw.threads, cpu_only, backend), cal.label
+        else:
+            hw, ram_source = hardware(args.ram_gbs, args.threads, cpu_only)
+            hw = replace(hw, backend=backend)
+        hw = replace(hw, calibration=cal)
     weights = setup_weights(setup)
     rows = []
     effs = {}
@@ -87,6 +135,10 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
         "layers": len(setup.model.layers),
         "weights": setup.weights or "checkpoint",
         "kv_dtype": setup.kv_dtype,
+        "backend": backend_of(setup, hw),
+        "flash_attn": flash_attn(setup),
+        "n_ubatch": setup.engine.options.n_ubatch if isinstance(setup.engine, LlamaCppEngine) else None,
+        "calibration": cal.record() if cal is not None else None,
         "efficiencies": effs,
         "rows": rows,
     }
@@ -94,7 +146,10 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
 
 def print_speed(out: dict) -> None:
     where = "CPU only" if out["device"] == "cpu" else out["device"]
-    print(f"{out['model']} on {where}, {out['engine']}, {out['layers_on_gpu']} of {out['layers']} layers on the GPU")
+    print(
+        f"{out['model']} on {where}, {out['engine']} ({out['backend']}, flash attention "
+        f"{'on' if out['flash_attn'] else 'off'}), {out['layers_on_gpu']} of {out['layers']} layers on the GPU"
+    )
     if out["ram_gb_s"]:
         print(f"system RAM {out['ram_gb_s']:.1f} GB/s ({out['ram_source']}), {out['threads']} threads")
     for device, e in out["efficiencies"].items():
@@ -115,3 +170,32 @@ def print_speed(out: dict) -> None:
             f"{format_bytes(r['bytes_per_step']):>11} "
             f"{r['bound']:>8}{flag}"
         )
+    if out["rows"]:
+        for kind in ("decode", "prefill"):
+            print(f"{kind} error bar: {out['rows'][0][kind + '_error']['label']}")
+
+
+def add_calibrate_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("calibrate", help="measure this host's RAM bandwidth and CPU matmul rate per weight format")
+    p.add_argument("--threads", type=positive_int, help="threads to time with (default: every core)")
+    p.add_argument(
+        "--with", dest="kernel", choices=("auto", "llama.cpp", "numpy"), default="auto",
+        help="whose kernels to time (auto: llama.cpp when the engines' venv has it, else numpy)",
+    )  # fmt: skip
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_calibrate, show=print_calibration)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> dict:
+    from core.speed.calibrate import calibrate  # numpy and subprocesses only for this command
+
+    cal = calibrate(args.threads, args.kernel)
+    return cal.record() | {"stored": str(calibration.store(cal))}
+
+
+def print_calibration(out: dict) -> None:
+    print(f"{out['host']}: RAM copy {out['ram_gb_s']:.1f} GB/s, {out['method']}, at {out['time']}")
+    print(f"{'format':>8} {'decode GFLOP/s/thread':>22} {'prefill GFLOP/s/thread':>23}")
+    for name, dec, pre in out["rates"]:
+        print(f"{name:>8} {'-' if dec is None else f'{dec:.1f}':>22} {'-' if pre is None else f'{pre:.1f}':>23}")
+    print(f"stored in {out['stored']}; every CPU speed figure on this host now uses it")

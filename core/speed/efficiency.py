@@ -1,5 +1,7 @@
 """How close each engine gets to the hardware's roofline: fitted or assumed parameters, kept as data with their
-provenance (efficiencies.json beside this file) and shown wherever a speed is."""
+provenance and shown wherever a speed is. efficiencies.json holds one entry per engine and device (priors, and the
+CPU fits to this project's own runs); fitted.json (tests/bench/fit_corpus.py) one per engine, backend and card
+class, fitted to published runs, with each group's held-out error. A group's entry wins over its device's."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 from core.errors import InputError
 
 DATA = Path(__file__).resolve().parent / "efficiencies.json"
+FITTED = Path(__file__).resolve().parent / "fitted.json"
 DEVICES = ("gpu", "cpu")
 
 
@@ -36,6 +39,12 @@ class Efficiency:
     provenance: str
     fitted_on: str = ""
     checked_on: str = ""
+    backend: str = ""  # set on fitted.json's entries: the group they were fitted to
+    card_class: str = ""
+    # (kernel family, decode factor, prefill factor): the matmul rate of a weight format's family against the
+    # float kernels' (core.speed.groups.format_family); a family not listed runs at 1
+    families: tuple[tuple[str, float, float], ...] = ()
+    flash_off: float = 1.0  # attention rates × this without flash attention (llama.cpp -fa 0: KQ materialised)
 
     @property
     def compute_unit(self) -> str:
@@ -44,16 +53,49 @@ class Efficiency:
     def overhead_s(self, layers: int) -> float:
         return self.overhead_step_s + self.overhead_layer_s * layers
 
+    def family_factor(self, family: str, prefill: bool) -> float:
+        for name, decode, pre in self.families:
+            if name == family:
+                return pre if prefill else decode
+        return 1.0
+
+
+def entry(row: dict) -> Efficiency:
+    """An Efficiency from its JSON form (families as lists there)."""
+    known = {k: v for k, v in row.items() if k in Efficiency.__dataclass_fields__}
+    families = tuple((str(f), float(d), float(p)) for f, d, p in known.pop("families", ()))
+    return Efficiency(**known, families=families)
+
 
 @lru_cache(maxsize=1)
 def efficiencies() -> dict[tuple[str, str], Efficiency]:
     rows = json.loads(DATA.read_text(encoding="utf-8"))["entries"]
-    return {(r["engine"], r["device"]): Efficiency(**r) for r in rows}
+    return {(r["engine"], r["device"]): entry(r) for r in rows}
 
 
-def efficiency_for(engine: str, device: str) -> Efficiency:
+@lru_cache(maxsize=1)
+def fitted() -> dict:
+    """fitted.json as written by tests/bench/fit_corpus.py; empty until a fit has been run."""
+    try:
+        return json.loads(FITTED.read_text(encoding="utf-8"))
+    except OSError:
+        return {}
+
+
+@lru_cache(maxsize=1)
+def fitted_groups() -> dict[tuple[str, str, str], Efficiency]:
+    return {(r["engine"], r["backend"], r["card_class"]): entry(r) for r in fitted().get("groups", ())}
+
+
+def efficiency_for(engine: str, device: str, backend: str = "", card_class: str = "") -> Efficiency:
+    """The group's fitted entry (engine, backend, card class), else its backend's pooled one ('*'), else the
+    engine's on that device (efficiencies.json)."""
     if device not in DEVICES:
         raise InputError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+    groups = fitted_groups()
+    for key in ((engine, backend, card_class), (engine, backend, "*")):
+        if key in groups:
+            return groups[key]
     try:
         return efficiencies()[(engine, device)]
     except KeyError:

@@ -19,7 +19,9 @@ from core.errors import InputError
 from core.fit import Setup
 from core.memory.quant import default_format
 from core.model.params import count_params
+from core.speed.calibration import Calibration
 from core.speed.efficiency import Efficiency, efficiency_for
+from core.speed.groups import ErrorBar, card_class, default_backend, error_bar, format_family
 from core.speed.work import PassWork, Weights, decode_work, prefill_work
 
 FP8_FORMATS = frozenset({"fp8", "fp8_block"})
@@ -39,12 +41,26 @@ class Hardware:
     ram_gb_s: float
     threads: int
     cpu_only: bool = False
+    backend: str | None = None  # the card's ggml backend (llama.cpp); None: the vendor's usual one
+    calibration: Calibration | None = None  # this host's measured CPU matmul rates (python -m core calibrate)
 
 
-def _eff(table: Table | None, engine: str, device: str) -> Efficiency:
-    if table is None:
-        return efficiency_for(engine, device)
-    return table.get((engine, device)) or efficiency_for(engine, device)
+def backend_of(setup: Setup, hw: Hardware) -> str:
+    return "cpu" if hw.cpu_only else hw.backend or default_backend(setup.card)
+
+
+def _eff(table: Table | None, setup: Setup, hw: Hardware, device: str) -> Efficiency:
+    engine = setup.engine.name
+    if table is not None and (engine, device) in table:
+        return table[(engine, device)]
+    backend = "cpu" if device == "cpu" else backend_of(setup, hw)
+    return efficiency_for(engine, device, backend, card_class(setup.card, backend))
+
+
+def flash_attn(setup: Setup) -> bool:
+    """llama.cpp's -fa (auto counts as on); the other engines always run fused attention kernels."""
+    engine = setup.engine
+    return engine.options.flash_attn if isinstance(engine, LlamaCppEngine) else True
 
 
 @dataclass(frozen=True)
@@ -137,6 +153,13 @@ class Speed:
     prefill: Timing  # one prompt of `context` tokens, chunk by chunk
     chunk: int  # prefill tokens per forward pass
     fits_concurrency: float | None = None
+    decode_error: ErrorBar | None = None  # held-out error of the setup's group (core.speed.groups)
+    prefill_error: ErrorBar | None = None
+
+    @property
+    def error(self) -> ErrorBar | None:
+        """The decode figure's error bar (the one most answers lead with)."""
+        return self.decode_error
 
     @property
     def decode_tok_s(self) -> float:
@@ -211,7 +234,7 @@ class Share:
 def _part(
     device: str, work: PassWork, share: Share, setup: Setup, hw: Hardware, prefill: bool, table: Table | None
 ) -> DevicePart:
-    eff = _eff(table, setup.engine.name, device)
+    eff = _eff(table, setup, hw, device)
     layers = [work.layers[i] for i in share.layers]
     away = [work.layers[i] for i in share.experts_away]
     here = [work.layers[i] for i in share.experts_here]
@@ -244,8 +267,15 @@ def _part(
     else:
         bw = hw.ram_gb_s
         peak = attention_peak = float(hw.threads)  # CPU figures are GFLOP/s per thread
-    mm_rate = peak * (eff.prefill_compute if prefill else eff.decode_compute)
+    family = format_family(setup.weights or default_format(setup.model))
+    measured = hw.calibration.rate(family, prefill) if hw.calibration and device == "cpu" else None
+    if measured is not None:  # this host's own matmul rate for the format's kernels
+        mm_rate = peak * measured
+    else:
+        mm_rate = peak * (eff.prefill_compute if prefill else eff.decode_compute) * eff.family_factor(family, prefill)
     attn_rate = attention_peak * (eff.prefill_attention if prefill else eff.decode_attention)
+    if not flash_attn(setup):
+        attn_rate *= eff.flash_off
     rate = bw * 1e9 * eff.bandwidth
     return DevicePart(
         device, len(layers), weight_bytes, cache_bytes, matmul, attention, bw, peak, attention_peak,
@@ -264,8 +294,23 @@ def _timing(work: PassWork, setup: Setup, hw: Hardware, prefill: bool, table: Ta
         cpu = Share(where.on_cpu, not where.output, experts_here=where.cpu_experts)
         parts.append(_part("cpu", work, cpu, setup, hw, prefill, table))
     # the overhead of the device that drives the pass: the GPU's whenever one takes part
-    eff = _eff(table, setup.engine.name, "gpu" if where.layers or where.output else "cpu")
+    eff = _eff(table, setup, hw, driver(setup, hw))
     return Timing(tuple(parts), eff.overhead_s(n) * passes)
+
+
+def driver(setup: Setup, hw: Hardware) -> str:
+    """The device that drives each pass: the GPU whenever one takes part."""
+    where = placement(setup, hw)
+    return "gpu" if where.layers or where.output else "cpu"
+
+
+def error_bars(setup: Setup, hw: Hardware) -> tuple[ErrorBar, ErrorBar]:
+    """The held-out error of the group this setup falls in, for decode and for prefill."""
+    device = driver(setup, hw)
+    backend = "cpu" if device == "cpu" else backend_of(setup, hw)
+    klass = card_class(setup.card, backend)
+    cal = hw.calibration.label if hw.calibration and device == "cpu" else ""
+    return tuple(error_bar(setup.engine.name, backend, klass, kind, cal) for kind in ("decode", "prefill"))  # type: ignore[return-value]
 
 
 def prefill_chunk(setup: Setup, context: int) -> int:
@@ -343,4 +388,5 @@ def predict(
     work = decode_work(setup.model, setup.engine, weights, context, batch, setup.kv_dtype)
     decode = _timing(work, setup, hw, False, table)
     prefill, chunk = prefill_timing(setup, hw, context, table, weights)
-    return Speed(context, batch, decode, prefill, chunk)
+    dec_err, pre_err = error_bars(setup, hw)
+    return Speed(context, batch, decode, prefill, chunk, decode_error=dec_err, prefill_error=pre_err)

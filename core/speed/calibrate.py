@@ -1,0 +1,105 @@
+"""`python -m core calibrate`: measure this host's RAM bandwidth and CPU matmul rate per weight format, and store
+them (core.speed.calibration). Through llama.cpp itself when the engines' venv has llama-cpp-python (a random-weight
+GGUF quantised to each format, core/speed/calibrate_llamacpp.py); otherwise a numpy float32 GEMM, which rates only
+float prefill (numpy runs no quantised kernel, and its GEMV would time numpy, not llama.cpp's decode).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from core.errors import InputError
+from core.speed.calibration import Calibration, host_key
+from core.speed.ram import measure_ram_gb_s
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNNER = Path(__file__).resolve().parent / "calibrate_llamacpp.py"
+FORMATS = ("F16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K", "IQ4_XS")  # float, legacy, k-quant and i-quant kernels
+# past a server CPU's L3 at 4 bits (~190 MB at Q4_K_M, ~680 MB at F16); 6 layers keep a run under a minute
+MODEL = {"hidden": 2048, "ffn": 5632, "layers": 6, "heads": 16, "vocab": 8000}
+CONTEXT = 256
+DECODE_STEPS = 24
+
+
+def engines_python() -> Path | None:
+    """The engines' venv python if it can import llama_cpp (KVSCOPE_ENGINES_VENV, else the repo's .venv-engines)."""
+    venv = Path(os.environ.get("KVSCOPE_ENGINES_VENV") or ROOT / ".venv-engines")
+    python = venv / "bin" / "python"
+    if not python.exists():
+        return None
+    ok = subprocess.run([str(python), "-c", "import llama_cpp"], capture_output=True, timeout=120)
+    return python if ok.returncode == 0 else None
+
+
+def matmul_flops(m: dict, tokens: int) -> float:
+    """The calibration model's weight matmul FLOPs for `tokens` tokens, the output head on the last one only."""
+    h, f = m["hidden"], m["ffn"]
+    return 2.0 * m["layers"] * (4 * h * h + 3 * h * f) * tokens + 2.0 * m["vocab"] * h
+
+
+def rates_from(results: dict, threads: int) -> tuple[tuple[str, float, float], ...]:
+    """Effective GFLOP/s per thread per format from the runner's seconds."""
+    return tuple(
+        (
+            name,
+            matmul_flops(MODEL, 1) / (threads * r["decode_s"]) / 1e9,
+            matmul_flops(MODEL, CONTEXT) / (threads * r["prefill_s"]) / 1e9,
+        )
+        for name, r in results.items()
+    )
+
+
+def llamacpp_rates(python: Path, threads: int, formats: tuple[str, ...]) -> tuple[tuple[str, float, float], ...]:
+    gguf_py = python.parent.parent / "llama.cpp" / "gguf-py"
+    env = os.environ | {"PYTHONPATH": str(gguf_py)} if gguf_py.exists() else dict(os.environ)
+    with tempfile.TemporaryDirectory(prefix="kvscope-calibrate-") as tmp:
+        job = Path(tmp) / "job.json"
+        spec = {"dir": tmp, "threads": threads, "context": CONTEXT, "decode_steps": DECODE_STEPS}
+        job.write_text(json.dumps(spec | {"formats": list(formats), "model": MODEL}))
+        cmd = [str(python), str(RUNNER), str(job)]
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    if out.returncode != 0:
+        raise InputError(f"llama.cpp calibration failed: {out.stderr.strip()[-500:]}")
+    return rates_from(json.loads(out.stdout.strip().splitlines()[-1])["formats"], threads)
+
+
+def numpy_rates(threads: int) -> tuple[tuple[str, None, float], ...]:
+    """Best of 3 float32 GEMMs of a 512-token chunk by a 2048 × 5632 matrix: prefill GFLOP/s per thread."""
+    import numpy as np  # only when measuring
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((CONTEXT * 2, MODEL["hidden"]), dtype=np.float32)
+    b = rng.standard_normal((MODEL["hidden"], MODEL["ffn"]), dtype=np.float32)
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    flops = 2.0 * a.shape[0] * a.shape[1] * b.shape[1]
+    return (("f32", None, flops / best / threads / 1e9),)
+
+
+def calibrate(threads: int | None = None, engine: str = "auto", formats: tuple[str, ...] = FORMATS) -> Calibration:
+    """Measure this host now. engine: "llama.cpp" (fail without it), "numpy", or "auto" (llama.cpp if importable)."""
+    threads = threads or os.cpu_count() or 1
+    python = engines_python() if engine != "numpy" else None
+    if engine == "llama.cpp" and python is None:
+        raise InputError("llama-cpp-python is not importable in the engines' venv; run `make engines`, set "
+                         "KVSCOPE_ENGINES_VENV, or calibrate with --with numpy")  # fmt: skip
+    ram = measure_ram_gb_s()
+    if python is not None:
+        version = subprocess.run(
+            [str(python), "-c", "import llama_cpp; print(llama_cpp.__version__)"], capture_output=True, text=True
+        ).stdout.strip()
+        rates: tuple = llamacpp_rates(python, threads, formats)
+        method = f"llama.cpp {version} (llama-cpp-python), {threads} threads, random-weight GGUF per format"
+    else:
+        rates = numpy_rates(threads)
+        method = f"numpy float32 GEMM, {threads} threads (float prefill only)"
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return Calibration(host_key(), stamp, method, round(ram, 2), threads, rates)

@@ -1,0 +1,141 @@
+"""Time llama.cpp's own matmul kernels per weight format on this CPU (run by `python -m core calibrate` in the
+engines' venv, with gguf-py on PYTHONPATH; never imported by kvscope itself).
+
+Reads a JSON job from the file named by its argument: {"dir", "threads", "context", "decode_steps", "formats":
+[llama.cpp ftype names], "model": {"hidden", "ffn", "layers", "heads", "vocab"}}. Writes a random-weight llama GGUF
+in F16 with gguf-py (no vocabulary: tokenizer.ggml.model "none"), quantises it to each format with libllama's
+llama_model_quantize, then per format prefills `context` random tokens (fastest of 3) and decodes `decode_steps`
+single tokens (the 10th-percentile step). Prints one JSON line: {"formats": {name: {"prefill_s", "decode_s",
+"bytes"}}}. Weights load without the extra (AMX repack) buffer types, as the project's CPU referee does (the repack
+crashes batches > 1 token on this project's Xeon: /work/shared/reference/engines-on-cpu.md).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import gguf
+import llama_cpp
+import numpy as np
+
+
+def write_f16(path: Path, m: dict) -> None:
+    """A llama-architecture GGUF with random F16 matrices (numpy shape (out, in): ggml's ne reversed)."""
+    h, f, n, heads, vocab = m["hidden"], m["ffn"], m["layers"], m["heads"], m["vocab"]
+    rng = np.random.default_rng(0)
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_context_length(8192)
+    w.add_embedding_length(h)
+    w.add_block_count(n)
+    w.add_feed_forward_length(f)
+    w.add_head_count(heads)
+    w.add_head_count_kv(heads)
+    w.add_rope_dimension_count(h // heads)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    w.add_tokenizer_model("none")
+    w.add_vocab_size(vocab)
+
+    def mat(name: str, rows: int, cols: int) -> None:
+        w.add_tensor(name, (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16))
+
+    def norm(name: str) -> None:
+        w.add_tensor(name, np.ones(h, dtype=np.float32))
+
+    mat("token_embd.weight", vocab, h)
+    for i in range(n):
+        norm(f"blk.{i}.attn_norm.weight")
+        for t in ("q", "k", "v", "output"):
+            mat(f"blk.{i}.attn_{t}.weight", h, h)
+        norm(f"blk.{i}.ffn_norm.weight")
+        mat(f"blk.{i}.ffn_gate.weight", f, h)
+        mat(f"blk.{i}.ffn_up.weight", f, h)
+        mat(f"blk.{i}.ffn_down.weight", h, f)
+    norm("output_norm.weight")
+    mat("output.weight", vocab, h)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def quantize(src: Path, dst: Path, ftype: str, threads: int) -> None:
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype.upper()}")
+    params.nthread = threads
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    if rc != 0:
+        raise RuntimeError(f"llama_model_quantize to {ftype} returned {rc}")
+
+
+def run(ctx, tokens: list[int], start: int) -> float:
+    """Seconds for one llama_decode of `tokens` at positions start…, logits for the last only."""
+    batch = llama_cpp.llama_batch_init(len(tokens), 0, 1)
+    try:
+        for i, tok in enumerate(tokens):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, start + i, 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = i == len(tokens) - 1
+        batch.n_tokens = len(tokens)
+        t0 = time.perf_counter()
+        if llama_cpp.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+        llama_cpp.llama_synchronize(ctx)
+        return time.perf_counter() - t0
+    finally:
+        llama_cpp.llama_batch_free(batch)
+
+
+def time_model(path: Path, job: dict) -> dict:
+    mparams = llama_cpp.llama_model_default_params()
+    mparams.use_extra_bufts = False
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
+    n, steps = job["context"], job["decode_steps"]
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n + steps + 8, n, min(n, 512), 1
+    params.n_threads = params.n_threads_batch = job["threads"]
+    ctx = llama_cpp.llama_init_from_model(model, params)
+    rng = random.Random(0)
+    vocab = job["model"]["vocab"]
+    try:
+        mem = llama_cpp.llama_get_memory(ctx)
+        prefill = []
+        for _ in range(3):
+            llama_cpp.llama_memory_clear(mem, True)
+            prefill.append(run(ctx, [rng.randrange(vocab) for _ in range(n)], 0))
+        run(ctx, [1], n)  # warm-up step
+        decode = [run(ctx, [rng.randrange(vocab)], n + 1 + i) for i in range(steps)]
+        return {"prefill_s": min(prefill), "decode_s": statistics.quantiles(decode, n=10)[0]}
+    finally:
+        llama_cpp.llama_free(ctx)
+        llama_cpp.llama_model_free(model)
+
+
+def main() -> None:
+    job = json.loads(Path(sys.argv[1]).read_text())
+    quiet = llama_cpp.llama_log_callback(lambda level, text, data: None)  # kept referenced while libllama logs
+    llama_cpp.llama_log_set(quiet, ctypes.c_void_p(0))
+    llama_cpp.llama_backend_init()
+    folder = Path(job["dir"])
+    f16 = folder / "calib-f16.gguf"
+    write_f16(f16, job["model"])
+    out = {}
+    for name in job["formats"]:
+        path = f16 if name.upper() == "F16" else folder / f"calib-{name.lower()}.gguf"
+        if path != f16:
+            quantize(f16, path, name, job["threads"])
+        out[name] = time_model(path, job) | {"bytes": path.stat().st_size}
+        if path != f16:
+            path.unlink()
+    f16.unlink()
+    print("\n" + json.dumps({"formats": out}))
+
+
+if __name__ == "__main__":
+    main()

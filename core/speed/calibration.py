@@ -1,0 +1,89 @@
+"""This host's measured CPU matmul rates per weight format (`python -m core calibrate`), kept per host in kvscope's
+cache dir and used by every CPU speed figure on that host.
+
+A rate is effective GFLOP/s per thread: a decode step's (or a prefill's) matmul FLOPs ÷ (threads × the seconds
+llama.cpp took) on a random-weight model past the CPU's caches, so it carries the kernel's dequantisation cost and
+its memory traffic; kvscope's decode roofline then reads max(bytes ÷ bandwidth, FLOPs ÷ rate) with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.speed.groups import format_family
+from core.speed.ram import cache_path, cpu_name
+
+FILE = "calibration.json"
+
+
+def host_key() -> str:
+    """CPU model and core count: a calibration holds for every machine with the same CPU and cores."""
+    return f"{cpu_name()} | {os.cpu_count()} cores"
+
+
+def _key(fmt: str) -> str:
+    return fmt.strip().lower().replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    host: str
+    time: str  # UTC, ISO 8601
+    method: str  # "llama.cpp <version> …" or "numpy …"
+    ram_gb_s: float
+    threads: int
+    rates: tuple[tuple[str, float | None, float | None], ...]  # (format, decode, prefill) GFLOP/s per thread
+
+    @property
+    def label(self) -> str:
+        return f"calibrated on this host at {self.time} ({self.method})"
+
+    def rate(self, fmt: str, prefill: bool) -> float | None:
+        """The format's measured rate; else the median of its family's; None if neither was measured."""
+        i = 2 if prefill else 1
+        exact = [r[i] for r in self.rates if _key(r[0]) == _key(fmt) and r[i]]
+        if exact:
+            return exact[0]
+        family = sorted(r[i] for r in self.rates if format_family(r[0]) == format_family(fmt) and r[i])
+        return family[len(family) // 2] if family else None
+
+    def record(self) -> dict:
+        return {
+            "host": self.host, "time": self.time, "method": self.method, "ram_gb_s": self.ram_gb_s,
+            "threads": self.threads, "rates": [list(r) for r in self.rates],
+        }  # fmt: skip
+
+    @classmethod
+    def of(cls, d: dict) -> Calibration:
+        rates = tuple((str(f), dec, pre) for f, dec, pre in d["rates"])
+        return cls(d["host"], d["time"], d["method"], float(d["ram_gb_s"]), int(d["threads"]), rates)
+
+
+def path() -> Path:
+    return cache_path().parent / FILE
+
+
+def load(host: str | None = None) -> Calibration | None:
+    """The stored calibration of this host (or `host`), None when it was never calibrated."""
+    try:
+        data = json.loads(path().read_text(encoding="utf-8"))
+        entry = data.get("hosts", {}).get(host or host_key())
+        return Calibration.of(entry) if entry else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def store(cal: Calibration) -> Path:
+    """Add or replace this host's entry, keeping other hosts' (a shared home directory serves several)."""
+    p = path()
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = {}
+    data.setdefault("hosts", {})[cal.host] = cal.record()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(data, indent=1))
+    return p

@@ -1,0 +1,127 @@
+"""Which published runs a speed figure resembles, and how far off kvscope was on those it was not fitted to.
+
+A figure's group is (engine, backend, card class): the backend the card runs (llama.cpp's ggml backends; default
+from the card's vendor), the class of card (HBM datacenter parts, GDDR consumer and workstation cards, Apple
+silicon, other unified-memory APUs, CPUs). fitted.json (tests/bench/fit_corpus.py) holds each group's held-out
+error; a group with none says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.errors import InputError
+from core.memory.gpus import Card
+from core.speed.efficiency import fitted
+
+BACKENDS = ("cuda", "rocm", "vulkan", "metal", "sycl", "cpu")
+BACKEND_NAMES = {"cuda": "CUDA", "rocm": "ROCm", "vulkan": "Vulkan", "metal": "Metal", "sycl": "SYCL", "cpu": "CPU"}
+CLASSES = {
+    "datacenter": "datacenter cards (HBM)",
+    "consumer": "consumer and workstation cards",
+    "apple": "Apple silicon",
+    "apu": "APUs with unified memory",
+    "cpu": "CPUs",
+}
+# HBM parts: the cards llama.cpp reaches the smallest share of the bandwidth of at one sequence
+_HBM = ("A100", "H100", "H200", "H20 ", "GH200", "B200", "GB200", "MI210", "MI250", "MI300", "MI325", "MI355")
+# ggml kernel families: llama.cpp's quantised matmuls (mmq/mmvq, ggml-cpu's vec_dot) differ per block layout
+FAMILIES = ("float", "legacy", "k-quant", "i-quant", "mxfp4", "other")
+_LEGACY = frozenset({"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1"})
+_FLOAT = frozenset({"f32", "fp32", "f16", "fp16", "bf16", "float16", "bfloat16", "float32"})
+ERROR_BAND = 0.20  # "within" counts held-out runs within ±20 %
+
+
+def vendor_of(card: Card) -> str:
+    """The card's vendor; a few rows of gpus.csv leave it blank (the name says it)."""
+    if card.vendor:
+        return card.vendor
+    name = card.name.lower()
+    return "AMD" if ("amd" in name or "radeon" in name) else "Apple" if "apple" in name else ""
+
+
+def default_backend(card: Card) -> str:
+    """The backend llama.cpp is usually built with for this vendor (docs/build.md): CUDA for NVIDIA (and a card
+    given only by its memory), ROCm/HIP for AMD, Metal for Apple, SYCL for Intel."""
+    return {"AMD": "rocm", "Apple": "metal", "Intel": "sycl"}.get(vendor_of(card), "cuda")
+
+
+def card_class(card: Card | None, backend: str) -> str:
+    if backend == "cpu" or card is None:
+        return "cpu"
+    if vendor_of(card) == "Apple":
+        return "apple"
+    if card.unified_memory:
+        return "apu"
+    return "datacenter" if any(tag in card.name for tag in _HBM) else "consumer"
+
+
+def format_family(fmt: str) -> str:
+    """The kernel family of a weight format name (llama.cpp type or ftype name, or a checkpoint format)."""
+    key = fmt.strip().lower().replace("-", "_")
+    if key in _FLOAT:
+        return "float"
+    if key.startswith("iq"):
+        return "i-quant"
+    if key.split("_")[0] in ("q2", "q3", "q4", "q5", "q6") and "_k" in key:
+        return "k-quant"
+    if key in _LEGACY:
+        return "legacy"
+    if key == "mxfp4":
+        return "mxfp4"
+    return "other"
+
+
+def group_label(engine: str, backend: str, klass: str) -> str:
+    return f"{engine} {BACKEND_NAMES.get(backend, backend)} on {CLASSES.get(klass, klass)}"
+
+
+@dataclass(frozen=True)
+class ErrorBar:
+    """The held-out error of a figure's group: how far kvscope's prediction was from published runs it was not
+    fitted to. `median` is the median |predicted ÷ measured − 1|; None when no held-out run is in the group."""
+
+    kind: str  # "decode" | "prefill"
+    group: str
+    rows: int = 0
+    median: float | None = None
+    within: float | None = None  # share of the rows within ±ERROR_BAND
+    ratio: float | None = None  # typical predicted ÷ measured (the median)
+    calibrated: str = ""  # "calibrated on this host at <date>" when a host calibration set the rates
+
+    @property
+    def checked(self) -> bool:
+        return self.median is not None and self.rows > 0
+
+    @property
+    def label(self) -> str:
+        cal = f"{self.calibrated}; " if self.calibrated else ""
+        if not self.checked:
+            return f"{cal}not checked: no held-out published {self.kind} runs of {self.group}"
+        assert self.median is not None
+        return f"{cal}±{self.median * 100:.0f} % typical, {self.rows} held-out {self.kind} runs of {self.group}"
+
+
+def error_bar(engine: str, backend: str, klass: str, kind: str, calibrated: str = "") -> ErrorBar:
+    """The group's held-out error from fitted.json; an unchecked ErrorBar where the group has no held-out run."""
+    label = group_label(engine, backend, klass)
+    for e in fitted().get("errors", ()):
+        if (e["engine"], e["backend"], e["card_class"], e["kind"]) == (engine, backend, klass, kind) and e["rows"]:
+            return ErrorBar(kind, label, e["rows"], e["median"], e["within"], e["ratio"], calibrated)
+    return ErrorBar(kind, label, calibrated=calibrated)
+
+
+_RUNS_ON = {"cuda": ("NVIDIA", "custom"), "rocm": ("AMD",), "metal": ("Apple",), "sycl": ("Intel",)}
+
+
+def checked_backend(card: Card, backend: str) -> str:
+    """The backend, if it can drive this card (Vulkan drives any; CPU runs without it)."""
+    if backend not in BACKENDS:
+        raise InputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    vendors = _RUNS_ON.get(backend)
+    if vendors and vendor_of(card) not in vendors:
+        raise InputError(
+            f"{BACKEND_NAMES[backend]} does not run on {card.name}; use --backend "
+            f"{default_backend(card)} or vulkan (or cpu)"
+        )
+    return backend
