@@ -42,7 +42,7 @@ from core.model.loading import load_model, presets
 from core.ollama_report import DEFAULT_CARDS, MEASURED, host, print_report, report
 from core.probe import add_probe_parser
 from core.report import table_records
-from core.speed.cli import print_speed, speed_report
+from core.speed.cli import add_calibrate_parser, add_speed_flags, print_speed, speed_report, with_llama_flags
 from core.units import MIB, format_bytes, format_tokens
 
 DEFAULT_CONTEXTS = (4096, 32768, 131072)
@@ -366,15 +366,15 @@ def cmd_ollama(args: argparse.Namespace) -> dict:
 
 
 def cmd_speed(args: argparse.Namespace) -> dict:
-    cpu_only = args.device == "cpu"
+    cpu_only = args.device == "cpu" or args.backend == "cpu"
     if cpu_only and (args.gpu is not None or args.gpu_mem_gib is not None):
-        raise InputError("--device cpu runs everything in system RAM; drop --gpu / --gpu-mem-gib")
+        raise InputError("--device cpu (--backend cpu) runs everything in system RAM; drop --gpu / --gpu-mem-gib")
     if cpu_only:
         args.gpu_mem_gib = 1.0  # the Setup needs a card; with --device cpu nothing is placed on it
     for value in args.batch or ():
         if value <= 0:
             raise InputError("--batch must be positive")
-    return speed_report(build_setup(args), args, cpu_only)
+    return speed_report(with_llama_flags(build_setup(args), args), args, cpu_only)
 
 
 def cmd_autofit(args: argparse.Namespace) -> dict:
@@ -499,6 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_cpu_moe_options(speed)
     speed.add_argument("--threads", type=thread_count, help="CPU threads for layers in RAM (default: all cores)")
     speed.add_argument("--ram-gbs", type=gb_per_s, help="system RAM bandwidth in GB/s (default: measured here, cached)")
+    add_speed_flags(speed)
     speed.add_argument("--json", action="store_true")
     speed.set_defaults(
         run=cmd_speed,
@@ -508,6 +509,8 @@ def build_parser() -> argparse.ArgumentParser:
         max_model_len=None,
         gpu_memory_utilization=0.92,
     )
+
+    add_calibrate_parser(sub)
 
     autofitp = sub.add_parser("autofit", help="what llama.cpp's --fit picks for -c and -ngl on a card (llama-server)")
     autofitp.add_argument("model", help="Hugging Face repo id, bundled preset, or path to a config.json")
