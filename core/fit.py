@@ -14,7 +14,8 @@ from core.engines.vllm_mxfp4 import Kernel, kernel_for, loading_growth
 from core.engines.vllm_pipeline import fullest_stage_fraction, pipeline_capacity
 from core.errors import InputError
 from core.memory.gpus import Card
-from core.memory.overhead import Item, llamacpp_overhead, transformers_overhead, vllm_overhead
+from core.memory.llamacpp_compute import llamacpp_overhead
+from core.memory.overhead import Item, transformers_overhead, vllm_overhead
 from core.memory.quant import default_format
 from core.memory.weightfiles import WeightFile
 from core.model.params import ParamCount, count_params
@@ -158,6 +159,7 @@ class Solver:
         self.format = setup.weights or default_format(setup.model)
         self.kernel: Kernel | None = None
         self.offload: Offload | None = None  # llama.cpp: where -ngl and --n-cpu-moe put the model
+        self.cpu_weight = 0  # llama.cpp: the largest weight tensor left in RAM that op_offload copies to the GPU
         self.relaid = 0  # bytes vLLM's MoE kernel layout adds to the checkpoint's MXFP4 experts
         count = count_params(setup.model)
         dtype_bytes = dtype_named(setup.model.dtype).block_bytes
@@ -193,6 +195,12 @@ class Solver:
                 dense[i] + (0 if i in where.cpu_experts else routed[i]) for i in where.layers if i < len(dense)
             )
             on_gpu += output if where.output else 0
+            # a layer's three FFN (or expert) matrices are its largest tensors: a third of its bytes bounds one
+            self.cpu_weight = max(
+                [routed[i] // 3 for i in where.cpu_experts]
+                + [max(dense[i], routed[i]) // 3 for i in where.on_cpu if i < len(dense)],
+                default=0,
+            )
         if len(where.layers) == len(layers):
             return on_gpu, self.setup.model  # every layer on the GPU (the same spec, its layer census kept)
         kept = tuple(layers[i] for i in where.layers)
@@ -224,7 +232,7 @@ class Solver:
             options = self.engine.options
             return tuple(vllm_overhead(model, options.max_num_batched_tokens, world, self.engine.sampler_rows()))
         if isinstance(self.engine, LlamaCppEngine):
-            return tuple(llamacpp_overhead(model, self.engine.options.n_ubatch, world))
+            return tuple(llamacpp_overhead(self.engine, model, context, 1, world, self.offload, self.cpu_weight))
         if isinstance(self.engine, TransformersEngine):
             storage = self.engine.storage(model, self.setup.kv_dtype)
             transient = sum(

@@ -11,9 +11,8 @@ Constants and their sources:
 - Activations of one layer over T tokens in 2-byte activations: T × 2 B × (4·hidden + 3·intermediate); only one
   layer's activations are live at a time.
 - Logits: vLLM's profile run samples max_num_seqs rows of the vocabulary in fp32 (logits and probabilities);
-  transformers' generate keeps only the last position's logits; llama.cpp's compute buffer holds n_ubatch rows.
-- llama.cpp compute buffer: n_ubatch × 4 B × (vocab + 8·hidden) with flash attention (its CUDA log reports
-  ~260 MiB for an 8B Llama at n_ubatch 512; this formula gives ~314 MiB, on the safe side).
+  transformers' generate keeps only the last position's logits.
+- llama.cpp's compute buffer is modelled from its graph in core/memory/llamacpp_compute.py (llamacpp_overhead).
 - transformers sliding-window layers pin the whole prefill's K/V until the first decode step (measured, see
   tests/test_transformers_exact.py), which is counted here as a prefill transient.
 """
@@ -81,12 +80,3 @@ def transformers_overhead(model: ModelSpec, context: int, sliding_transient: int
     if sliding_transient:
         items.append(Item("sliding-window prefill transient", sliding_transient, "prompt K/V pinned until decode"))
     return items + parallel_items(world)
-
-
-def llamacpp_overhead(model: ModelSpec, n_ubatch: int = 512, world: int = 1) -> list[Item]:
-    compute = n_ubatch * 4 * (model.vocab_size + 8 * model.hidden_size)
-    return [
-        Item("CUDA context", CUDA_CONTEXT, "512 MiB"),
-        Item("compute buffer", compute, f"{n_ubatch} ubatch × 4 B × ({model.vocab_size:,} + 8·{model.hidden_size})"),
-        *parallel_items(world),
-    ]

@@ -1,0 +1,182 @@
+"""Ask the real libllama how big its compute (graph) buffers are (run in the engines' venv).
+
+Reads JSON from the file named by its argument (or stdin): {"models": {name: gguf path}, "wide": {name: {"arch",
+"layers", "hidden", "ffn", "heads", "kv_heads", "head_dim", "vocab", "experts", "experts_used", "expert_ffn"}},
+"tree": LLAMACPP_TREE, "out_dir", "cases": [{"id", "model", "n_ctx", "n_seq_max", "n_ubatch", "n_batch",
+"flash_attn": "on"|"off", "kv_unified"}]}. "wide" models have realistic widths (a 128K vocabulary, 4096 hidden) and a
+layer or two: they are written straight to GGUF with the tree's gguf-py, every matrix q4_0 zeros (the compute
+buffer holds f32 activations whatever the weights' type), since converting such a checkpoint from safetensors would
+take gigabytes. Each model is loaded once; each case creates a context and frees it. Prints one JSON line:
+{"cases": [{"id", "compute": {buffer type name: bytes}, "log": [...]}]}.
+
+The bytes are libllama's own, exact: `llama_get_memory_breakdown(ctx)` (src/llama-ext.h, exported as a C++ symbol)
+sums `ggml_backend_sched_get_buffer_size` per buffer type into `.compute` (llama-context.cpp, memory_breakdown). It
+returns a `std::map<ggml_backend_buffer_type_t, llama_memory_breakdown_data>` by value; under the Itanium C++ ABI a
+non-trivial return value is built in memory the caller passes as a hidden first argument, and libstdc++'s map is a
+48-byte red-black tree whose header sits at offset 8 (parent = root at +16) and whose nodes hold the key/value pair
+after a 32-byte node base. The map is read, then left allocated (a few nodes per case). The "compute buffer size"
+log lines (MiB, two decimals) come back too as a cross-check.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import sys
+from pathlib import Path
+
+import llama_cpp
+
+LIB = llama_cpp.llama_cpp._lib
+GGML_BASE = ctypes.CDLL(str(Path(llama_cpp.llama_cpp.__file__).parent / "lib" / "libggml-base.so"))
+GGML_BASE.ggml_backend_buft_name.restype = ctypes.c_char_p
+GGML_BASE.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
+FLASH = {"on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED, "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED}
+
+BREAKDOWN = LIB["_Z26llama_get_memory_breakdownPK13llama_context"]
+BREAKDOWN.restype = None
+BREAKDOWN.argtypes = [ctypes.c_void_p, ctypes.c_void_p]  # (hidden return slot, ctx)
+MAP_BYTES, NODE_BASE = 48, 32
+LOG: list[str] = []
+
+
+@llama_cpp.llama_log_callback
+def capture(level: int, text: bytes, user_data) -> None:
+    LOG.append(text.decode("utf-8", "replace"))
+
+
+def breakdown(ctx) -> dict[str, dict[str, int]]:
+    slot = ctypes.create_string_buffer(MAP_BYTES)
+    BREAKDOWN(ctypes.addressof(slot), ctx)
+    words = (ctypes.c_uint64 * (MAP_BYTES // 8)).from_buffer(slot)
+    root, count = words[2], words[5]
+    out: dict[str, dict[str, int]] = {}
+    stack = [root] if root else []
+    while stack:
+        node = stack.pop()
+        left, right = ctypes.c_uint64.from_address(node + 16).value, ctypes.c_uint64.from_address(node + 24).value
+        buft, model, context, compute = (ctypes.c_uint64 * 4).from_address(node + NODE_BASE)
+        name = GGML_BASE.ggml_backend_buft_name(buft).decode()
+        out[name] = {"model": model, "context": context, "compute": compute}
+        stack += [n for n in (left, right) if n]
+    if len(out) != count:
+        raise SystemExit(f"read {len(out)} map entries, the map says {count}")
+    return out
+
+
+def q4_0(rows: int, cols: int, lead: tuple[int, ...] = ()):
+    import numpy as np
+
+    return np.zeros((*lead, rows, cols // 32 * 18), dtype=np.uint8)
+
+
+def write_wide(name: str, cfg: dict, out_dir: Path) -> str:
+    """A GGUF of `cfg`'s shapes as llama.cpp's converter names them (conversion/llama.py, qwen.py: Qwen3MoE)."""
+    import gguf
+    import numpy as np
+
+    path = out_dir / f"{name}.gguf"
+    if path.exists():
+        return str(path)
+    arch, hidden, hd = cfg["arch"], cfg["hidden"], cfg["head_dim"]
+    q, kv = cfg["heads"] * hd, cfg["kv_heads"] * hd
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(cfg["layers"])
+    w.add_context_length(131072)
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(cfg["ffn"])
+    w.add_head_count(cfg["heads"])
+    w.add_head_count_kv(cfg["kv_heads"])
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(hd)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_tokenizer_model("none")
+    w.add_vocab_size(cfg["vocab"])
+    quant = gguf.GGMLQuantizationType.Q4_0
+    norm = lambda n: np.ones(n, dtype=np.float32)  # noqa: E731
+    w.add_tensor("token_embd.weight", q4_0(cfg["vocab"], hidden), raw_dtype=quant)
+    w.add_tensor("output_norm.weight", norm(hidden))
+    w.add_tensor("output.weight", q4_0(cfg["vocab"], hidden), raw_dtype=quant)
+    if cfg.get("experts"):
+        w.add_expert_count(cfg["experts"])
+        w.add_expert_used_count(cfg["experts_used"])
+        w.add_expert_feed_forward_length(cfg["expert_ffn"])
+    for il in range(cfg["layers"]):
+        b = f"blk.{il}."
+        w.add_tensor(b + "attn_norm.weight", norm(hidden))
+        w.add_tensor(b + "attn_q.weight", q4_0(q, hidden), raw_dtype=quant)
+        w.add_tensor(b + "attn_k.weight", q4_0(kv, hidden), raw_dtype=quant)
+        w.add_tensor(b + "attn_v.weight", q4_0(kv, hidden), raw_dtype=quant)
+        w.add_tensor(b + "attn_output.weight", q4_0(hidden, q), raw_dtype=quant)
+        w.add_tensor(b + "ffn_norm.weight", norm(hidden))
+        if arch == "qwen3moe":
+            w.add_tensor(b + "attn_q_norm.weight", norm(hd))
+            w.add_tensor(b + "attn_k_norm.weight", norm(hd))
+            n, f = cfg["experts"], cfg["expert_ffn"]
+            w.add_tensor(b + "ffn_gate_inp.weight", np.zeros((n, hidden), dtype=np.float32))
+            w.add_tensor(b + "ffn_gate_exps.weight", q4_0(f, hidden, (n,)), raw_dtype=quant)
+            w.add_tensor(b + "ffn_up_exps.weight", q4_0(f, hidden, (n,)), raw_dtype=quant)
+            w.add_tensor(b + "ffn_down_exps.weight", q4_0(hidden, f, (n,)), raw_dtype=quant)
+        else:
+            w.add_tensor(b + "ffn_gate.weight", q4_0(cfg["ffn"], hidden), raw_dtype=quant)
+            w.add_tensor(b + "ffn_up.weight", q4_0(cfg["ffn"], hidden), raw_dtype=quant)
+            w.add_tensor(b + "ffn_down.weight", q4_0(hidden, cfg["ffn"]), raw_dtype=quant)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(path)
+
+
+def run_case(model, case: dict) -> dict:
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx = case["n_ctx"]
+    params.n_seq_max = case["n_seq_max"]
+    params.n_ubatch = case["n_ubatch"]
+    params.n_batch = case["n_batch"]
+    params.flash_attn_type = FLASH[case["flash_attn"]]
+    params.kv_unified = case.get("kv_unified", False)
+    params.swa_full = case.get("swa_full", False)  # the library default is true; llama-cli and llama-server pass false
+    params.n_threads = params.n_threads_batch = 1
+    LOG.clear()
+    ctx = llama_cpp.llama_init_from_model(model, params)
+    if not ctx:
+        return {"id": case["id"], "error": "llama_init_from_model failed", "log": "".join(LOG)[-3000:]}
+    try:
+        buffers = breakdown(ctx)
+        keep = ("compute buffer size", "graph:", "n_ctx ", "n_ubatch", "flash_attn")
+        log = [line.rstrip() for line in "".join(LOG).splitlines() if any(k in line for k in keep)]
+        return {"id": case["id"], "compute": {k: v["compute"] for k, v in buffers.items()}, "log": log}
+    finally:
+        llama_cpp.llama_free(ctx)
+
+
+def main() -> None:
+    job = json.loads(Path(sys.argv[1]).read_text() if len(sys.argv) > 1 else sys.stdin.read())
+    if job.get("wide"):
+        sys.path[:0] = [str(Path(job["tree"]) / "gguf-py")]  # the same gguf-py the converter uses
+        out_dir = Path(job["out_dir"])
+        job["models"] |= {name: write_wide(name, cfg, out_dir) for name, cfg in job["wide"].items()}
+    llama_cpp.llama_log_set(capture, ctypes.c_void_p(0))
+    llama_cpp.llama_backend_init()
+    results = []
+    for name, path in job["models"].items():
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.use_extra_bufts = False  # as in llamacpp_runner.py: an AMX CPU aborts otherwise
+        model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
+        mine = [case for case in job["cases"] if case["model"] == name]
+        if not model:
+            results += [
+                {"id": c["id"], "error": f"libllama could not load {path}", "log": "".join(LOG)[-3000:]} for c in mine
+            ]
+            continue
+        try:
+            results += [run_case(model, case) for case in mine]
+        finally:
+            llama_cpp.llama_model_free(model)
+    print(json.dumps({"cases": results}))
+
+
+if __name__ == "__main__":
+    main()
