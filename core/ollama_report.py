@@ -8,9 +8,12 @@ from system RAM every token, so the host's RAM bandwidth is an input here, with 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 
+from core.engines.ollama_engine import LAST_GO_ENGINE, OLLAMA_ENGINE, EngineLayout, cache_bytes, engine_layout, runner
 from core.engines.runtimes import (
     ESTIMATOR_VERSION,
     KV_BYTES,
@@ -18,20 +21,25 @@ from core.engines.runtimes import (
     OLLAMA_VERSION,
     OllamaSettings,
     OllamaSplit,
+    estimator_covers,
+    gguf_arch,
+    gguf_blocks,
     gguf_facts,
+    kv_type,
     llama_engine,
     ollama_layers,
+    request_ctx,
     uses_flash_attention,
 )
 from core.errors import InputError
-from core.fit import Fit, Setup, fit
+from core.fit import Fit, Setup, Solver, fit
 from core.llamacpp_autofit import fit_params
 from core.memory.gpus import Card
 from core.model.spec import ModelSpec
 from core.speed.cli import hardware
 from core.speed.predict import Hardware, Speed, predict
 from core.speed.report import speed_lines
-from core.units import format_bytes, format_tokens
+from core.units import digits_checked, format_bytes, format_tokens
 
 # The cards issue 13 asks about: 8, 12, 16 and 24 GB (names as in core/memory/data/gpus.csv).
 DEFAULT_CARDS = (
@@ -74,22 +82,29 @@ def host(ram_gb_s: float | str | None = None, threads: int | None = None) -> tup
 
 @dataclass(frozen=True)
 class OllamaRow:
-    """One model on one card: Ollama's choice, kvscope's account of it, the speed that follows."""
+    """One model on one card: Ollama's runner and choice, kvscope's account of it, the speed that follows."""
 
     model: str
     card: str
     card_memory_bytes: int
+    free_bytes: int  # free GPU memory as Ollama logs it ("available"); the card's whole memory unless given
+    runner: str  # the runner the latest release modelled gives the model (core.engines.ollama_engine)
+    runner_why: str
     num_ctx: int  # per request, capped at the model's training context
     num_parallel: int
-    kv_type: str  # what the estimator sizes the cache in
+    kv_type: str  # what the cache is sized in
     flash_attention: bool
-    layers: int  # Ollama's num_gpu: blocks on the GPU, +1 when the output layer goes too
+    # The split the row's account and speed use: v0.12.10's estimate where kvscope models it (full attention), else
+    # current Ollama's own (llama-server's --fit)
+    split_by: str
+    layers: int  # on the GPU, the output layer counted as one
     blocks: int
-    ollama_vram_bytes: int  # estimateGPULayers' VRAMSize
-    ollama_total_bytes: int  # its TotalSize
-    ollama_kv_bytes: int
-    ollama_graph_bytes: int
-    kvscope_gpu_bytes: int  # kvscope's llama.cpp account of the same split: weights + overhead + num_parallel caches
+    # v0.12.10's estimateGPULayers; None where it is not modelled (hybrids, MLA)
+    ollama_vram_bytes: int | None
+    ollama_total_bytes: int | None
+    ollama_kv_bytes: int | None
+    ollama_graph_bytes: int | None
+    kvscope_gpu_bytes: int  # kvscope's llama.cpp account of the split: weights + overhead + num_parallel caches
     kvscope_headroom_bytes: int
     kvscope_fits: bool  # room for num_parallel sequences of num_ctx
     decode_tok_s: float  # one request, its cache at num_ctx
@@ -106,7 +121,15 @@ class OllamaRow:
     fit_decode_tok_s: float | None
     fit_note: str
     fit_cpu_experts: tuple[int, int] | None  # MoE: [first, last] layer whose routed experts the fit keeps in RAM
-    split: OllamaSplit = field(repr=False, compare=False)
+    # Ollama v0.24.0, the last release with its own Go engine: the runner it chose, and where that is the Go engine,
+    # its layout (core.engines.ollama_engine; the graph a stand-in)
+    go_runner: str
+    go_runner_why: str
+    go_layers: int | None
+    go_kv_bytes: int | None
+    go_graph_bytes: int | None
+    go_vram_bytes: int | None
+    split: OllamaSplit | None = field(repr=False, compare=False)
     fit: Fit = field(repr=False, compare=False)
     speed: Speed = field(repr=False, compare=False)
 
@@ -120,16 +143,61 @@ class OllamaRow:
         return f"{self.layers}/{self.blocks + 1}"
 
 
-def ollama_setup(model: ModelSpec, card: Card, split: OllamaSplit, settings: OllamaSettings, weights: str) -> Setup:
-    """llama.cpp as Ollama runs it, with the estimator's split as -ngl and its cache type."""
+_FREE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB)?\s*")
+_FREE_SCALE = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+def parse_free(text: str | None) -> int | None:
+    """Free GPU memory as Ollama logs it (format.HumanBytes2, one decimal: "7.1 GiB"), rounded down to a byte;
+    None or blank: not given."""
+    if text is None or not str(text).strip():
+        return None
+    match = _FREE.fullmatch(str(text))
+    if not match:
+        raise InputError(f"cannot read free memory {str(text)[:40]!r}; write it as Ollama logs it, e.g. 7.1GiB, 900MiB")
+    number, unit = match.groups()
+    return int(Fraction(digits_checked(number, text)) * _FREE_SCALE[unit])
+
+
+def free_card(card: Card, free: int | None) -> Card:
+    """The card as the split sees it: `free` bytes free (Ollama's "available"), else the whole card. The CUDA
+    context kvscope counts is the runner's own, so it comes out of what Ollama saw free, as on a real load."""
+    if free is None:
+        return card
+    if not 0 < free <= card.memory_bytes:
+        raise InputError(
+            f"free GPU memory {format_bytes(free)} must be positive and at most the card's "
+            f"{format_bytes(card.memory_bytes)}; give it as Ollama logs it, e.g. --free 7.1GiB"
+        )
+    return replace(card, memory_bytes=free, basis=f"{format_bytes(free)} free of {format_bytes(card.memory_bytes)}")
+
+
+def llama_setup(
+    model: ModelSpec, card: Card, settings: OllamaSettings, weights: str, gpu_layers: int | None = None
+) -> Setup:
+    """llama.cpp as Ollama runs it (-np num_parallel, -b/-ub num_batch), its cache type, -ngl `gpu_layers`."""
     return Setup(
         model=model,
         engine=llama_engine(model, settings),
         card=card,
         weights=weights,
-        kv_dtype=split.kv_type,
-        gpu_layers=split.gpu_layers,
+        kv_dtype=kv_type(model, settings),
+        gpu_layers=gpu_layers,
     )
+
+
+def go_engine_layout(
+    model: ModelSpec, card: Card, settings: OllamaSettings, weights: str, num_ctx: int
+) -> EngineLayout:
+    """The Go engine's layout of `model` on `card` (its memory_bytes free) at v0.24.0. Its graph is measured by
+    ggml's allocator; kvscope stands in its llama.cpp compute buffers for the same batch, fully offloaded."""
+    blocks, output = gguf_blocks(model, weights)
+    batch = min(num_ctx, settings.num_batch)  # llm/server.go NewLlamaServer: NumBatch = min(NumBatch, NumCtx)
+    cache = cache_bytes(
+        model.layers, gguf_arch(model), kv_type(model, settings), num_ctx, settings.num_parallel, batch
+    )  # fmt: skip
+    graph = sum(item.bytes for item in Solver(llama_setup(model, card, settings, weights)).overhead(num_ctx))
+    return engine_layout(blocks, output, cache, card.memory_bytes, graph, settings.gpu_overhead)
 
 
 def ollama_row(
@@ -138,32 +206,53 @@ def ollama_row(
     settings: OllamaSettings = DEFAULT_SETTINGS,
     weights: str = "q4_k_m",
     hw: Hardware | None = None,
+    free: int | None = None,
 ) -> OllamaRow:
-    """Ollama's split of `model` on a `card` with nothing else on it, checked and timed by kvscope."""
+    """Ollama on a `card` with `free` bytes free (None: nothing else on it), checked and timed by kvscope."""
     hw = hw or host()[0]
-    split = ollama_layers(model, card.memory_bytes, settings, weights)
-    setup = ollama_setup(model, card, split, settings, weights)
+    placed = free_card(card, free)
+    num_ctx = request_ctx(model, settings, card.memory_bytes)
+    arch = gguf_arch(model)
+    now, then = runner(arch), runner(arch, LAST_GO_ENGINE)
+    fit_layers, fit_speed, fit_note, fit_ram = _llama_server_fit(model, placed, settings, num_ctx, weights, hw)
+    split = None
+    if estimator_covers(model):
+        split = ollama_layers(model, placed.memory_bytes, settings, weights, total_bytes=card.memory_bytes)
+        gpu_layers, split_by = split.gpu_layers, f"{ESTIMATOR_VERSION} estimate"
+    elif fit_layers is not None:
+        gpu_layers, split_by = fit_layers, "llama-server --fit"
+    else:
+        raise InputError(f"{model.name} on {card.name}: llama-server's fit is not modelled here: {fit_note}")
+    blocks = len(model.layers)
+    layers = split.layers if split else gpu_layers
+    setup = llama_setup(model, placed, settings, weights, None if layers > blocks else layers)
+    if split is None and fit_ram:  # the fit's split: its routed experts in RAM too
+        setup = replace(setup, cpu_experts=range(fit_ram[0], fit_ram[1] + 1))
     # llama-server gets -c num_ctx × np -np np with kv_unified off: np streams of num_ctx cells each, which is
     # kvscope's per-sequence cache num_parallel times over (core.engines.llamacpp, the "ollama" front end).
-    result = fit(setup, [split.num_ctx])
+    result = fit(setup, [num_ctx])
     row = result.rows[0]
     need = row.weights_bytes + row.overhead_bytes + settings.num_parallel * row.cache_bytes
-    speed = predict(setup, hw, split.num_ctx, 1)
-    fit_layers, fit_speed, fit_note, fit_ram = _llama_server_fit(model, card, settings, split, weights, hw)
+    speed = predict(setup, hw, num_ctx, 1)
+    go = go_engine_layout(model, placed, settings, weights, num_ctx) if then.name == OLLAMA_ENGINE else None
     return OllamaRow(
         model=model.name,
         card=card.name,
         card_memory_bytes=card.memory_bytes,
-        num_ctx=split.num_ctx,
+        free_bytes=placed.memory_bytes,
+        runner=now.name,
+        runner_why=now.why,
+        num_ctx=num_ctx,
         num_parallel=settings.num_parallel,
-        kv_type=split.kv_type,
+        kv_type=kv_type(model, settings),
         flash_attention=uses_flash_attention(model, settings),
-        layers=split.layers,
-        blocks=split.blocks,
-        ollama_vram_bytes=split.vram_bytes,
-        ollama_total_bytes=split.total_bytes,
-        ollama_kv_bytes=split.kv_bytes,
-        ollama_graph_bytes=split.graph_bytes,
+        split_by=split_by,
+        layers=layers,
+        blocks=blocks,
+        ollama_vram_bytes=split.vram_bytes if split else None,
+        ollama_total_bytes=split.total_bytes if split else None,
+        ollama_kv_bytes=split.kv_bytes if split else None,
+        ollama_graph_bytes=split.graph_bytes if split else None,
         kvscope_gpu_bytes=need,
         kvscope_headroom_bytes=result.usable_bytes - need,
         kvscope_fits=row.max_concurrency >= settings.num_parallel,
@@ -179,6 +268,12 @@ def ollama_row(
         fit_decode_tok_s=fit_speed,
         fit_note=fit_note,
         fit_cpu_experts=fit_ram,
+        go_runner=then.name,
+        go_runner_why=then.why,
+        go_layers=go.layers if go else None,
+        go_kv_bytes=go.cache_bytes if go else None,
+        go_graph_bytes=go.graph_bytes if go else None,
+        go_vram_bytes=go.vram_bytes if go else None,
         split=split,
         fit=result,
         speed=speed,
@@ -186,18 +281,18 @@ def ollama_row(
 
 
 def _llama_server_fit(
-    model: ModelSpec, card: Card, settings: OllamaSettings, split: OllamaSplit, weights: str, hw: Hardware
+    model: ModelSpec, card: Card, settings: OllamaSettings, num_ctx: int, weights: str, hw: Hardware
 ) -> tuple[int | None, float | None, str, tuple[int, int] | None]:
     """-ngl as current Ollama gets it: -c num_ctx × np -np np and no -ngl (llm/llama_server.go), so llama-server's
     --fit chooses, with its default 1 GiB margin (and for MoE models which layers keep their experts in RAM); and
     the decode speed of that split."""
-    setup = replace(ollama_setup(model, card, split, settings, weights), gpu_layers=None)
+    setup = llama_setup(model, card, settings, weights)
     try:
-        choice = fit_params(setup, split.num_ctx * settings.num_parallel, settings.num_parallel)
+        choice = fit_params(setup, num_ctx * settings.num_parallel, settings.num_parallel)
     except InputError as err:
         return None, None, str(err), None
     layers = choice.n_layers + 1 if choice.gpu_layers is None else choice.gpu_layers
-    speed = predict(replace(setup, gpu_layers=choice.gpu_layers, cpu_experts=choice.cpu_experts), hw, split.num_ctx, 1)
+    speed = predict(replace(setup, gpu_layers=choice.gpu_layers, cpu_experts=choice.cpu_experts), hw, num_ctx, 1)
     ram = (choice.cpu_experts.start, choice.cpu_experts.stop - 1) if choice.cpu_experts else None
     return layers, speed.decode_tok_s, "; ".join(choice.steps), ram
 
@@ -208,11 +303,12 @@ def ollama_grid(
     settings: OllamaSettings = DEFAULT_SETTINGS,
     weights: str = "q4_k_m",
     hw: Hardware | None = None,
+    free: int | None = None,
 ) -> list[OllamaRow]:
-    """ollama_row for every model on every card, model by model."""
+    """ollama_row for every model on every card, model by model, each card with `free` bytes free (None: empty)."""
     hw = hw or host()[0]
     cards = list(cards)
-    return [ollama_row(m, c, settings, weights, hw) for m in models for c in cards]
+    return [ollama_row(m, c, settings, weights, hw, free) for m in models for c in cards]
 
 
 def row_record(row: OllamaRow) -> dict:
@@ -228,9 +324,10 @@ SPEED_AT = (
     "num_ctx-token prompt"
 )
 UNCHECKED = (
-    f"Ollama's figures are its {ESTIMATOR_VERSION} estimateGPULayers (defaults of {OLLAMA_VERSION}) read from "
-    "source, for a card with nothing else on it; 'fit' is what current Ollama gets instead (no -ngl: llama-server's "
-    "--fit picks the layers, common/fit.cpp); none of it was checked against a running Ollama"
+    f"Ollama {OLLAMA_VERSION} runs every model on llama-server and passes no -ngl, so 'fit' (llama-server's --fit, "
+    f"common/fit.cpp) is what it gets; 'layers' is its {ESTIMATOR_VERSION} estimateGPULayers where kvscope models "
+    f"that (attention-only models), else the fit; 'Go engine' is {LAST_GO_ENGINE}'s own engine, its graph a "
+    "stand-in (kvscope's llama.cpp compute buffers); all read from source, none checked against a running Ollama"
 )
 
 
@@ -241,9 +338,10 @@ def report(
     weights: str,
     hw: Hardware,
     ram_source: str,
+    free: int | None = None,
 ) -> dict:
     """What `python -m core ollama` prints: the settings, the host and a row per model and card."""
-    rows = ollama_grid(models, cards, settings, weights, hw)
+    rows = ollama_grid(models, cards, settings, weights, hw, free)
     return {
         "ollama_version": OLLAMA_VERSION,
         "estimator_version": ESTIMATOR_VERSION,
@@ -255,6 +353,7 @@ def report(
             "flash_attention": settings.flash_attention,
             "gpu_overhead": settings.gpu_overhead,
             "num_batch": settings.num_batch,
+            "free": free,
         },
         "ram_gb_s": hw.ram_gb_s,
         "ram_source": ram_source,
@@ -268,51 +367,86 @@ def report(
 def print_report(out: dict) -> None:
     s = out["settings"]
     ctx = "Ollama's default for the card" if s["num_ctx"] is None else format_tokens(s["num_ctx"])
+    free = "the whole card" if s["free"] is None else format_bytes(s["free"])
     print(
-        f"Ollama {out['estimator_version']} estimate, weights {out['weights']}, num_ctx {ctx}, "
+        f"Ollama {out['ollama_version']}, weights {out['weights']}, num_ctx {ctx}, "
         f"OLLAMA_NUM_PARALLEL {s['num_parallel']}, OLLAMA_KV_CACHE_TYPE {s['kv_cache_type']}, OLLAMA_GPU_OVERHEAD "
-        f"{format_bytes(s['gpu_overhead'])}"
+        f"{format_bytes(s['gpu_overhead'])}, free GPU memory {free}"
     )
     print(f"host RAM {out['ram_gb_s']:.1f} GB/s ({out['ram_source']}), {out['threads']} threads")
     print(f"speed: {out['speed_at']}")
     print(f"note: {out['note']}")
-    head = f"{'model':<34} {'card':<25} {'num_ctx':>7} {'KV':>4} {'layers':>6} {'Ollama VRAM':>11} "
+    head = f"{'model':<34} {'card':<25} {'runner':<12} {'num_ctx':>7} {'KV':>4} {'layers':>6} {'Ollama VRAM':>11} "
     print(
         head + f"{'Ollama total':>12} {'kvscope GPU':>11} {'fits':>4} {'decode tok/s':>12} {'prefill tok/s':>13} "
-        f"{'fit layers':>10} {'fit tok/s':>9}  fit: experts in RAM"
+        f"{'fit layers':>10} {'fit tok/s':>9} {'Go engine':>9}  fit: experts in RAM"
     )
     for r in out["rows"]:
+        estimate = r["ollama_vram_bytes"] is not None
+        go = f"{r['go_layers']}/{r['blocks'] + 1}" if r["go_layers"] is not None else "-"
         print(
-            f"{r['model'][:34]:<34} {r['card'][:25]:<25} {format_tokens(r['num_ctx']):>7} {r['kv_type']:>4} "
-            f"{r['offloaded']:>6} {format_bytes(r['ollama_vram_bytes']):>11} "
-            f"{format_bytes(r['ollama_total_bytes']):>12} "
+            f"{r['model'][:34]:<34} {r['card'][:25]:<25} {r['runner']:<12} {format_tokens(r['num_ctx']):>7} "
+            f"{r['kv_type']:>4} {r['offloaded']:>6} "
+            f"{format_bytes(r['ollama_vram_bytes']) if estimate else '-':>11} "
+            f"{format_bytes(r['ollama_total_bytes']) if estimate else '-':>12} "
             f"{format_bytes(r['kvscope_gpu_bytes']):>11} {'yes' if r['kvscope_fits'] else 'no':>4} "
             f"{r['decode_tok_s']:>12.1f} {r['prefill_tok_s']:>13.0f} "
             + (
-                f"{r['fit_layers']:>4}/{r['blocks'] + 1:<5} {r['fit_decode_tok_s']:>9.1f}"
+                f"{r['fit_layers']:>4}/{r['blocks'] + 1:<5} {r['fit_decode_tok_s']:>9.1f} {go:>9}"
                 + (f"  layers {r['fit_cpu_experts'][0]}-{r['fit_cpu_experts'][1]}" if r["fit_cpu_experts"] else "")
                 if r["fit_layers"] is not None
-                else f"{'-':>10} {'-':>9}"
+                else f"{'-':>10} {'-':>9} {go:>9}"
             )
         )
+    for model in dict.fromkeys(r["model"] for r in out["rows"]):
+        r = next(r for r in out["rows"] if r["model"] == model)
+        print(f"{model}: {r['runner']}: {r['runner_why']}. At {LAST_GO_ENGINE}: {r['go_runner_why']}.")
 
 
 def explain(row: OllamaRow, model: ModelSpec) -> list[str]:
-    """Markdown lines: each figure of the row with the estimator's terms and kvscope's account that produce it."""
-    t, split = row.split.terms, row.split
-    assert t is not None  # ollama_layers always records its terms
+    """Markdown lines: the runner and why, each figure of the row with the terms and kvscope's account behind it."""
+    n = row.blocks
+    fit_row = row.fit.rows[0]
+    ngl = "all" if row.full else row.layers
+    current = (
+        f"{row.fit_note}; -ngl {row.fit_layers} of {n + 1}, decode {row.fit_decode_tok_s:.1f} tok/s"
+        if row.fit_layers is not None
+        else f"not modelled here: {row.fit_note}"
+    )
+    return [
+        f"### {row.model} on {row.card} ({format_bytes(row.free_bytes)} free of "
+        f"{format_bytes(row.card_memory_bytes)})",
+        f"**Runner**: {row.runner}, because {row.runner_why}.",
+        f"**Current Ollama** passes -c num_ctx × np -np np and no -ngl (llm/llama_server.go @{OLLAMA_VERSION}), so "
+        f"llama-server's --fit chooses (common/fit.cpp, 1 GiB left free): {current}",
+        *(_estimate_lines(row, model) if row.split else []),
+        f"**kvscope's llama.cpp account of the split** ({row.split_by}: -ngl {ngl}, -c "
+        f"{row.num_ctx * row.num_parallel:,} -np {row.num_parallel}, cache {row.kv_type}):",
+        f"- weights on the GPU {format_bytes(fit_row.weights_bytes)} + compute buffers "
+        f"{format_bytes(fit_row.overhead_bytes)} + {row.num_parallel} × cache {format_bytes(fit_row.cache_bytes)} = "
+        f"**{format_bytes(row.kvscope_gpu_bytes)}** of {format_bytes(row.fit.usable_bytes)}: "
+        f"{'fits' if row.kvscope_fits else 'does not fit'} (headroom {format_bytes(row.kvscope_headroom_bytes)})",
+        f"**Speed** on a host with {row.ram_gb_s:.1f} GB/s RAM and {row.threads} threads for the layers in RAM:",
+        *speed_lines(row.speed),
+        *_go_engine_lines(row),
+    ]
+
+
+def _estimate_lines(row: OllamaRow, model: ModelSpec) -> list[str]:
+    """v0.12.10's estimateGPULayers, term by term."""
+    split = row.split
+    assert split is not None and split.terms is not None  # ollama_layers always records its terms
+    t = split.terms
     f = gguf_facts(model, row.weights)
     n = len(t.blocks)
     k = min(split.layers, n)  # blocks on the GPU: the last k
     placed = sum(t.blocks[i] + t.kv_per_layer[i] for i in range(n - k, n))
     output = t.output if split.full else 0
     reserve = row.gpu_overhead + t.graph + t.minimum + 2 * t.buffer
-    fit_row = row.fit.rows[0]
-    ngl = "all" if split.gpu_layers is None else split.gpu_layers
     return [
-        f"### {row.model} on {row.card} ({format_bytes(row.card_memory_bytes)} free)",
-        f"**Ollama's estimate** (llm/memory.go estimateGPULayers at {ESTIMATOR_VERSION}), num_ctx {row.num_ctx:,} × "
-        f"OLLAMA_NUM_PARALLEL {row.num_parallel} = {t.context:,} tokens, batch {t.batch}, weights {row.weights}:",
+        f"**Ollama's estimate** (llm/memory.go estimateGPULayers at {ESTIMATOR_VERSION}, the llama.cpp runner's "
+        f"split until v0.12.11), num_ctx {row.num_ctx:,} × OLLAMA_NUM_PARALLEL {row.num_parallel} = {t.context:,} "
+        f"tokens, batch {t.batch}, weights {row.weights}:",
         f"- KV per layer: {t.context:,} × ({f.key_length} + {f.value_length}) × {f.heads_kv} KV heads × "
         f"{KV_BYTES[t.kv_type]:g} B ({t.kv_type}) = {t.kv_per_layer[0]:,} B; all {n} layers: "
         f"{format_bytes(t.kv_total)}",
@@ -323,7 +457,7 @@ def explain(row: OllamaRow, model: ModelSpec) -> list[str]:
         f"- the GPU is used only if free ≥ OLLAMA_GPU_OVERHEAD + graph + minimum + 2 × buffer = "
         f"{format_bytes(row.gpu_overhead)} + {format_bytes(t.graph)} + {format_bytes(t.minimum)} + 2 × "
         f"{format_bytes(t.buffer)} = {format_bytes(reserve)}: "
-        + ("yes" if row.card_memory_bytes >= reserve else "no, so every layer stays in RAM"),
+        + ("yes" if row.free_bytes >= reserve else "no, so every layer stays in RAM"),
         f"- blocks placed from the last down while free > overhead + used + graph + block: {k} of {n}"
         + (f", then the output layer ({format_bytes(t.output)})" if split.full else "; the output layer stays in RAM"),
         f"- VRAM estimate = minimum + buffer + blocks placed + output + graph used = {format_bytes(t.minimum)} + "
@@ -331,21 +465,27 @@ def explain(row: OllamaRow, model: ModelSpec) -> list[str]:
         f"{format_bytes(split.graph_bytes)} = **{format_bytes(split.vram_bytes)}**"
         + ("" if split.layers else " (no layers: no VRAM estimate)")
         + f"; with what stays in RAM, {format_bytes(split.total_bytes)} in all",
-        f"**kvscope's llama.cpp account of the same split** (-ngl {ngl}, -c {t.context:,} -np {row.num_parallel}, "
-        f"cache {t.kv_type}):",
-        f"- weights on the GPU {format_bytes(fit_row.weights_bytes)} + compute buffers "
-        f"{format_bytes(fit_row.overhead_bytes)} + {row.num_parallel} × cache {format_bytes(fit_row.cache_bytes)} = "
-        f"**{format_bytes(row.kvscope_gpu_bytes)}** of {format_bytes(row.fit.usable_bytes)}: "
-        f"{'fits' if row.kvscope_fits else 'does not fit'} (headroom {format_bytes(row.kvscope_headroom_bytes)})",
-        f"**Speed** on a host with {row.ram_gb_s:.1f} GB/s RAM and {row.threads} threads for the layers in RAM:",
-        *speed_lines(row.speed),
-        "**Current Ollama** passes no -ngl (llm/llama_server.go), so llama-server's --fit chooses (common/fit.cpp, "
-        "1 GiB left free): "
-        + (
-            f"{row.fit_note}; -ngl {row.fit_layers} of {n + 1}, decode {row.fit_decode_tok_s:.1f} tok/s"
-            if row.fit_layers is not None
-            else f"not modelled here: {row.fit_note}"
-        ),
+    ]
+
+
+def _go_engine_lines(row: OllamaRow) -> list[str]:
+    """The runner at v0.24.0 and, where it is the Go engine, its layout."""
+    head = (
+        f"**At {LAST_GO_ENGINE}** (the last release with Ollama's own engine): {row.go_runner}, because "
+        f"{row.go_runner_why}."
+    )
+    if row.go_layers is None or row.go_kv_bytes is None or row.go_graph_bytes is None or row.go_vram_bytes is None:
+        return [head]
+    return [
+        head,
+        f"- cache (kvcache/causal.go and recurrent.go: cells padded to 256, sliding windows of their memory + one "
+        f"batch, recurrent states F32 with 24 checkpoints): {format_bytes(row.go_kv_bytes)} for all {row.blocks} "
+        "layers",
+        f"- graph: measured by the runner; stand-in {format_bytes(row.go_graph_bytes)} (kvscope's llama.cpp compute "
+        "buffers for the same batch)",
+        f"- layers from the last down into free - graph - 457 MiB - OLLAMA_GPU_OVERHEAD (llm/server.go buildLayout, "
+        f"assignLayers): offloaded {row.go_layers}/{row.blocks + 1}, "
+        f"{format_bytes(row.go_vram_bytes)} on the GPU",
     ]
 
 

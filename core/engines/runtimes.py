@@ -44,8 +44,25 @@ OLLAMA_VERSION = "v0.32.15"
 ESTIMATOR_VERSION = "v0.12.10"
 OLLAMA_KV_TYPES = ("f16", "q8_0", "q4_0")  # fs/ggml/ggml.go:868-874 SupportsKVCacheType
 MINIMUM_MEMORY = {"cuda": 457 * MIB, "metal": 512 * MIB}  # ml/device.go:320-325 at v0.12.10
-# HF model_type → GGUF general.architecture (convert_hf_to_gguf.py's registrations): Mistral converts as "llama".
-GGUF_ARCH = {"mistral": "llama", "qwen3_moe": "qwen3moe", "phi3": "phi3"}
+# HF model_type → GGUF general.architecture (llama.cpp convert_hf_to_gguf.py's registrations; Mistral converts as
+# "llama", DeepSeek V2/V3 and Kimi K2 as "deepseek2"); a type not listed keeps its name.
+GGUF_ARCH = {
+    "mistral": "llama",
+    "qwen3_moe": "qwen3moe",
+    "qwen3_next": "qwen3next",
+    "qwen3_5": "qwen35",
+    "qwen3_5_text": "qwen35",
+    "qwen3_5_moe": "qwen35moe",
+    "qwen3_5_moe_text": "qwen35moe",
+    "gpt_oss": "gpt-oss",
+    "gemma3_text": "gemma3",
+    "deepseek_v2": "deepseek2",
+    "deepseek_v3": "deepseek2",
+    "kimi_k2": "deepseek2",
+    "granitemoehybrid": "granitehybrid",
+    "falcon_h1": "falcon-h1",
+    "falcon_mamba": "mamba",
+}
 # fs/ggml/ggml.go:894-901 at v0.12.10: architectures with flash attention on when OLLAMA_FLASH_ATTENTION is unset.
 FLASH_BY_DEFAULT = frozenset({"gemma3", "gptoss", "gpt-oss", "qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe"})
 NO_FLASH = frozenset({"gemma2"})  # ggml.go:883-885 SupportsFlashAttention
@@ -79,6 +96,13 @@ def default_num_ctx(total_vram: int, gpu_overhead: int = 0, gpus: int = 1) -> in
     if usable >= 23 * GIB:
         return 32768
     return 4096
+
+
+def request_ctx(model: ModelSpec, settings: OllamaSettings, total_vram: int) -> int:
+    """num_ctx as the runner gets it: the setting, else the default for the card's total memory; capped at the
+    training context (llm/server.go NewLlamaServer)."""
+    num_ctx = settings.num_ctx or default_num_ctx(total_vram, settings.gpu_overhead)
+    return min(num_ctx, model.max_context or num_ctx)
 
 
 def gguf_arch(model: ModelSpec) -> str:
@@ -128,11 +152,10 @@ class GgufFacts:
     feed_forward: int = 0
 
 
-def gguf_facts(model: ModelSpec, weights: str = "q4_k_m") -> GgufFacts:
-    """What a `weights` GGUF of the model holds, from kvscope's tensor list and llama.cpp's quantisation mix."""
-    attn = [layer for layer in model.layers if isinstance(layer, FullAttention)]
-    if len(attn) != len(model.layers):
-        raise InputError(f"{model.name}: the Ollama estimate here covers full-attention models only")
+def gguf_blocks(model: ModelSpec, weights: str = "q4_k_m") -> tuple[tuple[int, ...], int]:
+    """Bytes of each blk.i of a `weights` GGUF of the model, and of its output layer (output_norm + output, or
+    token_embd when tied, as memory.go:244-248 and the Go engine's output layer count it), from kvscope's tensor
+    list and llama.cpp's quantisation mix."""
     count = count_params(model)
     dtype_bytes = dtype_named(model.dtype).block_bytes
 
@@ -149,10 +172,23 @@ def gguf_facts(model: ModelSpec, weights: str = "q4_k_m") -> GgufFacts:
         return tuple(blocks), output, embd
 
     blocks, output, embd = per_count(count, ("gguf blocks", weights, dtype_bytes), tally)
-    if count.lm_head == 0:  # tied: no output tensor, Ollama counts token_embd (memory.go:244-248)
-        output += embd
+    return blocks, output + (embd if count.lm_head == 0 else 0)
+
+
+def estimator_covers(model: ModelSpec) -> bool:
+    """kvscope models v0.12.10's estimate for models whose every layer is attention (windows taken as full: its
+    GraphSize special cases for gemma and gpt-oss windows are not modelled)."""
+    return all(isinstance(layer, FullAttention) for layer in model.layers)
+
+
+def gguf_facts(model: ModelSpec, weights: str = "q4_k_m") -> GgufFacts:
+    """What a `weights` GGUF of the model holds, for v0.12.10's estimator."""
+    if not estimator_covers(model):
+        raise InputError(f"{model.name}: the v0.12.10 Ollama estimate here covers full-attention models only")
+    blocks, output = gguf_blocks(model, weights)
     cfg = model.config
-    first = attn[0]
+    first = model.layers[0]
+    assert isinstance(first, FullAttention)  # estimator_covers
     return GgufFacts(
         arch=gguf_arch(model),
         blocks=blocks,
@@ -229,11 +265,16 @@ class EstimatorTerms:
 
 
 def estimator_terms(
-    model: ModelSpec, free_bytes: int, settings: OllamaSettings, weights: str = "q4_k_m", library: str = "cuda"
+    model: ModelSpec,
+    free_bytes: int,
+    settings: OllamaSettings,
+    weights: str = "q4_k_m",
+    library: str = "cuda",
+    total_bytes: int | None = None,
 ) -> EstimatorTerms:
+    """`total_bytes` (default: `free_bytes`) sets the default num_ctx; `free_bytes` is what the layers go into."""
     f = gguf_facts(model, weights)
-    num_ctx = settings.num_ctx or default_num_ctx(free_bytes, settings.gpu_overhead)
-    num_ctx = min(num_ctx, model.max_context or num_ctx)
+    num_ctx = request_ctx(model, settings, total_bytes or free_bytes)
     kvct = kv_type(model, settings)
     context = num_ctx * settings.num_parallel
     batch = min(num_ctx, settings.num_batch)
@@ -286,11 +327,12 @@ def ollama_layers(
     settings: OllamaSettings = OllamaSettings(),
     weights: str = "q4_k_m",
     library: str = "cuda",
+    total_bytes: int | None = None,
 ) -> OllamaSplit:
     """estimateGPULayers (llm/memory.go at v0.12.10) for one GPU with `free_bytes` free, num_gpu unset (-1)."""
     if free_bytes <= 0:
         raise InputError("free GPU memory must be positive")
-    t = estimator_terms(model, free_bytes, settings, weights, library)
+    t = estimator_terms(model, free_bytes, settings, weights, library, total_bytes)
     kv, graph = t.kv_per_layer, t.graph
     overhead = settings.gpu_overhead
     on_gpu = free_bytes >= overhead + graph + t.minimum + 2 * t.buffer  # memory.go:269-291
