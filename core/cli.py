@@ -8,7 +8,7 @@ import math
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from core.argtypes import (
@@ -39,7 +39,7 @@ from core.memory.quant import format_named
 from core.memory.weightfiles import read_weights
 from core.model.config import MAX_CONFIG_BYTES, parse_json, resolve
 from core.model.loading import load_model, presets
-from core.ollama_report import DEFAULT_CARDS, MEASURED, host, print_report, report
+from core.ollama_report import DEFAULT_CARDS, MEASURED, free_card, host, parse_free, print_report, report
 from core.probe import add_probe_parser
 from core.report import table_records
 from core.speed.cli import add_calibrate_parser, add_speed_flags, print_speed, speed_report, with_llama_flags
@@ -361,8 +361,14 @@ def cmd_ollama(args: argparse.Namespace) -> dict:
         gpu_overhead=args.gpu_overhead,
     )
     cards = [card_named(name) for name in (args.gpu or DEFAULT_CARDS)]
+    if args.gpu_mem_gib is not None:  # the named card's speed, this total memory (e.g. a 16 GB 4060 Ti)
+        if not args.gpu:
+            raise InputError("--gpu-mem-gib sets the total memory of the card named by --gpu, which gives its speed")
+        total = Card.custom(args.gpu_mem_gib)
+        cards = [replace(card, memory_bytes=total.memory_bytes, basis=total.basis) for card in cards]
     hw, source = host(args.ram_gbs, args.threads)
-    return report([load_model(m) for m in args.models], cards, settings, args.weights, hw, source)
+    free = parse_free(args.free)
+    return report([load_model(m) for m in args.models], cards, settings, args.weights, hw, source, free)
 
 
 def cmd_speed(args: argparse.Namespace) -> dict:
@@ -386,7 +392,11 @@ def cmd_autofit(args: argparse.Namespace) -> dict:
     engine = configured("llama.cpp", frontend=args.frontend, kv_unified=unified)
     checked_kv_dtype(engine, args.kv_dtype)
     setup = Setup(
-        model=load_model(args.model), engine=engine, card=card_from(args), weights=args.weights, kv_dtype=args.kv_dtype
+        model=load_model(args.model),
+        engine=engine,
+        card=free_card(card_from(args), parse_free(args.free)),
+        weights=args.weights,
+        kv_dtype=args.kv_dtype,
     )
     choice = fit_params(setup, args.ctx_size, sequences, args.n_gpu_layers, args.fit_target * MIB, args.fit_ctx)
     return autofit_record(setup, choice, sequences)
@@ -473,6 +483,8 @@ def build_parser() -> argparse.ArgumentParser:
     ollamap = sub.add_parser("ollama", help="Ollama's layer split and num_ctx per card, kvscope's account, the speed")
     ollamap.add_argument("models", nargs="+", metavar="MODEL", help="repo ids, presets or config paths")
     ollamap.add_argument("--gpu", action="append", help=f"card name (repeatable; default: {', '.join(DEFAULT_CARDS)})")
+    ollamap.add_argument("--gpu-mem-gib", type=gpu_gib, help="total memory in GiB of the --gpu card(s)")
+    ollamap.add_argument("--free", help="free GPU memory as Ollama logs it, e.g. 7.1GiB (default: the whole card)")
     ollamap.add_argument("--num-ctx", type=tokens, help="num_ctx per request, e.g. 32k (default: Ollama's by VRAM)")
     ollamap.add_argument("--num-parallel", type=positive_int, default=1, help="OLLAMA_NUM_PARALLEL (default 1)")
     ollamap.add_argument("--kv-cache-type", default="f16", help=f"OLLAMA_KV_CACHE_TYPE: {', '.join(OLLAMA_KV_TYPES)}")
@@ -516,6 +528,7 @@ def build_parser() -> argparse.ArgumentParser:
     autofitp.add_argument("model", help="Hugging Face repo id, bundled preset, or path to a config.json")
     add_card_options(autofitp, "card name, e.g. 'RTX 4060 8GB'", split=False)
     autofitp.add_argument("--weights", default="q4_k_m", help="GGUF weight format (default q4_k_m)")
+    autofitp.add_argument("--free", help="free GPU memory, e.g. 7.1GiB (default: the whole card)")
     autofitp.add_argument("--kv-dtype", default="auto")
     autofitp.add_argument(
         "--frontend", choices=("llama-server", "llama-cli", "ollama"), default="llama-server", help="whose defaults"
