@@ -184,7 +184,8 @@ class Solver:
         """llama.cpp keeps the token embedding in system RAM and puts the layers -ngl selects (the last ones, and the
         output layer: core.engines.llamacpp.Offload) on the GPU, each layer's cache beside it."""
         layers = self.setup.model.layers
-        where = self.offload = Offload.of(self.setup.gpu_layers, len(layers), self.setup.cpu_experts)
+        assert isinstance(self.engine, LlamaCppEngine)
+        where = self.offload = self.engine.offload(self.setup.gpu_layers, len(layers), self.setup.cpu_experts)
         if self.setup.weights_file is not None:
             if where.cpu_experts:
                 raise InputError("--n-cpu-moe with a weights file is not modelled: its tensors carry no expert roles")

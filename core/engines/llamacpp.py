@@ -31,7 +31,9 @@ llama-memory-hybrid.cpp, llama-memory-recurrent.cpp, llama-hparams.cpp and ggml/
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
+from datetime import date
 
 from core.dtypes import FP16, FP32, CacheDtype
 from core.engines.base import Engine, KindLine
@@ -65,24 +67,116 @@ RS_ROLLBACK = frozenset(
 
 
 @dataclass(frozen=True)
+class Change:
+    """A llama.cpp pull request whose rule kvscope applies by build. Build numbers are commit counts on master
+    (release tags bNNNN); no clone of llama.cpp was reachable here to count the merge's own number, so a change
+    carries the highest build known to lack it and the lowest known to carry it, from logs that print both a
+    version and a date. A build number between the two cannot be placed: give the build's date instead."""
+
+    pr: int
+    title: str
+    merged: str  # YYYY-MM-DD; a build of that day or later carries it
+    last_without: int
+    first_with: int | None  # None: no build carrying it is known here (the bundled build does)
+    evidence: str
+
+
+# -ngl counts the output layer first: before, the GPU took the last -ngl decoder layers and the output layer only
+# when -ngl exceeded the layer count (src/llama-model.cpp load_tensors: i_gpu_start = n_layer - n_gpu_layers).
+OUTPUT_FIRST = Change(
+    18148,
+    "llama: offload output layer to GPU first",
+    "2025-12-18",
+    7414,
+    7524,
+    "merged 2025-12-18 (github.com/ggml-org/llama.cpp/pull/18148); b7414 is issue #18085's version (2025-12-16); "
+    "b7524 is issue #18337's (2025-12-24), the bug PR #18415 fixed as a follow-up to #18148",
+)
+# --fit multiplies the context it starts from and its floor by the streams (-np without a unified cache) and keeps
+# the context a multiple of 256 × streams; before, it fitted n_ctx_train and --fit-ctx as totals, aligned to 256.
+FIT_STREAMS = Change(
+    27496,
+    "fit: also take into account n_streams",
+    "2026-08-21",
+    10509,
+    None,
+    "opened and tested 2026-08-21 (github.com/ggml-org/llama.cpp/pull/27496; its merge date is taken as that day); "
+    "b10509 is issue #27447's version (2026-08-20)",
+)
+CHANGES = (OUTPUT_FIRST, FIT_STREAMS)
+BUNDLED_BUILD = "0c1e57098"  # llama-cpp-python 0.3.36's vendored commit: both changes are in its source
+
+
+@dataclass(frozen=True)
+class LlamaCppBuild:
+    """Which llama.cpp build's rules apply: the one place that says which rule holds for which build."""
+
+    spec: str = BUNDLED_BUILD  # as given: bNNNN or a release date; the bundled commit by default
+    output_first: bool = True  # OUTPUT_FIRST: -ngl counts the output layer as the first layer offloaded
+    fit_streams: bool = True  # FIT_STREAMS: --fit scales its contexts by the streams
+
+    @classmethod
+    def parse(cls, text: str) -> LlamaCppBuild:
+        """`b6500`, `6500` or a release date `2025-09-01`."""
+        given = text.strip()
+        if re.fullmatch(r"[bB]?\d{1,6}", given):
+            number = int(given.lstrip("bB"))
+            if number < 1:
+                raise InputError(f"llama.cpp build {text!r}: build numbers start at b1")
+            return cls(f"b{number}", *(_by_number(c, number) for c in CHANGES))
+        try:
+            day = date.fromisoformat(given) if re.fullmatch(r"\d{4}-\d{2}-\d{2}", given) else None
+        except ValueError:
+            day = None
+        if day is None:
+            raise InputError(
+                f"llama.cpp build {text!r} is neither a build number (b6500 or 6500) nor a release date (2025-09-01)"
+            )
+        return cls(given, *(given >= c.merged for c in CHANGES))
+
+    @property
+    def bundled(self) -> bool:
+        return self.spec == BUNDLED_BUILD
+
+
+def _by_number(change: Change, number: int) -> bool:
+    if number <= change.last_without:
+        return False
+    if change.first_with is not None and number >= change.first_with:
+        return True
+    known = f"b{change.first_with} carries it" if change.first_with else "no later build number is known here"
+    raise InputError(
+        f"llama.cpp b{number}: kvscope cannot tell whether it has PR #{change.pr} ({change.title}, merged "
+        f"{change.merged}): b{change.last_without} lacks it and {known}. Give the build's release date instead "
+        "(e.g. --llamacpp-build 2026-09-01), or leave the flag out for the bundled build's rules"
+    )
+
+
+@dataclass(frozen=True)
 class Offload:
     """Where llama.cpp's -ngl puts the model (src/llama-model.cpp:1589-1614 at 0c1e57098): the output layer counts
     as layer n_layers, and the GPU takes the last `-ngl` of those n_layers + 1 slots; the token embedding (the input
     layer) always stays on the CPU. So -ngl N ≤ n_layers puts the last N − 1 decoder layers and the output layer on
-    the GPU, and each decoder layer's cache follows it."""
+    the GPU, and each decoder layer's cache follows it. Builds before OUTPUT_FIRST put the last N decoder layers
+    there and the output layer only for N > n_layers (i_gpu_start = n_layer - n_gpu_layers)."""
 
     layers: range  # decoder layers on the GPU
     output: bool  # the output layer (final norm and head) on the GPU
     cpu_experts: range = range(0)  # GPU layers whose routed experts stay in system RAM
 
     @classmethod
-    def of(cls, gpu_layers: int | None, n_layers: int, cpu_experts: range = range(0)) -> Offload:
+    def of(
+        cls, gpu_layers: int | None, n_layers: int, cpu_experts: range = range(0), output_first: bool = True
+    ) -> Offload:
         """`cpu_experts`: layers whose routed experts a blk.i.ffn_*_exps override keeps in system RAM (common/arg.cpp:
         --n-cpu-moe N is range(N); llama.cpp's --fit picks the last layers); layers in RAM keep theirs there anyway."""
         slots = n_layers + 1 if gpu_layers is None else max(0, min(gpu_layers, n_layers + 1))
-        layers = range(min(n_layers, n_layers + 1 - slots), n_layers)
+        if output_first:
+            layers, output = range(min(n_layers, n_layers + 1 - slots), n_layers), slots >= 1
+        else:
+            layers, output = range(max(0, n_layers - slots), n_layers), slots > n_layers
         first = max(layers.start, cpu_experts.start)
-        return cls(layers, slots >= 1, range(first, max(first, min(cpu_experts.stop, n_layers))))
+        return cls(layers, output, range(first, max(first, min(cpu_experts.stop, n_layers))))
 
     @property
     def on_cpu(self) -> range:
@@ -139,6 +233,7 @@ class LlamaCppOptions:
     n_batch: int = 2048  # -b; the ubatch is capped by it
     flash_attn: bool = True  # -fa; "auto" counts as on when the cache is made (cparams.flash_attn = type != DISABLED)
     n_rs_seq: int = 0  # recurrent rollback snapshots per slot (llama-server sets --draft-max for MTP/EAGLE3 drafts)
+    build: LlamaCppBuild = LlamaCppBuild()  # --llamacpp-build: whose -ngl and --fit rules (the cache's are 0c1e57098's)
 
 
 @dataclass(frozen=True)
@@ -209,6 +304,10 @@ class LlamaCppEngine(Engine):
 
     def with_options(self, **changes) -> LlamaCppEngine:
         return replace(self, options=replace(self.options, **changes))
+
+    def offload(self, gpu_layers: int | None, n_layers: int, cpu_experts: range = range(0)) -> Offload:
+        """Offload.of under this engine's build's -ngl convention."""
+        return Offload.of(gpu_layers, n_layers, cpu_experts, self.options.build.output_first)
 
     @classmethod
     def frontend(cls, name: str) -> LlamaCppEngine:
@@ -366,9 +465,13 @@ class LlamaCppEngine(Engine):
 
 
 __all__ = [
+    "BUNDLED_BUILD",
+    "CHANGES",
     "DEFAULT_FRONTEND",
     "FRONTENDS",
+    "Change",
     "Frontend",
+    "LlamaCppBuild",
     "LlamaCppCache",
     "LlamaCppEngine",
     "LlamaCppOptions",

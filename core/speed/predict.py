@@ -217,7 +217,7 @@ def placement(setup: Setup, hw: Hardware) -> Offload:
         return Offload.of(0, n)
     if not isinstance(setup.engine, LlamaCppEngine):
         return Offload.of(None, n)
-    return Offload.of(setup.gpu_layers, n, setup.cpu_experts)
+    return setup.engine.offload(setup.gpu_layers, n, setup.cpu_experts)
 
 
 @dataclass(frozen=True)
