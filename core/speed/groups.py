@@ -58,7 +58,7 @@ def card_class(card: Card | None, backend: str) -> str:
 
 def format_family(fmt: str) -> str:
     """The kernel family of a weight format name (llama.cpp type or ftype name, or a checkpoint format)."""
-    key = fmt.strip().lower().replace("-", "_")
+    key = fmt.strip().lower().replace("-", "_").removeprefix("gguf_")
     if key in _FLOAT:
         return "float"
     if key.startswith("iq"):
@@ -67,7 +67,7 @@ def format_family(fmt: str) -> str:
         return "k-quant"
     if key in _LEGACY:
         return "legacy"
-    if key == "mxfp4":
+    if key.startswith("mxfp4"):  # mxfp4_moe: llama.cpp's ftype for gpt-oss (experts MXFP4)
         return "mxfp4"
     return "other"
 

@@ -1,0 +1,415 @@
+"""Fit kvscope's GPU speed efficiencies to the published corpus (measurements/speed/corpus/*.jsonl) and check them
+on the sources held out; write them, with each group's held-out error, to core/speed/fitted.json.
+
+    python tests/bench/fit_corpus.py            # fit, then print the held-out table
+    python tests/bench/fit_corpus.py --check    # only the table, with the constants as they are
+
+Split: the unit is one source's runs on one card (`source_id` + `card`: a scoreboard thread gathers many people's
+cards, a results file is one machine's); a unit is held out when sha256("<source_id>|<card>") mod 3 == 0, so every
+run of one machine in one source lands on one side and the split never depends on the rows' values.
+Fit, in three levels, each a coordinate descent on the sum of |log(predicted ÷ measured)| (one slow run pulls
+less than with squares):
+1. all fit rows of an engine: bandwidth, matmul and attention rates (decode, prefill), per-pass overhead, the
+   flash-attention-off factor and one matmul factor per weight-format family (k-quant, legacy, i-quant, mxfp4
+   against float), starting from efficiencies.json's priors;
+2. per backend, pulled toward level 1 by a penalty of LAMBDA × |log(value ÷ parent)| per parameter;
+3. per backend and card class with at least MIN_ROWS fit rows, pulled toward level 2.
+The terms each row is fitted on are kvscope's own roofline at unit efficiencies (core.speed.predict with an
+all-ones table), so the fit and the prediction are one formula; the error table runs core.speed.predict itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import statistics
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, replace
+from functools import cache
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from core.engines import configured
+from core.errors import InputError
+from core.fit import Setup
+from core.memory.gpus import Card, card_named
+from core.memory.quant import format_named
+from core.memory.weightfiles import WeightFile
+from core.model.loading import load_model
+from core.speed import efficiency as eff_module
+from core.speed.efficiency import FITTED, Efficiency, efficiency_for
+from core.speed.groups import ERROR_BAND, FAMILIES, card_class, format_family, group_label
+from core.speed.predict import Hardware, Timing, predict, setup_weights
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "measurements" / "speed" / "corpus"
+CONFIGS = (ROOT.parent / "shared" / "reference", Path("/work/shared/reference"))
+LAMBDA = 2.0
+MIN_ROWS = 8
+HOST = Hardware(ram_gb_s=50.0, threads=8)  # unused: every corpus layer is on the GPU (-ngl 99)
+RATE_KEYS = ("bandwidth", "decode_compute", "decode_attention", "prefill_compute", "prefill_attention")
+KEYS = (*RATE_KEYS, "overhead_step_s", "flash_off")
+UNIT = Efficiency("unit", "gpu", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, "unit", "")
+# a family's stand-in where kvscope does not know the exact llama.cpp type (bytes come from size_bytes anyway)
+STAND_IN = {"k-quant": "q4_k_m", "legacy": "q8_0", "i-quant": "iq4_xs", "float": "fp16", "mxfp4": "mxfp4"}
+
+
+def held_out(source_id: str, card: str) -> bool:
+    return int(hashlib.sha256(f"{source_id}|{card}".encode()).hexdigest(), 16) % 3 == 0
+
+
+def kvscope_format(printed: str, model_id: str) -> str:
+    """llama-bench's type description ('Q4_K - Medium', 'IQ3_S mix - 3.66 bpw', 'F16') as a kvscope format."""
+    text = re.sub(r"\(.*?\)", "", printed).strip()
+    base, _, size = text.partition(" - ")
+    base = base.replace(" mix", "").strip().lower()
+    name = base + {"Medium": "_m", "Small": "_s", "Large": "_l"}.get(size.strip(), "") if "_k" in base else base
+    if model_id.startswith("openai/gpt-oss") and name in ("f16", "bf16"):
+        name = "mxfp4_moe"  # gpt-oss GGUFs labelled F16 keep their experts in MXFP4 (size_bytes says so)
+    name = {"f16": "gguf_f16", "bf16": "gguf_bf16", "f32": "gguf_f32"}.get(name, name)
+    try:
+        return format_named(name).name
+    except InputError:
+        return STAND_IN.get(format_family(name), "fp16")
+
+
+def config_for(model_id: str) -> str:
+    for base in CONFIGS:
+        for folder in ("configs", "configs-realworld"):
+            path = base / folder / f"{model_id.replace('/', '__')}.json"
+            if path.exists():
+                return str(path)
+    return model_id
+
+
+@cache
+def model_of(model_id: str):
+    return load_model(config_for(model_id))
+
+
+@dataclass(frozen=True)
+class Row:
+    raw: dict
+    setup: Setup
+    backend: str
+    klass: str
+    family: str
+    kind: str
+
+    @property
+    def group(self) -> tuple[str, str, str]:
+        return (self.setup.engine.name, self.backend, self.klass)
+
+    @property
+    def held_out(self) -> bool:
+        return held_out(self.raw["source_id"], self.raw["card"])
+
+
+def corpus_lines() -> list[dict]:
+    rows = []
+    for path in sorted(CORPUS.glob("*.jsonl")):
+        rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return rows
+
+
+def to_row(r: dict) -> Row:
+    """A corpus line as a kvscope Setup; InputError (with the reason) when kvscope cannot take it."""
+    if r["engine"] != "llama.cpp":
+        raise InputError(f"engine {r['engine']} not fitted yet")
+    if r["backend"] == "cpu" or r["backend"] == "sycl":
+        raise InputError(f"backend {r['backend']} not fitted here")
+    if not r.get("model_id"):
+        raise InputError("no model_id")
+    if r.get("concurrency", 1) != 1:
+        raise InputError("concurrency > 1")
+    card: Card = card_named(r["card"])
+    if not card.bandwidth_gb_s or not card.bf16_tflops:
+        raise InputError(f"no bandwidth or peak for {card.name} in gpus.csv")
+    fmt = kvscope_format(r["weights"], r["model_id"])
+    ub = r.get("n_ubatch") or 512
+    engine = configured(
+        "llama.cpp",
+        n_ubatch=ub,
+        n_batch=max(ub, r.get("n_batch") or 2048),
+        flash_attn=bool(r.get("flash_attn")),  # unset: llama-bench's -fa 0 before its 'auto' default
+    )
+    model = model_of(r["model_id"])
+    size = r.get("size_bytes")
+    wfile = WeightFile("llama-bench size", "gguf", int(size), (), 0, 0) if size else None
+    setup = Setup(model, engine, card, weights=fmt, weights_file=wfile)
+    backend = r["backend"]
+    return Row(r, setup, backend, card_class(card, backend), format_family(fmt), r["kind"])
+
+
+def load_rows() -> tuple[list[Row], Counter]:
+    rows, skipped = [], Counter()
+    for r in corpus_lines():
+        try:
+            rows.append(to_row(r))
+        except InputError as err:
+            skipped[str(err).split(";")[0][:70]] += 1
+    return rows, skipped
+
+
+# -- kvscope's prediction for a row, and its roofline terms at unit efficiencies ---------------------------------
+
+
+def _hw(row: Row) -> Hardware:
+    return replace(HOST, backend=row.backend)
+
+
+@cache
+def _weights(setup: Setup):
+    return setup_weights(setup)
+
+
+def _timing(row: Row, table: dict | None) -> tuple[Timing, int]:
+    """(the Timing of the row's measured work, tokens it produces): one decode step at the run's mean depth, or
+    the prompt's prefill from `depth` on (the prefill to depth + n less the prefill to depth)."""
+    r, s = row.raw, row.setup
+    depth = r.get("depth") or 0
+    if row.kind == "decode":
+        speed = predict(s, _hw(row), depth + max(1, r["n_gen"] // 2), table=table, weights=_weights(s))
+        return speed.decode, 1
+    full = predict(s, _hw(row), depth + r["n_prompt"], table=table, weights=_weights(s)).prefill
+    if depth:
+        before = predict(s, _hw(row), depth, table=table, weights=_weights(s)).prefill
+        full = minus(full, before)
+    return full, r["n_prompt"]
+
+
+def minus(a: Timing, b: Timing) -> Timing:
+    from core.speed.predict import DevicePart
+
+    parts = []
+    for p, q in zip(a.parts, b.parts, strict=True):
+        parts.append(
+            DevicePart(
+                p.device, p.layers, p.weight_bytes - q.weight_bytes, p.cache_bytes - q.cache_bytes,
+                p.matmul_flops - q.matmul_flops, p.attention_flops - q.attention_flops, p.bandwidth_gb_s,
+                p.peak_gflops, p.attention_peak_gflops, p.weights_s - q.weights_s, p.matmul_s - q.matmul_s,
+                p.cache_s - q.cache_s, p.attention_s - q.attention_s, p.efficiency,
+            )
+        )  # fmt: skip
+    return Timing(tuple(parts), a.overhead_s - b.overhead_s)
+
+
+def predicted_tok_s(row: Row, table: dict | None = None) -> float:
+    t, tokens = _timing(row, table)
+    return tokens / t.seconds
+
+
+@dataclass(frozen=True)
+class Terms:
+    """A row's roofline at unit efficiencies: seconds at 100 % of bandwidth and of peak, and its passes."""
+
+    weights: float
+    matmul: float
+    cache: float
+    attention: float
+    passes: int
+    prefill: bool
+    flash: bool
+    family: str
+    tokens: int
+    measured: float
+
+    def tok_s(self, p: dict) -> float:
+        pre = "prefill" if self.prefill else "decode"
+        fam = p.get(f"{self.family}:{pre}", 1.0)
+        attn = p[f"{pre}_attention"] * (1.0 if self.flash else p["flash_off"])
+        t = max(self.weights / p["bandwidth"], self.matmul / (p[f"{pre}_compute"] * fam))
+        t += max(self.cache / p["bandwidth"], self.attention / attn) + p["overhead_step_s"] * self.passes
+        return self.tokens / t
+
+
+def terms(row: Row) -> Terms:
+    unit = {("llama.cpp", "gpu"): UNIT, ("llama.cpp", "cpu"): UNIT}
+    t, tokens = _timing(row, unit)
+    r = row.raw
+    passes = 1 if row.kind == "decode" else math.ceil(r["n_prompt"] / row.setup.engine.options.n_ubatch)
+    return Terms(
+        sum(p.weights_s for p in t.parts), sum(p.matmul_s for p in t.parts), sum(p.cache_s for p in t.parts),
+        sum(p.attention_s for p in t.parts), passes, row.kind == "prefill", row.setup.engine.options.flash_attn,
+        row.family, tokens, r["tok_s"],
+    )  # fmt: skip
+
+
+# -- the fit ------------------------------------------------------------------------------------------------------
+
+
+def loss(rows: list[Terms], p: dict, parent: dict | None) -> float:
+    total = sum(abs(math.log(t.tok_s(p) / t.measured)) for t in rows)
+    if parent:
+        total += LAMBDA * sum(abs(math.log(p[k] / parent[k])) for k in p if k in parent and p[k] > 0)
+    return total
+
+
+def descend(rows: list[Terms], start: dict, keys: Iterable[str], parent: dict | None, rounds: int = 60) -> dict:
+    p = dict(start)
+    keys = [k for k in keys if k in p]
+    best = loss(rows, p, parent)
+    step = 1.0  # natural-log units: ×e per move, halved when no move helps
+    for _ in range(rounds):
+        moved = False
+        for key in keys:
+            for sign in (1, -1):
+                trial = p | {key: max(p[key], 1e-9) * math.exp(sign * step)}
+                value = loss(rows, trial, parent)
+                if value < best - 1e-12:
+                    p, best, moved = trial, value, True
+        if not moved:
+            step /= 2
+            if step < 2e-3:
+                break
+    return p
+
+
+def fit_keys(rows: list[Terms]) -> list[str]:
+    """The parameters these rows can tell apart: rates always, a family's factor only if its rows are here."""
+    keys = list(KEYS)
+    if all(t.flash for t in rows):
+        keys.remove("flash_off")
+    fams = {f"{t.family}:{'prefill' if t.prefill else 'decode'}" for t in rows if t.family != "float"}
+    return keys + sorted(fams)
+
+
+def start_params(prior: Efficiency) -> dict:
+    p = {k: getattr(prior, k) for k in KEYS}
+    p["overhead_step_s"] = max(p["overhead_step_s"], 1e-4)
+    return p | {f"{f}:{k}": 1.0 for f in FAMILIES if f != "float" for k in ("decode", "prefill")}
+
+
+def as_entry(engine: str, backend: str, klass: str, p: dict, fit_rows: list[Row], check: list[Row]) -> dict:
+    families = [[f, p.get(f"{f}:decode", 1.0), p.get(f"{f}:prefill", 1.0)] for f in FAMILIES if f != "float"]
+    where = lambda rows: f"{len(rows)} rows from {len({r.raw['source_id'] for r in rows})} sources"  # noqa: E731
+    return {
+        "engine": engine, "device": "gpu", "backend": backend, "card_class": klass,
+        **{k: p[k] for k in RATE_KEYS}, "overhead_step_s": p["overhead_step_s"], "overhead_layer_s": 0.0,
+        "flash_off": p["flash_off"], "families": families, "status": "fitted",
+        "provenance": f"fitted by tests/bench/fit_corpus.py to published llama-bench runs (measurements/speed/corpus) "
+        f"of {group_label(engine, backend, klass) if klass != '*' else engine + ' ' + backend}",
+        "fitted_on": where(fit_rows), "checked_on": where(check),
+    }  # fmt: skip
+
+
+def fit_all(rows: list[Row]) -> list[dict]:
+    fit_rows = [r for r in rows if not r.held_out]
+    t = {id(r): terms(r) for r in fit_rows}
+    entries = []
+    by_engine: dict[str, list[Row]] = defaultdict(list)
+    for r in fit_rows:
+        by_engine[r.setup.engine.name].append(r)
+    for engine, erows in by_engine.items():
+        base = [t[id(r)] for r in erows]
+        p0 = descend(base, start_params(efficiency_for(engine, "gpu")), fit_keys(base), None)
+        by_backend: dict[str, list[Row]] = defaultdict(list)
+        for r in erows:
+            by_backend[r.backend].append(r)
+        for backend, brows in sorted(by_backend.items()):
+            bt = [t[id(r)] for r in brows]
+            p1 = descend(bt, p0, fit_keys(bt), p0)
+            check = [r for r in rows if r.held_out and r.backend == backend and r.setup.engine.name == engine]
+            entries.append(as_entry(engine, backend, "*", p1, brows, check))
+            by_class: dict[str, list[Row]] = defaultdict(list)
+            for r in brows:
+                by_class[r.klass].append(r)
+            for klass, crows in sorted(by_class.items()):
+                if len(crows) < MIN_ROWS:
+                    continue
+                ct = [t[id(r)] for r in crows]
+                p2 = descend(ct, p1, fit_keys(ct), p1)
+                held = [r for r in check if r.klass == klass]
+                entries.append(as_entry(engine, backend, klass, p2, crows, held))
+    return entries
+
+
+# -- held-out errors ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stat:
+    rows: int
+    median: float
+    within: float
+    ratio: float
+
+
+def stat(ratios: list[float]) -> Stat:
+    errors = [abs(x - 1) for x in ratios]
+    return Stat(len(ratios), statistics.median(errors), sum(e <= ERROR_BAND for e in errors) / len(errors),
+                statistics.median(ratios))  # fmt: skip
+
+
+def ratios(rows: list[Row]) -> list[tuple[Row, float]]:
+    """predicted ÷ measured per row, through core.speed.predict with the constants on disk."""
+    out = []
+    for r in rows:
+        try:
+            out.append((r, predicted_tok_s(r) / r.raw["tok_s"]))
+        except InputError:
+            continue
+    return out
+
+
+def error_groups(results: list[tuple[Row, float]]) -> dict[tuple[str, ...], Stat]:
+    """Per kind (decode, prefill) × group (engine, backend, class), per backend, and overall."""
+    buckets: dict[tuple[str, ...], list[float]] = defaultdict(list)
+    for r, x in results:
+        engine, backend, klass = r.group
+        for key in ((r.kind, engine, backend, klass), (r.kind, engine, backend, "*"), (r.kind, "*", "*", "*")):
+            buckets[key].append(x)
+    return {k: stat(v) for k, v in sorted(buckets.items())}
+
+
+def table(stats: dict[tuple[str, ...], Stat], title: str) -> str:
+    lines = [title, f"{'kind':<8} {'group':<58} {'rows':>5} {'median |err|':>12} {'±20 %':>6} {'ratio':>6}"]
+    for (kind, engine, backend, klass), s in stats.items():
+        name = group_label(engine, backend, klass) if klass != "*" else f"{engine} {backend}, all cards"
+        name = "all" if engine == "*" else name
+        lines.append(f"{kind:<8} {name:<58} {s.rows:>5} {s.median:>12.1%} {s.within:>6.0%} {s.ratio:>6.2f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    rows, skipped = load_rows()
+    fit_n = sum(not r.held_out for r in rows)
+    print(f"corpus: {len(rows)} usable rows ({fit_n} fit, {len(rows) - fit_n} held out); skipped: {dict(skipped)}")
+    units = {(r.raw["source_id"], r.raw["card"]) for r in rows}
+    print(f"units (source × card): {len(units)}, held out {sum(held_out(*u) for u in units)}")
+    if "--check" not in sys.argv:
+        start = time.time()
+        entries = fit_all(rows)
+        data = {
+            "schema_version": 1,
+            "about": "Efficiencies per engine, backend and card class fitted to published runs, and each group's "
+            "error on the sources held out (tests/bench/fit_corpus.py; see its docstring for the split and the fit).",
+            "split": "a source's runs on one card are held out when sha256('<source_id>|<card>') mod 3 == 0",
+            "fitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "groups": entries,
+            "errors": [],
+        }
+        FITTED.write_text(json.dumps(data, indent=1) + "\n")
+        eff_module.fitted.cache_clear()
+        eff_module.fitted_groups.cache_clear()
+        print(f"fitted {len(entries)} groups in {time.time() - start:.0f} s")
+    held = ratios([r for r in rows if r.held_out])
+    stats = error_groups(held)
+    print(table(stats, "held-out error (predicted ÷ measured through core.speed.predict)"))
+    if "--check" not in sys.argv:
+        data = json.loads(FITTED.read_text())
+        data["errors"] = [
+            {"kind": k, "engine": e, "backend": b, "card_class": c} | asdict(s)
+            for (k, e, b, c), s in stats.items() if e != "*" and c != "*"
+        ]  # fmt: skip
+        FITTED.write_text(json.dumps(data, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
