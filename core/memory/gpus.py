@@ -85,6 +85,22 @@ ALIASES = {
     "l40s": "L40S 48GB",
     "l4": "L4 24GB",
     "a10": "A10 24GB",
+    # The plain desktop card, not its D / Ti / SUPER / Laptop GPU siblings that share the number.
+    "rtx4090": "GeForce RTX 4090 24GB",
+    "4090": "GeForce RTX 4090 24GB",
+    "rtx4080": "GeForce RTX 4080 16GB",
+    "4080": "GeForce RTX 4080 16GB",
+    "rtx3090": "GeForce RTX 3090 24GB",
+    "3090": "GeForce RTX 3090 24GB",
+    "rtx3080": "GeForce RTX 3080 10GB",
+    "3080": "GeForce RTX 3080 10GB",
+    "rtx5070": "GeForce RTX 5070 12GB",
+    "5070": "GeForce RTX 5070 12GB",
+    "rtx4070ti": "GeForce RTX 4070 Ti 12GB",
+    "4070ti": "GeForce RTX 4070 Ti 12GB",
+    "l40": "L40 48GB",
+    "a40": "A40 48GB",
+    "rtx6000": "RTX 6000 Ada Generation 48GB",
 }
 
 

@@ -347,16 +347,16 @@ SCOREBOARD_NOTES = {
 APPLE_CARDS = {
     "apple-m1-16gb": "Apple M1 16GB (8C CPU / 8C GPU)",
     "apple-m1-pro-16gb": "Apple M1 Pro 16GB (10C CPU / 16C GPU)",
-    "apple-m1-max-32gb": "Apple M1 Max 32GB (10C CPU / 32C GPU)",
+    "apple-m1-max-32gb": "Apple M1 Max 64GB (10C CPU / 32C GPU)",
     "apple-m1-ultra-64gb": "Apple M1 Ultra 64GB (20C CPU / 64C GPU)",
     "apple-m2-16gb": "Apple M2 16GB (8C CPU / 10C GPU)",
     "apple-m2-pro-16gb": "Apple M2 Pro 16GB (12C CPU / 19C GPU)",
     "apple-m2-max-32gb": "Apple M2 Max 32GB (12C CPU / 38C GPU)",
-    "apple-m2-ultra-64gb": "Apple M2 Ultra 64GB (24C CPU / 76C GPU)",
-    "apple-m3-8gb": "Apple M3 Ultra 96GB (28C CPU / 80C GPU)",
+    "apple-m2-ultra-64gb": "Apple M2 Ultra 192GB (24C CPU / 76C GPU)",
+    "apple-m3-8gb": "Apple M3 Ultra 96GB (32C CPU / 80C GPU)",
     "apple-m3-pro-18gb": "Apple M3 Pro 18GB (12C CPU / 18C GPU)",
     "apple-m3-max-36gb": "Apple M3 Max 48GB (16C CPU / 40C GPU)",
-    "apple-m4-pro-24gb": "Apple M4 Pro 24GB (14C CPU / 20C GPU)",
+    "apple-m4-pro-24gb": "Apple M4 Pro 24GB",
     "apple-m4-max-36gb": "Apple M4 Max 48GB (16C CPU / 40C GPU)",
 }
 APPLE_MODELS = {
