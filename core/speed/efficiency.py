@@ -45,6 +45,7 @@ class Efficiency:
     # float kernels' (core.speed.groups.format_family); a family not listed runs at 1
     families: tuple[tuple[str, float, float], ...] = ()
     flash_off: float = 1.0  # attention rates × this without flash attention (llama.cpp -fa 0: KQ materialised)
+    prefill_half_tokens: float = 0.0  # a prefill pass of this many tokens reaches half the matmul rate (0: no such)
 
     @property
     def compute_unit(self) -> str:

@@ -8,6 +8,7 @@ error; a group with none says so.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from core.errors import InputError
@@ -18,13 +19,17 @@ BACKENDS = ("cuda", "rocm", "vulkan", "metal", "sycl", "cpu")
 BACKEND_NAMES = {"cuda": "CUDA", "rocm": "ROCm", "vulkan": "Vulkan", "metal": "Metal", "sycl": "SYCL", "cpu": "CPU"}
 CLASSES = {
     "datacenter": "datacenter cards (HBM)",
-    "consumer": "consumer and workstation cards",
+    "consumer": "consumer cards",
+    "workstation": "workstation and GDDR datacenter cards",
     "apple": "Apple silicon",
     "apu": "APUs with unified memory",
     "cpu": "CPUs",
 }
 # HBM parts: the cards llama.cpp reaches the smallest share of the bandwidth of at one sequence
-_HBM = ("A100", "H100", "H200", "H20 ", "GH200", "B200", "GB200", "MI210", "MI250", "MI300", "MI325", "MI355")
+_HBM = ("A100", "H100", "H200", "H20 ", "GH200", "B200", "GB200", "A30 ", "V100", "MI210", "MI250", "MI300", "MI325")
+# Professional NVIDIA parts run tensor cores at full rate with FP32 accumulation, where GeForce halves it: against
+# the datasheet BF16 peak, llama.cpp's int8 (MMQ) kernels reach a different share on them
+_PRO = re.compile(r"^(RTX (A\d|PRO|\d+ Ada)|Quadro|L40|L4 |A40|A10|A16|A2 |T4|Tesla)")
 # ggml kernel families: llama.cpp's quantised matmuls (mmq/mmvq, ggml-cpu's vec_dot) differ per block layout
 FAMILIES = ("float", "legacy", "k-quant", "i-quant", "mxfp4", "other")
 _LEGACY = frozenset({"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1"})
@@ -53,7 +58,9 @@ def card_class(card: Card | None, backend: str) -> str:
         return "apple"
     if card.unified_memory:
         return "apu"
-    return "datacenter" if any(tag in card.name for tag in _HBM) else "consumer"
+    if any(tag in card.name for tag in _HBM):
+        return "datacenter"
+    return "workstation" if _PRO.match(card.name) else "consumer"
 
 
 def format_family(fmt: str) -> str:

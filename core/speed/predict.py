@@ -231,8 +231,22 @@ class Share:
     experts_here: range = range(0)  # layers elsewhere whose routed experts run here
 
 
+def fill(eff: Efficiency, pass_tokens: int) -> float:
+    """The share of the prefill matmul rate a pass of `pass_tokens` tokens reaches: n ÷ (n + half), a GEMM's tiles
+    filling as its token dimension grows (small -ub, short prompts); 1 when the entry sets no half-rate size."""
+    half = eff.prefill_half_tokens
+    return pass_tokens / (pass_tokens + half) if half > 0 else 1.0
+
+
 def _part(
-    device: str, work: PassWork, share: Share, setup: Setup, hw: Hardware, prefill: bool, table: Table | None
+    device: str,
+    work: PassWork,
+    share: Share,
+    setup: Setup,
+    hw: Hardware,
+    prefill: bool,
+    table: Table | None,
+    pass_tokens: int = 1,
 ) -> DevicePart:
     eff = _eff(table, setup, hw, device)
     layers = [work.layers[i] for i in share.layers]
@@ -272,7 +286,8 @@ def _part(
     if measured is not None:  # this host's own matmul rate for the format's kernels
         mm_rate = peak * measured
     else:
-        mm_rate = peak * (eff.prefill_compute if prefill else eff.decode_compute) * eff.family_factor(family, prefill)
+        rate = eff.prefill_compute * fill(eff, pass_tokens) if prefill else eff.decode_compute
+        mm_rate = peak * rate * eff.family_factor(family, prefill)
     attn_rate = attention_peak * (eff.prefill_attention if prefill else eff.decode_attention)
     if not flash_attn(setup):
         attn_rate *= eff.flash_off
@@ -287,12 +302,13 @@ def _timing(work: PassWork, setup: Setup, hw: Hardware, prefill: bool, table: Ta
     n = len(work.layers)
     where = placement(setup, hw)
     parts = []
+    per_pass = math.ceil(work.tokens / passes)
     if where.layers or where.output:
         gpu = Share(where.layers, where.output, experts_away=where.cpu_experts)
-        parts.append(_part("gpu", work, gpu, setup, hw, prefill, table))
+        parts.append(_part("gpu", work, gpu, setup, hw, prefill, table, per_pass))
     if where.on_cpu or not where.output or where.cpu_experts:
         cpu = Share(where.on_cpu, not where.output, experts_here=where.cpu_experts)
-        parts.append(_part("cpu", work, cpu, setup, hw, prefill, table))
+        parts.append(_part("cpu", work, cpu, setup, hw, prefill, table, per_pass))
     # the overhead of the device that drives the pass: the GPU's whenever one takes part
     eff = _eff(table, setup, hw, driver(setup, hw))
     return Timing(tuple(parts), eff.overhead_s(n) * passes)

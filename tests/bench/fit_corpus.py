@@ -54,7 +54,7 @@ LAMBDA = 2.0
 MIN_ROWS = 8
 HOST = Hardware(ram_gb_s=50.0, threads=8)  # unused: every corpus layer is on the GPU (-ngl 99)
 RATE_KEYS = ("bandwidth", "decode_compute", "decode_attention", "prefill_compute", "prefill_attention")
-KEYS = (*RATE_KEYS, "overhead_step_s", "flash_off")
+KEYS = (*RATE_KEYS, "overhead_step_s", "flash_off", "prefill_half_tokens")
 UNIT = Efficiency("unit", "gpu", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, "unit", "")
 # a family's stand-in where kvscope does not know the exact llama.cpp type (bytes come from size_bytes anyway)
 STAND_IN = {"k-quant": "q4_k_m", "legacy": "q8_0", "i-quant": "iq4_xs", "float": "fp16", "mxfp4": "mxfp4"}
@@ -219,10 +219,13 @@ class Terms:
     family: str
     tokens: int
     measured: float
+    pass_tokens: int
 
     def tok_s(self, p: dict) -> float:
         pre = "prefill" if self.prefill else "decode"
         fam = p.get(f"{self.family}:{pre}", 1.0)
+        if self.prefill:
+            fam *= self.pass_tokens / (self.pass_tokens + p["prefill_half_tokens"])
         attn = p[f"{pre}_attention"] * (1.0 if self.flash else p["flash_off"])
         t = max(self.weights / p["bandwidth"], self.matmul / (p[f"{pre}_compute"] * fam))
         t += max(self.cache / p["bandwidth"], self.attention / attn) + p["overhead_step_s"] * self.passes
@@ -237,7 +240,7 @@ def terms(row: Row) -> Terms:
     return Terms(
         sum(p.weights_s for p in t.parts), sum(p.matmul_s for p in t.parts), sum(p.cache_s for p in t.parts),
         sum(p.attention_s for p in t.parts), passes, row.kind == "prefill", row.setup.engine.options.flash_attn,
-        row.family, tokens, r["tok_s"],
+        row.family, tokens, r["tok_s"], math.ceil(tokens / passes),
     )  # fmt: skip
 
 
@@ -283,6 +286,7 @@ def fit_keys(rows: list[Terms]) -> list[str]:
 def start_params(prior: Efficiency) -> dict:
     p = {k: getattr(prior, k) for k in KEYS}
     p["overhead_step_s"] = max(p["overhead_step_s"], 1e-4)
+    p["prefill_half_tokens"] = max(p["prefill_half_tokens"], 32.0)
     return p | {f"{f}:{k}": 1.0 for f in FAMILIES if f != "float" for k in ("decode", "prefill")}
 
 
@@ -292,7 +296,8 @@ def as_entry(engine: str, backend: str, klass: str, p: dict, fit_rows: list[Row]
     return {
         "engine": engine, "device": "gpu", "backend": backend, "card_class": klass,
         **{k: p[k] for k in RATE_KEYS}, "overhead_step_s": p["overhead_step_s"], "overhead_layer_s": 0.0,
-        "flash_off": p["flash_off"], "families": families, "status": "fitted",
+        "flash_off": p["flash_off"], "prefill_half_tokens": p["prefill_half_tokens"], "families": families,
+        "status": "fitted",
         "provenance": f"fitted by tests/bench/fit_corpus.py to published llama-bench runs (measurements/speed/corpus) "
         f"of {group_label(engine, backend, klass) if klass != '*' else engine + ' ' + backend}",
         "fitted_on": where(fit_rows), "checked_on": where(check),
