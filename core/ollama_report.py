@@ -13,7 +13,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
-from core.engines.ollama_engine import LAST_GO_ENGINE, OLLAMA_ENGINE, EngineLayout, cache_bytes, engine_layout, runner
+from core.engines.ollama_engine import (
+    LAST_GO_ENGINE,
+    LLAMA_RUNNER,
+    OLLAMA_ENGINE,
+    EngineLayout,
+    cache_bytes,
+    engine_layout,
+    runner,
+)
 from core.engines.runtimes import (
     ESTIMATOR_VERSION,
     KV_BYTES,
@@ -94,12 +102,12 @@ class OllamaRow:
     num_parallel: int
     kv_type: str  # what the cache is sized in
     flash_attention: bool
-    # The split the row's account and speed use: v0.12.10's estimate where kvscope models it (full attention), else
-    # current Ollama's own (llama-server's --fit)
+    # The split the row's account and speed use: v0.12.10's estimate where it applied (the llama.cpp runner's loads)
+    # and kvscope models it (attention-only models), else current Ollama's own (llama-server's --fit)
     split_by: str
     layers: int  # on the GPU, the output layer counted as one
     blocks: int
-    # v0.12.10's estimateGPULayers; None where it is not modelled (hybrids, MLA)
+    # v0.12.10's estimateGPULayers; None where the Go engine loaded the model instead, or kvscope does not model it
     ollama_vram_bytes: int | None
     ollama_total_bytes: int | None
     ollama_kv_bytes: int | None
@@ -216,7 +224,8 @@ def ollama_row(
     now, then = runner(arch), runner(arch, LAST_GO_ENGINE)
     fit_layers, fit_speed, fit_note, fit_ram = _llama_server_fit(model, placed, settings, num_ctx, weights, hw)
     split = None
-    if estimator_covers(model):
+    # estimateGPULayers sized only the llama.cpp runner's loads; at v0.12.10 the Go engine measured its own
+    if runner(arch, ESTIMATOR_VERSION).name == LLAMA_RUNNER and estimator_covers(model):
         split = ollama_layers(model, placed.memory_bytes, settings, weights, total_bytes=card.memory_bytes)
         gpu_layers, split_by = split.gpu_layers, f"{ESTIMATOR_VERSION} estimate"
     elif fit_layers is not None:
@@ -325,9 +334,10 @@ SPEED_AT = (
 )
 UNCHECKED = (
     f"Ollama {OLLAMA_VERSION} runs every model on llama-server and passes no -ngl, so 'fit' (llama-server's --fit, "
-    f"common/fit.cpp) is what it gets; 'layers' is its {ESTIMATOR_VERSION} estimateGPULayers where kvscope models "
-    f"that (attention-only models), else the fit; 'Go engine' is {LAST_GO_ENGINE}'s own engine, its graph a "
-    "stand-in (kvscope's llama.cpp compute buffers); all read from source, none checked against a running Ollama"
+    f"common/fit.cpp) is what it gets; 'layers' is its {ESTIMATOR_VERSION} estimateGPULayers where that sized the "
+    f"load (the llama.cpp runner's attention-only models), else the fit; 'Go engine' is {LAST_GO_ENGINE}'s own "
+    "engine, its graph a stand-in (kvscope's llama.cpp compute buffers); all read from source, none checked against "
+    "a running Ollama"
 )
 
 
