@@ -1,14 +1,16 @@
-"""Ollama on your card: the layers and context Ollama's estimator chooses per card, kvscope's account of that split,
-and the speed that follows. The page only reads inputs and draws; core.ollama_report does the work."""
+"""Ollama on your card: which runner Ollama gives the model and why, the layers and context it chooses per card,
+kvscope's account of that split, and the speed that follows. The page only reads inputs and draws;
+core.ollama_report does the work."""
 
 import pandas as pd
 import streamlit as st
 
+from core.engines.ollama_engine import LAST_GO_ENGINE
 from core.engines.runtimes import ESTIMATOR_VERSION, OLLAMA_KV_TYPES, OLLAMA_VERSION, OllamaSettings
 from core.errors import InputError
 from core.memory.gpus import card_named, cards
 from core.model.loading import load_model, presets
-from core.ollama_report import MEASURED, SPEED_AT, TYPICAL_SOURCE, explain, host, ollama_grid
+from core.ollama_report import MEASURED, SPEED_AT, TYPICAL_SOURCE, explain, host, ollama_grid, parse_free
 from core.speed.predict import PREFILL_SPANS, prefill_spans
 from core.units import GIB, MIB, format_tokens, parse_tokens
 from ui.inputs import sidebar
@@ -34,15 +36,17 @@ for widget, value in (("ol_cards", inputs.ocards), ("ol_models", inputs.omodels)
         st.session_state[widget] = [n for n in value.split(",") if n]
 
 st.caption(
-    f"For each card, the layers Ollama puts on the GPU and the context it gives a request, from its own estimator "
-    f"(llm/memory.go estimateGPULayers at {ESTIMATOR_VERSION}, defaults of {OLLAMA_VERSION}; read from source and "
-    "re-derived by a test), set beside kvscope's llama.cpp account of that same split and the speed it predicts. "
-    "None of it was checked against a running Ollama (none runs here)."
+    f"For each card: the runner Ollama {OLLAMA_VERSION} gives the model (llama-server, for every model since "
+    f"v0.30.0) and the layers it puts on the GPU: llama-server's --fit, since Ollama passes no -ngl; beside it, "
+    f"for attention-only models, Ollama's own {ESTIMATOR_VERSION} estimate (llm/memory.go estimateGPULayers), and "
+    f"the runner {LAST_GO_ENGINE} chose (its Go engine for many families) with that engine's layout. kvscope's "
+    "llama.cpp account of the split and the speed it predicts follow. Read from source; none of it was checked "
+    "against a running Ollama (none runs here)."
 )
 # Folded, with what is set in its label: on a phone the settings would otherwise fill the first screen.
 summary = (
     f"num_ctx {inputs.octx or 'default'}, KV {inputs.okv}, flash attention {inputs.ofa}, {inputs.ow}, "
-    f"{len(st.session_state['ol_cards'])} card(s)"
+    f"{len(st.session_state['ol_cards'])} card(s), free {inputs.ofree or 'all'}"
 )
 with st.expander(f"Ollama settings and host: {summary}"):  # every control is bound to a link field (in_o…)
     c1, c2, c3 = st.columns(3)
@@ -62,6 +66,10 @@ with st.expander(f"Ollama settings and host: {summary}"):  # every control is bo
     kv_type = c2.selectbox("OLLAMA_KV_CACHE_TYPE", OLLAMA_KV_TYPES, key="in_okv", help="q8_0/q4_0 need flash attention")
     flash = c2.radio("OLLAMA_FLASH_ATTENTION", list(OLLAMA_FLASH), horizontal=True, key="in_ofa")
     overhead_mib = c2.number_input("OLLAMA_GPU_OVERHEAD (MiB)", *BOUNDS["oover"], step=256, key="in_oover")
+    free_text = c1.text_input(
+        "Free GPU memory", key="in_ofree", max_chars=20, placeholder="the whole card",
+        help="as Ollama logs it ('available'), e.g. 7.1GiB: what another program or the desktop leaves free",
+    )  # fmt: skip
     weights = c3.selectbox("Weights (GGUF)", OLLAMA_WEIGHTS, key="in_ow")
     ram_choice = c3.radio("Host RAM bandwidth", OLLAMA_RAM, format_func=RAM_CHOICES.get, key="in_oram")
     ram_given = c3.number_input("RAM GB/s", *BOUNDS["ogbs"], key="in_ogbs", disabled=ram_choice != "given")
@@ -79,10 +87,10 @@ try:
     ram = {"typical": None, "given": ram_given, MEASURED: MEASURED}[ram_choice]
     hw, ram_source = host(ram, threads)
     specs = [model, *(load_model(name, isolated=True) for name in others if name != model.name)]
-    rows = ollama_grid(specs, [card_named(name) for name in chosen], settings, weights, hw)
+    free = parse_free(free_text)
+    rows = ollama_grid(specs, [card_named(name) for name in chosen], settings, weights, hw, free)
 except InputError as err:
-    hint = " Pick one whose every layer is full attention, e.g. Qwen/Qwen3-8B." if "full-attention" in str(err) else ""
-    st.error(f"{err}.{hint}")
+    st.error(f"{err}.")
     st.stop()
 
 if not rows:
@@ -92,24 +100,29 @@ table = pd.DataFrame(
     {
         "model": r.model,
         "card": r.card,
+        "runner": r.runner,
         "num_ctx": format_tokens(r.num_ctx),
         "KV": r.kv_type,
         "Ollama layers": r.offloaded,
         "decode tok/s": r.decode_tok_s,
         "prefill tok/s": r.prefill_tok_s,
-        "Ollama VRAM (GiB)": r.ollama_vram_bytes / GIB,
-        "Ollama total (GiB)": r.ollama_total_bytes / GIB,
+        "split by": r.split_by,
+        "Ollama VRAM (GiB)": None if r.ollama_vram_bytes is None else r.ollama_vram_bytes / GIB,
+        "Ollama total (GiB)": None if r.ollama_total_bytes is None else r.ollama_total_bytes / GIB,
         "kvscope GPU (GiB)": r.kvscope_gpu_bytes / GIB,
         "kvscope fits": r.kvscope_fits,
         "TTFT (s)": r.ttft_s,
         "llama-server fit layers": f"{r.fit_layers}/{r.blocks + 1}" if r.fit_layers is not None else "not modelled",
         "fit decode tok/s": r.fit_decode_tok_s,
         "fit: experts in RAM": f"layers {r.fit_cpu_experts[0]}-{r.fit_cpu_experts[1]}" if r.fit_cpu_experts else "",
+        f"{LAST_GO_ENGINE} runner": r.go_runner,
+        "Go engine layers": f"{r.go_layers}/{r.blocks + 1}" if r.go_layers is not None else "",
+        "Go engine KV (GiB)": None if r.go_kv_bytes is None else r.go_kv_bytes / GIB,
     }
     for r in rows
 )
 gib = {c: st.column_config.NumberColumn(c, format="%.2f") for c in table.columns if "GiB" in c}
-MAIN_COLUMNS = ["card", "Ollama layers", "decode tok/s", "num_ctx", "model", "KV", "TTFT (s)", "kvscope fits"]
+MAIN_COLUMNS = ["card", "Ollama layers", "decode tok/s", "num_ctx", "runner", "model", "KV", "TTFT (s)", "kvscope fits"]
 every = st.toggle("Every column", key="ol_every", help="Ollama's memory figures, kvscope's account, llama-server's fit")
 st.dataframe(
     table,
@@ -119,7 +132,9 @@ st.dataframe(
     column_config={
         "card": st.column_config.TextColumn("card", pinned=True),
         "Ollama layers": st.column_config.TextColumn(
-            "Ollama layers", help="as Ollama logs 'offloaded N/M layers to GPU': blocks, plus the output layer"
+            "Ollama layers",
+            help="as Ollama logs 'offloaded N/M layers to GPU': blocks, plus the output layer; from the column "
+            "'split by' (its v0.12.10 estimate where modelled, else llama-server's --fit)",
         ),
         **gib,
         "kvscope fits": st.column_config.CheckboxColumn("kvscope fits", help="kvscope's llama.cpp account, this split"),
@@ -142,8 +157,12 @@ for spec in specs:
         )
 st.caption(
     f"Speed: {SPEED_AT}. Layers left in RAM run at {hw.ram_gb_s:.1f} GB/s ({ram_source}), {hw.threads} threads. "
-    "Binary units: 1 GiB = 2³⁰ bytes. Each card is taken as empty (its whole memory free)."
+    "Binary units: 1 GiB = 2³⁰ bytes. "
+    + (f"Each card has {free_text.strip()} free." if free is not None else "Each card is taken as empty.")
 )
+for spec in specs:
+    row = next(r for r in rows if r.model == spec.name)
+    st.caption(f"**{spec.name}**: {row.runner}, because {row.runner_why}. At {LAST_GO_ENGINE}: {row.go_runner_why}.")
 
 with st.expander("How is each figure computed?"):
     labels = [f"{r.model} on {r.card}" for r in rows]

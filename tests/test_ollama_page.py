@@ -7,14 +7,18 @@ import pytest
 
 from core.engines.runtimes import MINIMUM_MEMORY, OllamaSettings, default_num_ctx, llama_engine, ollama_layers
 from core.fit import Setup, fit
+from core.llamacpp_autofit import fit_params
 from core.memory.gpus import card_named
-from core.model.loading import load_model
+from core.model.loading import load_model, presets
 from core.speed.predict import Hardware, predict
 from core.units import GIB, MIB, format_bytes, format_tokens
 from tests.test_app import app
 from tests.test_runtimes import CARDS
+from ui.state import from_query, to_query
 
 PAGE = "pages/5_ollama.py"
+# estimateGPULayers sized only the llama.cpp runner's loads; llama was not in OllamaEngineRequired @v0.12.10
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 TYPICAL = Hardware(ram_gb_s=2 * 8 * 5600 / 1000, threads=8)  # dual-channel DDR5-5600 peak, 8 threads
 
 
@@ -74,18 +78,18 @@ def check(table, name: str, card_name: str, settings: OllamaSettings, hw: Hardwa
 
 
 def test_default_cards_show_cores_split_context_and_speed():
-    at = ollama_page({"model": "Qwen/Qwen3-8B"})
+    at = ollama_page({"model": LLAMA})
     table = at.dataframe[0].value
     assert list(table["card"]) == CARDS
     for card_name in CARDS:
-        check(table, "Qwen/Qwen3-8B", card_name, OllamaSettings(), TYPICAL)
+        check(table, LLAMA, card_name, OllamaSettings(), TYPICAL)
     # Ollama's default context by VRAM: 4K below 23 GiB, 32K on the 24 GB card
     assert list(table["num_ctx"]) == [format_tokens(default_num_ctx(card_named(c).memory_bytes)) for c in CARDS]
     assert "89.6 GB/s" in " ".join(c.value for c in at.caption)
 
 
 def test_settings_host_and_a_second_model_reach_the_table():
-    at = ollama_page({"model": "Qwen/Qwen3-8B"})
+    at = ollama_page({"model": LLAMA})
     at.multiselect(key="ol_cards").set_value(["GeForce RTX 4060 8GB", "GeForce RTX 4090 24GB"])
     at.multiselect(key="ol_models").set_value(["microsoft/phi-4"])
     at.text_input(key="in_octx").input("8k")
@@ -103,7 +107,7 @@ def test_settings_host_and_a_second_model_reach_the_table():
                               gpu_overhead=1024 * MIB)  # fmt: skip
     hw = Hardware(ram_gb_s=40.0, threads=12)
     assert len(table) == 4
-    for name in ("Qwen/Qwen3-8B", "microsoft/phi-4"):
+    for name in (LLAMA, "microsoft/phi-4"):
         for card_name in ("GeForce RTX 4060 8GB", "GeForce RTX 4090 24GB"):
             check(table, name, card_name, settings, hw)
     assert set(table["KV"]) == {"q8_0"}
@@ -115,11 +119,11 @@ def test_settings_host_and_a_second_model_reach_the_table():
 
 
 def test_the_explanation_shows_the_estimators_terms():
-    at = ollama_page({"model": "Qwen/Qwen3-8B"})
-    at.selectbox(key="ol_row").set_value("Qwen/Qwen3-8B on GeForce RTX 4060 8GB").run()
+    at = ollama_page({"model": LLAMA})
+    at.selectbox(key="ol_row").set_value("meta-llama/Llama-3.1-8B-Instruct on GeForce RTX 4060 8GB").run()
     expander = next(e for e in at.expander if e.label == "How is each figure computed?")
     text = "\n".join(m.value for m in expander.markdown)
-    model, card = load_model("Qwen/Qwen3-8B"), card_named("GeForce RTX 4060 8GB")
+    model, card = load_model(LLAMA), card_named("GeForce RTX 4060 8GB")
     terms = ollama_layers(model, card.memory_bytes).terms
     # KV per layer by hand: 4096 tokens × (128 + 128) × 8 KV heads × 2 B
     assert terms.kv_per_layer[0] == 4096 * 256 * 8 * 2
@@ -136,8 +140,50 @@ def test_the_explanation_shows_the_estimators_terms():
         assert figure in text, figure
 
 
-def test_a_model_the_estimate_does_not_cover_says_so():
+def fit_split(name: str, card_name: str) -> str:
+    """llama-server's --fit for the request current Ollama sends with every variable unset (-c num_ctx -np 1, no
+    -ngl), as "N/M"."""
+    model, card = load_model(name), card_named(card_name)
+    num_ctx = min(default_num_ctx(card.memory_bytes), model.max_context or 1 << 30)
+    setup = Setup(model, llama_engine(model, OllamaSettings()), card, weights="q4_k_m", kv_dtype="f16")
+    choice = fit_params(setup, num_ctx, 1)
+    slots = len(model.layers) + 1
+    return f"{slots if choice.gpu_layers is None else choice.gpu_layers}/{slots}"
+
+
+def test_the_apps_default_hybrid_answers_on_every_card_with_its_runner():
     at = ollama_page({"model": "Qwen/Qwen3.5-9B"})  # the app's default: Gated DeltaNet layers beside attention
-    assert not at.dataframe
-    message = " ".join(e.value for e in at.error)
-    assert "full-attention models only" in message and "Qwen/Qwen3-8B" in message
+    assert not at.error
+    table = at.dataframe[0].value
+    assert list(table["card"]) == CARDS
+    for card_name in CARDS:
+        got = table[table["card"] == card_name].iloc[0]
+        assert got["runner"] == "llama-server" and got["split by"] == "llama-server --fit"
+        assert got["Ollama layers"] == fit_split("Qwen/Qwen3.5-9B", card_name)
+        assert got["v0.24.0 runner"] == "Ollama engine" and got["Go engine KV (GiB)"] > 0
+    why = " ".join(c.value for c in at.caption)
+    assert "9db4bdbad" in why and "'qwen35' is in fs/ggml/ggml.go KV.OllamaEngineRequired @v0.24.0" in why
+
+
+@pytest.mark.parametrize("batch", range(0, len(presets()), 5))
+def test_every_bundled_preset_answers_on_the_page(batch):
+    names = sorted(presets())[batch : batch + 5]
+    at = ollama_page({"model": names[0], "omodels": ",".join(names[1:]), "ocards": "GeForce RTX 4060 8GB"})
+    assert not at.error, [e.value for e in at.error]
+    table = at.dataframe[0].value
+    assert sorted(table["model"]) == sorted(names) and set(table["runner"]) == {"llama-server"}
+
+
+def test_free_memory_travels_in_the_link_and_reaches_the_split():
+    at = ollama_page({"model": LLAMA, "ofree": "5.5GiB", "ocards": "GeForce RTX 4060 8GB"})
+    assert at.text_input(key="in_ofree").value == "5.5GiB"
+    got = at.dataframe[0].value.iloc[0]
+    free = int(5.5 * GIB)
+    total = card_named("GeForce RTX 4060 8GB").memory_bytes
+    split = ollama_layers(load_model(LLAMA), free, OllamaSettings(), total_bytes=total)
+    assert got["Ollama layers"] == f"{split.layers}/{split.blocks + 1}"
+    assert split.layers < ollama_layers(load_model(LLAMA), 8 * GIB).layers  # less free memory, fewer layers
+    inputs, ignored = from_query({"model": LLAMA, "ofree": "5.5GiB"})
+    assert inputs.ofree == "5.5GiB" and not ignored and to_query(inputs)["ofree"] == "5.5GiB"
+    _, ignored = from_query({"ofree": "lots"})
+    assert ignored and "cannot read free memory" in ignored[0]

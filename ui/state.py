@@ -22,7 +22,7 @@ from core.memory.gpus import card_named
 from core.memory.quant import FORMATS
 from core.model.config import parse_json
 from core.model.loading import DEFAULT_MODEL, presets
-from core.ollama_report import DEFAULT_CARDS, MEASURED
+from core.ollama_report import DEFAULT_CARDS, MEASURED, parse_free
 from core.units import format_tokens, parse_tokens
 
 CUSTOM_CARD = "custom"
@@ -118,6 +118,7 @@ class Inputs:
     oram: str = "typical"
     ogbs: float = 60.0
     othr: int = 8
+    ofree: str = ""  # free GPU memory as Ollama logs it, e.g. "7.1GiB"; empty = each card's whole memory
 
 
 DEFAULTS = Inputs()
@@ -224,6 +225,9 @@ def _check(key: str, value: str):
     if key == "octx":
         if value.strip():
             parse_tokens(value)
+        return value.strip()
+    if key == "ofree":
+        parse_free(value)
         return value.strip()
     raise InputError(f"unknown parameter {key!r}")
 
