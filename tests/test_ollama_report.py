@@ -6,22 +6,33 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from fractions import Fraction
 from itertools import pairwise
 
 import pytest
 
 from core.cli import main
-from core.engines.runtimes import OllamaSettings, llama_engine, ollama_layers
+from core.engines.ollama_engine import (
+    LAST_GO_ENGINE,
+    LLAMA_RUNNER,
+    LLAMA_SERVER,
+    OLLAMA_ENGINE,
+    assign_layers,
+    cache_bytes,
+    engine_layout,
+    runner,
+)
+from core.engines.runtimes import OllamaSettings, default_num_ctx, gguf_arch, llama_engine, ollama_layers
 from core.fit import Setup, fit
 from core.llamacpp_autofit import FIT_MARGIN, fit_params
 from core.memory.gpus import card_named
 from core.memory.quant import tensor_bytes
-from core.model.loading import load_model
+from core.model.loading import load_model, presets
 from core.model.params import count_params
-from core.ollama_report import TYPICAL_RAM_GB_S, host, ollama_row
+from core.ollama_report import TYPICAL_RAM_GB_S, host, ollama_row, parse_free
 from core.speed.efficiency import efficiency_for
 from core.speed.predict import Hardware, predict
-from core.units import GIB
+from core.units import GIB, MIB
 from tests.test_runtimes import CARDS, MODELS
 
 FIVE = MODELS[:5]
@@ -254,3 +265,169 @@ def test_current_ollama_column_is_llama_servers_fit_of_the_same_request():
     assert moe.fit_decode_tok_s == predict(ram, hw, moe.num_ctx, 1).decode_tok_s
     # qwen3moe went to the Go engine at v0.12.10, so no estimate: the row's split and speed are the fit's
     assert moe.split is None and moe.decode_tok_s == moe.fit_decode_tok_s and moe.fit.setup == ram
+
+
+# --- which runner, by release (read in ollama/ollama: fs/ggml/ggml.go KV.OllamaEngineRequired at each tag, and
+# 9db4bdbad "use llama-server exclusively for GGML models", first released in v0.30.0) ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("arch", "version", "new_engine", "expected"),
+    [
+        ("qwen3", "v0.12.10", False, OLLAMA_ENGINE),  # in the list from v0.12.9
+        ("gpt-oss", "v0.12.10", False, OLLAMA_ENGINE),
+        ("llama", "v0.12.10", False, LLAMA_RUNNER),
+        ("llama", "v0.24.0", True, OLLAMA_ENGINE),  # registered in model/models: OLLAMA_NEW_ENGINE opts in
+        ("falcon-h1", "v0.24.0", True, LLAMA_RUNNER),  # not registered: compatibility mode
+        ("deepseek2", "v0.12.10", False, LLAMA_RUNNER),
+        ("deepseek2", "v0.13.0", False, OLLAMA_ENGINE),  # added in v0.13.0
+        ("bert", "v0.13.4", False, LLAMA_RUNNER),
+        ("bert", "v0.13.5", False, OLLAMA_ENGINE),
+        ("lfm2", "v0.14.2", False, LLAMA_RUNNER),
+        ("lfm2", "v0.14.3", False, OLLAMA_ENGINE),
+        ("qwen3next", "v0.15.4", False, LLAMA_RUNNER),
+        ("qwen3next", "v0.15.5", False, OLLAMA_ENGINE),
+        ("qwen35", "v0.17.0", False, LLAMA_RUNNER),
+        ("qwen35", "v0.17.1", False, OLLAMA_ENGINE),
+        ("nemotron_h", "v0.17.1", False, OLLAMA_ENGINE),
+        ("gemma4", "v0.19.0", False, LLAMA_RUNNER),
+        ("gemma4", "v0.20.0", False, OLLAMA_ENGINE),
+        ("granitehybrid", "v0.24.0", False, LLAMA_RUNNER),  # never in the list
+        ("qwen35", "v0.30.0", False, LLAMA_SERVER),
+        ("llama", "v0.32.15", True, LLAMA_SERVER),
+    ],
+)
+def test_runner_by_release_follows_the_source(arch, version, new_engine, expected):
+    chosen = runner(arch, version, new_engine)
+    assert chosen.name == expected
+    assert version in chosen.why or "v0.30.0" in chosen.why
+
+
+def test_every_preset_gets_a_runner_and_a_reason_now_and_at_the_last_go_engine_release():
+    expected_then = {"qwen3": OLLAMA_ENGINE, "qwen35": OLLAMA_ENGINE, "deepseek2": OLLAMA_ENGINE, "llama": LLAMA_RUNNER}
+    for name in presets():
+        arch = gguf_arch(load_model(name, isolated=True))
+        assert runner(arch).name == LLAMA_SERVER and "9db4bdbad" in runner(arch).why
+        then = runner(arch, LAST_GO_ENGINE)
+        assert then.name == expected_then.get(arch, then.name) and arch in then.why
+
+
+# --- the Go engine's memory (kvcache/*.go at v0.24.0), by hand from each model's config ----------------------------
+
+
+def test_go_engine_cache_of_a_sliding_window_model():
+    """gpt-oss: NewSWAMemCache(window, 4096): its sliding layers keep 4,096 tokens + one batch, not the 128 window."""
+    model = load_model("openai/gpt-oss-20b")
+    cfg = model.config
+    per_token = 2 * cfg["num_key_value_heads"] * cfg["head_dim"] * 2  # K + V, f16
+    sliding = [t == "sliding_attention" for t in cfg["layer_types"]]
+    kv = cache_bytes(model.layers, "gpt-oss", "f16", 8192, 1, 512)
+    for is_sliding, got in zip(sliding, kv, strict=True):
+        assert got == (4096 + 512 if is_sliding else 8192) * per_token
+    assert sum(kv) == 12 * 8192 * 2048 + 12 * 4608 * 2048 == 314_572_800
+    # two sequences: 2 × 4,096 + 512 cells; a context no longer than 4,096: the full array
+    two = cache_bytes(model.layers, "gpt-oss", "f16", 8192, 2, 512)
+    assert {two[i] for i, s in enumerate(sliding) if s} == {(2 * 4096 + 512) * per_token}
+    assert set(cache_bytes(model.layers, "gpt-oss", "f16", 4096, 1, 512)) == {4096 * per_token}
+    # gemma 3: NewSWACache(window): window + batch, padded to 256
+    gemma = load_model("google/gemma-3-12b-it")
+    g = gemma.config
+    window = g["sliding_window"]
+    g_token = 2 * g["num_key_value_heads"] * g["head_dim"] * 2
+    g_kv = cache_bytes(gemma.layers, "gemma3", "f16", 32768, 1, 512)
+    assert min(g_kv) == -(-(window + 512) // 256) * 256 * g_token and max(g_kv) == 32768 * g_token
+
+
+def test_go_engine_cache_of_a_hybrid():
+    """Qwen3.5: attention layers over num_ctx cells; Gated DeltaNet layers a conv state of (kernel − 1) × channels and
+    a (v_dim × v_dim × v_heads) state, F32, kept 25 times (24 checkpoints, recurrent_checkpoints.go)."""
+    model = load_model("Qwen/Qwen3.5-9B")
+    c = model.config
+    attn = 4096 * 2 * c["num_key_value_heads"] * c["head_dim"] * 2
+    channels = 2 * c["linear_num_key_heads"] * c["linear_key_head_dim"] + c["linear_num_value_heads"] * c[
+        "linear_value_head_dim"
+    ]
+    conv = (c["linear_conv_kernel_dim"] - 1) * channels * 4
+    state = c["linear_value_head_dim"] ** 2 * c["linear_num_value_heads"] * 4
+    kv = cache_bytes(model.layers, "qwen35", "f16", 4096, 1, 512)
+    assert sorted(set(kv)) == sorted({attn, 25 * (conv + state)})
+    assert sum(kv) == 8 * 16 * MIB + 24 * 25 * (98_304 + 2 * MIB) == 1_451_491_328
+    # a second sequence doubles both: attention cells and recurrent slots
+    assert sum(cache_bytes(model.layers, "qwen35", "f16", 4096, 2, 512)) == 2 * sum(kv)
+
+
+def test_go_engine_cache_of_mla_keeps_the_latent_as_k_and_v():
+    model = load_model("deepseek-ai/DeepSeek-V2-Lite")
+    c = model.config
+    per_token = (c["kv_lora_rank"] + c["qk_rope_head_dim"]) * 2 + c["kv_lora_rank"] * 2
+    assert set(cache_bytes(model.layers, "deepseek2", "f16", 4096, 1, 512)) == {4096 * per_token}
+    assert per_token == 2176
+
+
+def test_go_engine_layout_places_from_the_last_layer_and_drops_the_output_layer_first():
+    # blocks 3, 3, 3 and an output layer of 5 into 10: 5 + 3 fit, 3 does not; again without the output: 3 blocks
+    assert assign_layers([3, 3, 3, 5], 10) == 3
+    assert assign_layers([3, 3, 3, 5], 14) == 4
+    assert assign_layers([3, 3, 3, 5], 2) == 0
+    layout = engine_layout([3 * MIB] * 3, 5 * MIB, [0] * 3, 10 * MIB + 457 * MIB + 4 * MIB, 4 * MIB)
+    assert (layout.layers, layout.full, layout.vram_bytes) == (3, False, 4 * MIB + 457 * MIB + 9 * MIB)
+
+
+# --- every model, the app's default on the four cards, free memory ------------------------------------------------
+
+
+def test_every_bundled_preset_answers_on_the_cli(capsys):
+    names = sorted(presets())
+    out = cli_json(capsys, *names)
+    assert [(r["model"], r["card"]) for r in out["rows"]] == [(m, c) for m in names for c in CARDS]
+    for r in out["rows"]:
+        assert r["runner"] == LLAMA_SERVER and 0 <= r["layers"] <= r["blocks"] + 1 and r["decode_tok_s"] > 0
+        assert (r["go_layers"] is None) == (r["go_runner"] != OLLAMA_ENGINE)
+
+
+def test_the_apps_default_hybrid_on_four_cards(capsys):
+    code, text, _ = run(capsys, "Qwen/Qwen3.5-9B")
+    assert code == 0 and "Qwen/Qwen3.5-9B: llama-server: Ollama v0.32.15 runs llama-server for every GGUF" in text
+    out = cli_json(capsys, "Qwen/Qwen3.5-9B")
+    model = load_model("Qwen/Qwen3.5-9B")
+    for r in out["rows"]:
+        card = card_named(r["card"])
+        num_ctx = default_num_ctx(card.memory_bytes)
+        setup = Setup(model, llama_engine(model, OllamaSettings()), card, weights="q4_k_m", kv_dtype="f16")
+        choice = fit_params(setup, num_ctx, 1)
+        assert r["num_ctx"] == num_ctx and r["split_by"] == "llama-server --fit"
+        assert r["layers"] == (choice.n_layers + 1 if choice.gpu_layers is None else choice.gpu_layers)
+        assert r["ollama_vram_bytes"] is None and r["go_runner"] == OLLAMA_ENGINE
+        kv = cache_bytes(model.layers, "qwen35", "f16", num_ctx, 1, 512)
+        assert r["go_kv_bytes"] == sum(kv)
+
+
+def test_free_memory_is_what_the_split_goes_into(capsys):
+    free = parse_free("5.5GiB")
+    assert free == int(Fraction(55, 10) * GIB) and parse_free("900MiB") == 900 * MIB and parse_free(" ") is None
+    name, card = "meta-llama/Llama-3.1-8B-Instruct", CARDS[0]
+    (r,) = cli_json(capsys, name, "--gpu", card, "--free", "5.5GiB")["rows"]
+    split = ollama_layers(load_model(name), free, OllamaSettings(), total_bytes=card_named(card).memory_bytes)
+    assert (r["layers"], r["free_bytes"], r["num_ctx"]) == (split.layers, free, 4096)
+    assert r["layers"] < cli_json(capsys, name, "--gpu", card)["rows"][0]["layers"]
+    # --gpu-mem-gib: the named card's speed, that total memory: 48 GiB earns the 256K default (capped by the model)
+    (big,) = cli_json(capsys, name, "--gpu", CARDS[-1], "--gpu-mem-gib", "48")["rows"]
+    assert big["card_memory_bytes"] == 48 * GIB and big["num_ctx"] == load_model(name).max_context
+    # autofit --free: llama-server's limit is the free memory less its 1 GiB margin
+    code = main(["autofit", name, "--gpu", card, "--free", "5.5GiB", "--json"])
+    record = json.loads(capsys.readouterr().out)
+    assert code == 0 and (record["card_memory_bytes"], record["limit_bytes"]) == (free, free - FIT_MARGIN)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["Qwen/Qwen3-8B", "--free", "9GiB", "--gpu", "RTX 4060 8GB"], "at most the card's 8.00 GiB"),
+        (["Qwen/Qwen3-8B", "--free", "7.1GB"], "cannot read free memory"),
+        (["Qwen/Qwen3-8B", "--free", "0"], "must be positive"),
+        (["Qwen/Qwen3-8B", "--gpu-mem-gib", "16"], "--gpu-mem-gib sets the total memory of the card named by --gpu"),
+    ],
+)
+def test_bad_free_memory_is_a_clean_message(capsys, argv, message):
+    assert main(["ollama", *argv]) != 0
+    assert message in capsys.readouterr().err

@@ -71,8 +71,9 @@ REQUIRED: tuple[tuple[str, frozenset[str]], ...] = (
     ("v0.20.0", _REQUIRED_V0_17_1 | {"gemma4"}),
     ("v0.22.0", _REQUIRED_V0_17_1 | {"gemma4", "laguna", "nemotron_h_omni"}),
 )
-# model/models/*: model.Register names at v0.24.0 that OllamaEngineRequired leaves out (OLLAMA_NEW_ENGINE opts in).
-OPT_IN_V0_24_0 = frozenset({"llama", "qwen2", "gemma2", "nomic-bert-moe"})
+# model/models/* registers these from v0.12.9 to v0.24.0 but OllamaEngineRequired leaves them out: they take the Go
+# engine only with OLLAMA_NEW_ENGINE set.
+OPT_IN = frozenset({"llama", "qwen2", "gemma2"})
 
 
 def version_key(tag: str) -> tuple[int, ...]:
@@ -112,7 +113,7 @@ def runner(arch: str, version: str = LATEST, new_engine: bool = False) -> Runner
             f"'{arch}' is in fs/ggml/ggml.go KV.OllamaEngineRequired @{version}, so llm/server.go NewLlamaServer "
             "starts the Go engine (runner/ollamarunner)",
         )
-    if new_engine and version_key(version) >= version_key(LAST_GO_ENGINE) and arch in OPT_IN_V0_24_0:
+    if new_engine and arch in OPT_IN:
         return Runner(OLLAMA_ENGINE, f"OLLAMA_NEW_ENGINE is set and model/models registers '{arch}' @{version}")
     return Runner(
         LLAMA_RUNNER,
