@@ -15,7 +15,8 @@ Read in llama.cpp 0c1e57098 (the source llama-cpp-python 0.3.36 vendors):
   _iswa) is an input, live from the first layer to the last. Without flash attention V is stored transposed and its
   set_rows index (attn_inp_v_idxs) is i64 per element, T × n_embd_v_gqa × 8 B, not per token.
 - MLA (models/deepseek2.cpp): the query is absorbed (n_head × (kv_lora_rank + rope) wide) and, without flash
-  attention, V is ggml_cont of the transposed latent, an f16 [n_kv, kv_lora_rank] copy that does not scale with T.
+  attention, V is ggml_cont of the transposed latent, an f16 [n_kv, kv_lora_rank] copy per stream that does not
+  scale with T.
 - The output: inp_out_ids (i32) picks n_outputs rows, the final norm, then the [n_vocab, n_outputs] f32 logits
   beside the two [n_embd, T] tensors still live (the last residual and the normed rows).
 
@@ -36,6 +37,7 @@ Offload (-ngl, --n-cpu-moe) is read from source, not refereed (there is no GPU h
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from core.engines.llamacpp import LlamaCppEngine, Offload, as_llamacpp_sees
@@ -50,15 +52,20 @@ OP_OFFLOAD_MIN_BATCH = 32  # ggml-cuda.cu: op_offload_min_batch_size (GGML_OP_OF
 
 @dataclass(frozen=True)
 class Widths:
-    """The widths of llama.cpp's graph tensors for one model (per token)."""
+    """The widths of llama.cpp's graph tensors for one model (elements per token)."""
 
     n_embd: int
     n_vocab: int
-    n_head: int  # query heads of the widest attention layer
+    n_head: int  # query heads
     n_q: int  # query row: n_head × head_dim (MLA: n_head × (kv_lora_rank + rope), the absorbed query)
+    n_k: int  # widest K row (n_embd_k_gqa)
     n_v: int  # widest V row in the cache (n_embd_v_gqa), what the transposed-V index covers
-    n_ff: int  # widest FFN row computed per token: dense intermediate, or top_k × expert width + shared
-    n_rec: int  # widest recurrent layer's inner width (conv channels); 0 without recurrent layers
+    n_ff: int  # dense FFN width (0 when every layer is MoE)
+    n_expert_ff: int  # routed experts: top_k × expert width (0 without experts)
+    n_expert_out: int  # routed experts: top_k × n_embd, the down projections before they are summed
+    n_shared_ff: int  # shared expert width
+    n_rec: int  # widest recurrent layer's conv channels (0 without recurrent layers)
+    rec_state: int  # bytes of one sequence's state in the widest recurrent layer (f32 conv + ssm)
     n_latent: int = 0  # MLA's kv_lora_rank: without flash attention V is a transposed f16 copy of the latent
 
 
@@ -71,6 +78,7 @@ class Ubatch:
     cells: int  # n_kv of full-attention layers (cells per stream)
     window_cells: int  # n_kv of windowed layers (0 without them)
     streams: int
+    sequences: int
 
 
 @dataclass(frozen=True)
@@ -96,15 +104,36 @@ def widths(model: ModelSpec) -> Widths:
     attention = [p for p in parts if isinstance(p, (FullAttention, MLA))]
     n_head = _cfg_int(model, "num_attention_heads", "n_head") if attention else 0
     head_q = max((_q_head(p) for p in attention), default=0)
+    n_k = max((p.token_rows()[0] for p in attention), default=0)
     n_v = max((p.token_rows()[-1] for p in attention if isinstance(p, FullAttention)), default=0)
-    moe = _cfg_int(model, "moe_intermediate_size")
-    top_k = _cfg_int(model, "num_experts_per_tok")
+    inter = _cfg_int(model, "intermediate_size", "ffn_hidden_size")
+    experts = _cfg_int(model, "num_experts", "num_local_experts", "n_routed_experts")
+    top_k = _cfg_int(model, "num_experts_per_tok") if experts else 0
+    # Mixtral-style configs give the expert width as intermediate_size; DeepSeek's first_k_dense_replace layers
+    # are dense at intermediate_size beside the routed ones
+    expert = (_cfg_int(model, "moe_intermediate_size") or inter) if top_k else 0
+    dense = inter if not top_k or _cfg_int(model, "first_k_dense_replace") else 0
     shared = _cfg_int(model, "shared_expert_intermediate_size", "shared_intermediate_size")
-    dense = _cfg_int(model, "intermediate_size", "ffn_hidden_size") or 4 * model.hidden_size
-    n_ff = max(dense, moe * top_k + shared) if moe and top_k else dense
+    if not shared and _cfg_int(model, "n_shared_experts"):
+        shared = expert * _cfg_int(model, "n_shared_experts")
     n_rec = max((sum(t.shape[0] for t in p.state_tensors() if t.role == "conv") for p in parts), default=0)
+    rec_state = max((sum(F32 * math.prod(t.shape) for t in p.state_tensors()) for p in parts), default=0)
     n_latent = max((p.kv_lora_rank for p in attention if isinstance(p, MLA)), default=0)
-    return Widths(model.hidden_size, model.vocab_size, n_head, n_head * head_q, n_v, n_ff, n_rec, n_latent)
+    return Widths(
+        n_embd=model.hidden_size,
+        n_vocab=model.vocab_size,
+        n_head=n_head,
+        n_q=n_head * head_q,
+        n_k=n_k,
+        n_v=n_v,
+        n_ff=dense if dense or top_k else 4 * model.hidden_size,
+        n_expert_ff=top_k * expert,
+        n_expert_out=top_k * model.hidden_size,
+        n_shared_ff=shared,
+        n_rec=n_rec,
+        rec_state=rec_state,
+        n_latent=n_latent,
+    )
 
 
 def _q_head(part: LayerKind) -> int:
@@ -129,10 +158,29 @@ def ubatch(engine: LlamaCppEngine, model: ModelSpec, context: int, n_seq: int) -
     window = engine.window_cells(max(caps), context, n_seq) if caps else 0
     has_full = any(p.grows and p.token_cap is None for layer in model.census for p in layer.parts())
     cells = engine.cells(context, n_seq) if has_full else 0
-    return Ubatch(tokens, min(tokens, o.n_batch), cells, window, engine.streams(n_seq))
+    return Ubatch(tokens, min(tokens, o.n_batch), cells, window, engine.streams(n_seq), n_seq)
 
 
-def output_phase(w: Widths, u: Ubatch) -> Item:
+def inputs(w: Widths, u: Ubatch, flash_attn: bool) -> Item:
+    """The graph's inputs, live from the first layer to the last (llama-graph.cpp, llm_graph_input_*): token ids,
+    positions and output ids (i32), and per attention cache its mask (f16 with flash attention, else f32) and its
+    K and V set_rows indices (i64; V's per element when V is stored transposed, i.e. without flash attention)."""
+    t = u.tokens
+    caches = [c for c in (u.cells, u.window_cells) if c]
+    mask_bytes = F16 if flash_attn else F32
+    v_index = 1 if flash_attn else w.n_v
+    size = 3 * I32 * t + sum(mask_bytes * t * c + I64 * t * (1 + v_index) for c in caches)
+    cells = " + ".join(f"{c:,}" for c in caches) or "0"
+    return Item(
+        "graph inputs",
+        size,
+        f"{t} tokens × (12 B ids + {len(caches)} cache(s) × ({mask_bytes} B × ({cells}) mask cells"
+        f" + 8 B × (1 + {v_index}) indices))",
+    )
+
+
+def output_body(w: Widths, u: Ubatch) -> Item:
+    """After the last layer the inputs are freed (bar the output ids): the logits beside two [n_embd, T] rows."""
     size = F32 * u.outputs * w.n_vocab + F32 * u.tokens * 2 * w.n_embd + I32 * u.outputs
     return Item(
         "logits",
@@ -141,55 +189,81 @@ def output_phase(w: Widths, u: Ubatch) -> Item:
     )
 
 
-def attention_phase(w: Widths, u: Ubatch, flash_attn: bool) -> Item:
-    """One attention layer at its peak, with every mask live. n_kv is cells per stream; the streams split T."""
-    n_kv = max(u.cells, u.window_cells)
-    masks = u.cells + u.window_cells
+def attention_body(w: Widths, u: Ubatch, flash_attn: bool) -> Item:
+    """One attention layer at its peak. n_kv is cells per stream; the streams split T, so kq is n_kv × T × n_head.
+    MLA adds its latent-space output [kv_lora_rank, n_head, T] (before v_mla) and, without flash attention, the
+    transposed latent copy per stream."""
     t = u.tokens
-    if flash_attn:
-        size = F16 * t * masks + F32 * t * (4 * w.n_embd + 2 * w.n_q) + 4 * I64 * t
-        return Item(
-            "attention (flash)",
-            size,
-            f"{t} tokens × (2 B × {masks:,} mask cells + 4 B × (4·{w.n_embd} + 2·{w.n_q}) + 32 B)",
-        )
-    size = (
-        F32 * t * w.n_head * n_kv
-        + F32 * t * masks
-        + F32 * t * (3 * w.n_embd + 2 * w.n_q)
-        + I64 * t * w.n_v
-        + 20 * t
-        + F16 * n_kv * w.n_latent
-    )
+    latent_out = w.n_head * w.n_latent
+    mla = f" + {w.n_head}·{w.n_latent}" if w.n_latent else ""
+    if flash_attn:  # no n_kv-sized tensor: q and k before and after rope, v, the output
+        size = F32 * t * (2 * w.n_q + 2 * w.n_k + 2 * w.n_v + latent_out)
+        return Item("attention (flash)", size, f"{t} tokens × 4 B × (2·{w.n_q} + 2·{w.n_k} + 2·{w.n_v}{mla})")
+    n_kv = max(u.cells, u.window_cells)
+    copy = F16 * n_kv * u.streams * w.n_latent
+    size = F32 * t * (w.n_head * n_kv + 3 * w.n_embd + 2 * w.n_q + latent_out) + copy
+    latent = f" + 2 B × {n_kv:,} cells × {u.streams} streams × {w.n_latent} latent (MLA's V)" if copy else ""
     return Item(
         "attention KQ (no flash)",
         size,
-        f"{t} tokens × (4 B × {w.n_head} heads × {n_kv:,} cells + 4 B × {masks:,} mask cells"
-        f" + 4 B × (3·{w.n_embd} + 2·{w.n_q}) + 8 B × {w.n_v} V-index + 20 B)"
-        + (f" + 2 B × {n_kv:,} cells × {w.n_latent} latent (MLA's V)" if w.n_latent else ""),
+        f"{t} tokens × 4 B × ({w.n_head} heads × {n_kv:,} cells + 3·{w.n_embd} + 2·{w.n_q}{mla}){latent}",
     )
 
 
-def ffn_phase(w: Widths, u: Ubatch, weight_copy: int = 0) -> Item:
+def ffn_bodies(w: Widths, u: Ubatch) -> list[Item]:
+    """The FFN at its peak (llama-graph.cpp build_ffn, build_moe_ffn). Dense: gate, up and their product beside
+    four [n_embd, T] rows. Routed experts: the same with top_k × expert width, or the product beside the experts'
+    down outputs and their weighted copy ([n_embd, top_k, T] each) and three rows, whichever is larger. A recurrent
+    layer: its conv channels six times beside two rows (the in-projection is two of them, the conv input and output,
+    the scan's input and output) and every sequence's state, which the scan reads and writes.
+    The row counts were read from the graph and checked on the referee's realistic-width models."""
     t = u.tokens
-    size = F32 * t * (3 * w.n_ff + 3 * w.n_embd + 4 * w.n_rec) + weight_copy
-    copy = f" + {weight_copy:,} B weight copied from RAM" if weight_copy else ""
-    return Item(
-        "FFN",
-        size,
-        f"{t} tokens × 4 B × (3·{w.n_ff} + 3·{w.n_embd} + 4·{w.n_rec}){copy}",
-    )
+    out = []
+    if w.n_ff:
+        out.append(
+            Item("FFN", F32 * t * (3 * w.n_ff + 4 * w.n_embd), f"{t} tokens × 4 B × (3·{w.n_ff} + 4·{w.n_embd})")
+        )
+    if w.n_shared_ff:
+        out.append(
+            Item(
+                "shared expert",
+                F32 * t * (3 * w.n_shared_ff + 4 * w.n_embd),
+                f"{t} tokens × 4 B × (3·{w.n_shared_ff} + 4·{w.n_embd})",
+            )
+        )
+    if w.n_expert_ff:
+        up = 3 * w.n_expert_ff + 4 * w.n_embd
+        down = w.n_expert_ff + 2 * w.n_expert_out + 3 * w.n_embd
+        formula = (
+            f"{t} tokens × 4 B × max(3·{w.n_expert_ff} + 4·{w.n_embd}, "
+            f"{w.n_expert_ff} + 2·{w.n_expert_out} + 3·{w.n_embd})"
+        )
+        out.append(Item("routed experts", F32 * t * max(up, down), formula))
+    if w.n_rec:
+        size = F32 * t * (6 * w.n_rec + 2 * w.n_embd) + u.sequences * w.rec_state
+        formula = f"{t} tokens × 4 B × (6·{w.n_rec} + 2·{w.n_embd}) + {u.sequences} seqs × {w.rec_state:,} B state"
+        out.append(Item("recurrent layer", size, formula))
+    return out
 
 
 def peak(w: Widths, u: Ubatch, flash_attn: bool, output: bool, attention: bool, weight_copy: int = 0) -> Item:
-    """The largest phase of a graph part: `output` when it holds the output layer, `attention` when it holds an
-    attention layer."""
-    phases = [ffn_phase(w, u, weight_copy)]
+    """The graph's peak: its inputs plus the largest layer body, or the output (logits) if that is larger.
+    `output`: this part holds the output layer; `attention`: it holds an attention layer; `weight_copy`: a weight
+    op_offload copies in for a layer body."""
+    bodies = ffn_bodies(w, u)
     if attention and (u.cells or u.window_cells):
-        phases.append(attention_phase(w, u, flash_attn))
+        bodies.append(attention_body(w, u, flash_attn))
+    live = inputs(w, u, flash_attn) if attention else Item("graph inputs", 3 * I32 * u.tokens, f"{u.tokens} × 12 B ids")
+    body = max(bodies, key=lambda item: item.bytes)
+    copy = f" + {weight_copy:,} B weight copied from RAM" if weight_copy else ""
+    layer = Item(
+        f"{body.label} + graph inputs",
+        live.bytes + body.bytes + weight_copy,
+        f"{live.formula} + {body.formula}{copy}",
+    )
     if output:
-        phases.append(output_phase(w, u))
-    return max(phases, key=lambda item: item.bytes)
+        return max(layer, output_body(w, u), key=lambda item: item.bytes)
+    return layer
 
 
 def compute_buffers(
@@ -215,7 +289,7 @@ def compute_buffers(
     gpu_layers = [model.layers[i] for i in where.layers]
     cpu_layers = [model.layers[i] for i in where.on_cpu]
     copy = cpu_weight if (cpu_layers or where.cpu_experts) and u.tokens >= OP_OFFLOAD_MIN_BATCH else 0
-    if gpu_layers or where.output:
+    if gpu_layers or where.output or copy:  # with -ngl 0 the GPU still runs the big matmuls (op_offload)
         gpu = peak(w, u, flash, where.output, any(layer.grows for layer in gpu_layers), copy)
     else:
         gpu = Item("nothing offloaded", 0, "0")
@@ -228,10 +302,8 @@ def compute_buffers(
 
 
 def cpu_only(engine: LlamaCppEngine, model: ModelSpec, context: int, n_seq: int = 1) -> Item:
-    """The CPU backend's compute buffer when nothing is offloaded: the whole graph's peak (the referee's figure)."""
-    w, u = widths(model), ubatch(engine, model, context, n_seq)
-    attention = any(layer.grows for layer in model.layers)
-    return peak(w, u, engine.options.flash_attn, True, attention)
+    """The CPU backend's compute buffer when nothing is offloaded (-ngl 0, no GPU): the referee's figure."""
+    return compute_buffers(engine, model, context, n_seq, Offload.of(0, len(model.layers))).host
 
 
 def llamacpp_overhead(
@@ -249,6 +321,6 @@ def llamacpp_overhead(
     gpu = compute_buffers(engine, model, context, n_seq, offload, cpu_weight).gpu
     return [
         Item("CUDA context", CUDA_CONTEXT, "512 MiB"),
-        Item(f"compute buffer ({gpu.label})", gpu.bytes, gpu.formula),
+        Item("compute buffer", gpu.bytes, f"{gpu.label}: {gpu.formula}"),
         *parallel_items(world),
     ]
