@@ -25,7 +25,7 @@ from core.argtypes import (
 from core.check import add_check_parser
 from core.cluster_report import cluster_report, parse_layout, print_cluster
 from core.engines import ENGINES, Engine, configured
-from core.engines.llamacpp import DEFAULT_FRONTEND, FRONTENDS
+from core.engines.llamacpp import DEFAULT_FRONTEND, FRONTENDS, LlamaCppBuild
 from core.engines.runtimes import OLLAMA_KV_TYPES, OllamaSettings
 from core.engines.vllm_cluster import Cluster
 from core.engines.vllm_engine import VERSIONS, VllmOptions
@@ -135,6 +135,7 @@ def build_engine(args: argparse.Namespace) -> Engine:
         version=args.vllm_version,
         swa_full=args.swa_full,
         kv_unified=args.kv_unified,
+        build=args.llamacpp_build,
     )
 
 
@@ -180,6 +181,24 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="llama.cpp: one cell buffer shared by all sequences",
+    )
+    add_build_option(llama)
+
+
+def llamacpp_build(text: str) -> LlamaCppBuild:
+    try:
+        return LlamaCppBuild.parse(text)
+    except InputError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def add_build_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--llamacpp-build: whose -ngl convention and --fit rules (core.engines.llamacpp.LlamaCppBuild)."""
+    p.add_argument(
+        "--llamacpp-build",
+        type=llamacpp_build,
+        help="llama.cpp: the build whose -ngl and --fit rules apply, as bNNNN, NNNN or its release date YYYY-MM-DD "
+        "(default: the bundled 0c1e57098's)",
     )
 
 
@@ -389,7 +408,7 @@ def cmd_autofit(args: argparse.Namespace) -> dict:
     unified = args.kv_unified
     if unified is None and args.parallel and args.frontend == "llama-server":
         unified = False  # giving -np keeps llama-server's kv_unified off (common/arg.cpp:1724)
-    engine = configured("llama.cpp", frontend=args.frontend, kv_unified=unified)
+    engine = configured("llama.cpp", frontend=args.frontend, kv_unified=unified, build=args.llamacpp_build)
     checked_kv_dtype(engine, args.kv_dtype)
     setup = Setup(
         model=load_model(args.model),
@@ -541,6 +560,7 @@ def build_parser() -> argparse.ArgumentParser:
     autofitp.add_argument("--n-gpu-layers", "-ngl", type=int32, dest="n_gpu_layers", help="-ngl (default: fitted)")
     autofitp.add_argument("--fit-target", type=positive_int, default=1024, help="MiB to leave free (default 1024)")
     autofitp.add_argument("--fit-ctx", type=positive_int, default=4096, help="smallest context it sets (default 4096)")
+    add_build_option(autofitp)
     autofitp.add_argument("--json", action="store_true")
     autofitp.set_defaults(run=cmd_autofit, show=print_autofit)
 

@@ -1,29 +1,39 @@
 """llama.cpp's automatic fit: what llama-server and llama-cli choose for the context and -ngl when the user sets
 neither, and what current Ollama gets (it gives -c but no -ngl, llm/llama_server.go, so llama-server picks the
-layers). Read in common/fit.cpp `common_params_fit_impl` at llama.cpp 0c1e57098 (the commit llama-cpp-python 0.3.36
-vendors); on by default (common.h:478 fit_params = true) with a 1 GiB margin per device (common.h:483
-fit_params_target) and a 4,096-token floor (common.h:480 fit_params_min_ctx). llama-cpp-python itself does not run
-it: it lives in common/, which the library does not call. No GPU ran here, so this is read from source only.
+layers). Read line by line in common/fit.cpp `common_params_fit_impl` at llama.cpp 0c1e57098 (the commit
+llama-cpp-python 0.3.36 vendors); on by default (common.h:478 fit_params = true) with a 1 GiB margin per device
+(common.h:483 fit_params_target) and a 4,096-token floor (common.h:480 fit_params_min_ctx). llama-cpp-python itself
+does not run it (it lives in libllama-common, which the library does not call), and on a machine without a GPU it
+has no device to fill (nd == 0: it only checks host memory), so this is read from source, not refereed.
 
-For one GPU:
-1. Project device memory with the context given (or, unset, the training context × streams) and every layer on the
-   GPU. If it leaves at least the margin free, nothing changes.
-2. Only when the context was not given: measure at the floor (4,096 × streams); if that leaves the margin, set the
-   context by linear interpolation between floor and maximum, rounded down to a multiple of 256 × streams, and stop.
-   Otherwise keep the floor and go on.
-3. Only when -ngl was not given: the most layers (counting the output layer as one, core.engines.llamacpp.Offload)
-   whose projected memory leaves the margin, found by false position between 0 and all; since memory grows with
-   every layer, that is the largest such count, which is what a bisection finds too.
-MoE models take another path from step 3 on:
-3'. Layers are counted with their routed experts in system RAM: llama.cpp overrides the expert tensors of every GPU
-   layer but one (n_part = n_layer - 1) and finds the most layers that leave the margin. `set_ngl_tensor_split_tbo`
-   lists a device's full layers before its partial ones, by layer index, so the one kept whole is the lowest GPU
-   layer, not the output layer its comment names (the output layer has no experts to move). kvscope follows the
-   code: on a card too small for one layer's experts, only the output layer goes to the GPU.
-4. Only if every dense weight fits with all experts in RAM: layers get their experts back, from the first GPU layer
-   on, as many as leave the margin. The experts of the remaining (last) layers stay in RAM.
-   llama.cpp then tries to put part of one more layer's experts on the GPU (its up, then gate projections:
-   LAYER_FRACTION_UP/GATE); kvscope stops at whole layers, so it can leave up to that part of a layer in RAM.
+For one GPU, `margin` the free memory to leave, the target is free − margin:
+1. Project device memory with the context given (unset: the training context × streams) and every layer on the
+   GPU. If it leaves the margin (≤ the target), nothing changes.
+2. Only when the context was not given and the training context × streams exceeds the floor × streams: project at
+   the floor; if that is under the target (strictly), interpolate linearly between floor and maximum, round down to
+   a multiple of 256 × streams (not below the floor) and stop. Otherwise keep the floor and go on. One step: fit.cpp
+   does not re-measure or reduce the context again later.
+3. Only when -ngl was not given (else it gives up, keeping the user's -ngl): the most layer slots (the output layer
+   counts as one, core.engines.llamacpp.Offload) whose projection stays within the target, by false position
+   between 0 and all n_layers + 1; memory grows with every slot, so that is the largest such count, which a
+   bisection finds too. A MoE model takes this step with the routed experts of every GPU layer but one in system
+   RAM (n_part = n_layer − 1): set_ngl_tensor_split_tbo lists a device's full layers before its partial ones, by
+   layer index, so the one kept whole is the lowest GPU layer; the partial range ends at index n_layers, the output
+   slot, whose pattern matches no tensor.
+4. MoE only, and only if every dense weight leaves the margin with all experts in RAM (strictly): layers get their
+   experts back from the lowest GPU layer up, as many as stay within the target. The experts of the remaining
+   (last) layers stay in RAM. Then, if more than one slot is on the GPU, part of one more layer: the first partial
+   layer keeps its up projections on the GPU (LAYER_FRACTION_UP: its ffn_gate*, ffn_down* and router go to RAM) if
+   that stays under the target (strictly), then also its gate projections (LAYER_FRACTION_GATE: only ffn_down* in
+   RAM); if the up part does not fit, its whole FFN goes to RAM, router and shared experts included
+   (LAYER_FRACTION_ATTN), if that stays under the target.
+
+Builds (core.engines.llamacpp.LlamaCppBuild, --llamacpp-build): --fit came with PR #16653 (Dec 2025, in libllama as
+llama_params_fit; moved to common/fit.cpp by PR #22171, 2026-04-20: a fork's copy of the libllama version has
+steps 3-4 as above); kvscope models it
+from PR #18148 on (2025-12-18: -ngl counts the output layer first, which the fit's layer indices assume). Before PR
+#27496 (2026-08-21) steps 1-2 took the training context and the floor as totals, whatever the streams, and rounded
+to 256. Per-device margins (PR #18679, 2026-01) change nothing on one GPU.
 
 "Projected memory" is llama.cpp's own dry run: weights on the device, the cache and the compute buffers, against the
 device's free memory. kvscope counts the same parts plus the CUDA context, against the card's total: the CUDA
@@ -32,9 +42,12 @@ context is what makes free smaller than total, so the two tests agree.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
-from core.engines.llamacpp import LlamaCppEngine
+from core.dtypes import dtype_named
+from core.engines.base import sized_tensors
+from core.engines.llamacpp import OUTPUT_FIRST, LlamaCppEngine
 from core.errors import InputError
 from core.fit import Setup, Solver
 from core.model.params import count_params
@@ -42,8 +55,17 @@ from core.units import MIB
 
 FIT_MARGIN = 1024 * MIB  # common.h:483 fit_params_target, per device
 FIT_MIN_CTX = 4096  # common.h:480 fit_params_min_ctx
-CTX_ALIGN = 256  # fit.cpp: "round down context for CUDA backend", × streams
+CTX_ALIGN = 256  # fit.cpp: "round down context for CUDA backend", × streams (PR #27496)
 AUTOFIT_FRONTENDS = ("llama-server", "llama-cli")  # the front ends that run it (common_init_result); the library not
+# fit.cpp get_overflow_pattern: what of the first partial layer goes to system RAM, by layer fraction (matched with
+# std::regex_search after "blk\\.<il>\\.", so from the start of the tensor's own name); later partial layers use "moe".
+OVERFLOW = {
+    "moe": r"ffn_(up|down|gate_up|gate)_(ch|)exps",  # LAYER_FRACTION_MOE: the routed experts
+    "up": r"ffn_(gate|gate_up|down)",  # LAYER_FRACTION_UP: attention and the up projections stay
+    "gate": r"ffn_down",  # LAYER_FRACTION_GATE: attention, up and gate projections stay
+    "attn": r"ffn_(gate|up|gate_up|down)",  # LAYER_FRACTION_ATTN: only attention stays
+}
+ON_GPU = {"up": "attention and up projections", "gate": "attention, up and gate projections", "attn": "attention"}
 
 
 @dataclass(frozen=True)
@@ -56,25 +78,60 @@ class FitChoice:
     projected_bytes: int  # device memory at the choice, CUDA context included
     limit_bytes: int  # the card less the margin
     steps: tuple[str, ...]  # what it did, in order
-    cpu_experts: range = range(0)  # MoE: layers whose routed experts it keeps in system RAM
+    cpu_experts: range = range(0)  # MoE: layers whose routed experts it keeps (at least partly) in system RAM
+    partial: str | None = None  # MoE: what of layer cpu_experts.start stays on the GPU (an OVERFLOW fraction)
 
     @property
     def fits(self) -> bool:
         return self.projected_bytes <= self.limit_bytes
 
 
+def gguf_tensors(setup: Setup, layer: int) -> list[tuple[str, int]]:
+    """Layer `layer`'s tensors as a GGUF names them, with their bytes in the setup's format. kvscope counts gate and
+    up experts fused (transformers 5's layout); convert_hf_to_gguf writes them as ffn_gate_exps and ffn_up_exps
+    unless --fuse-gate-up-exps (conversion/base.py modify_tensors), so they are split in halves here."""
+    fmt, dtype_bytes = Solver(setup).format, dtype_named(setup.model.dtype).block_bytes
+    out = []
+    for tensor, size in sized_tensors(count_params(setup.model), fmt, dtype_bytes):
+        if tensor.layer != layer:
+            continue
+        role, bias = (tensor.role[: -len("_bias")], ".bias") if tensor.role.endswith("_bias") else (tensor.role, "")
+        names = ("ffn_gate_exps", "ffn_up_exps") if role == "ffn_gate_up_exps" else (role,)
+        out += [(name + bias, size // len(names)) for name in names]
+    return out
+
+
+def partial_bytes(setup: Setup, layer: int, fraction: str) -> int:
+    """Device bytes layer `layer` holds as the first partial layer with `fraction`, beyond what it holds with its
+    routed experts in RAM ("moe"): the up (and gate) experts kept, or the router and shared experts let go."""
+
+    def on_gpu(name: str, pattern: str) -> bool:
+        return re.match(pattern, name) is None
+
+    return sum(
+        size * (on_gpu(name, OVERFLOW[fraction]) - on_gpu(name, OVERFLOW["moe"]))
+        for name, size in gguf_tensors(setup, layer)
+    )
+
+
 def projected(
-    setup: Setup, n_ctx: int, sequences: int, gpu_layers: int | None, cpu_experts: range | None = None
+    setup: Setup,
+    n_ctx: int,
+    sequences: int,
+    gpu_layers: int | None,
+    cpu_experts: range | None = None,
+    partial: str | None = None,
 ) -> int:
     """Device memory llama.cpp's dry run finds for `n_ctx` cells over `sequences`, with -ngl `gpu_layers` (and the
-    routed experts of `cpu_experts` in system RAM, else as the setup says)."""
+    routed experts of `cpu_experts` in system RAM, else as the setup says; `partial` of the first of them kept)."""
     changes = {"gpu_layers": gpu_layers} | ({} if cpu_experts is None else {"cpu_experts": cpu_experts})
     solver = Solver(replace(setup, **changes))
     per_sequence = -(-n_ctx // sequences)
     cache = 0
     if solver.model.layers:
         cache = solver.engine.account(solver.model, per_sequence, sequences, setup.kv_dtype).total
-    return solver.weights + sum(i.bytes for i in solver.overhead(per_sequence)) + cache
+    extra = partial_bytes(setup, cpu_experts.start, partial) if partial and cpu_experts else 0
+    return solver.weights + sum(i.bytes for i in solver.overhead(per_sequence)) + cache + extra
 
 
 def fit_params(
@@ -92,7 +149,14 @@ def fit_params(
         raise InputError("the automatic fit is llama.cpp's (--fit); choose --engine llama.cpp")
     if sequences < 1 or (n_ctx is not None and n_ctx < 1) or margin < 0 or min_ctx < 1:
         raise InputError("context, sequences and the minimum context must be positive, the margin 0 or more")
-    streams = engine.streams(sequences)
+    build = engine.options.build
+    if not build.output_first:
+        raise InputError(
+            f"llama.cpp {build.spec}: kvscope models --fit from PR #{OUTPUT_FIRST.pr} ({OUTPUT_FIRST.merged}, "
+            f"b{OUTPUT_FIRST.first_with} has it) on; --fit came with PR #16653 a few days before (b7414 has it), and "
+            "earlier builds have none: give -ngl yourself (python -m core fit --n-gpu-layers)"
+        )
+    streams = engine.streams(sequences) if build.fit_streams else 1
     n_layers = len(setup.model.layers)
     limit = setup.card.memory_bytes - margin
     train = setup.model.max_context or n_ctx or min_ctx
@@ -145,27 +209,38 @@ def _most(fits, lo: int, hi: int) -> int:
 
 def _fit_moe(setup: Setup, n_ctx: int, sequences: int, limit: int, steps: list[str]) -> FitChoice:
     """fit.cpp steps 3-4 for a MoE model on one GPU: `slots` of the n_layers + 1 on the GPU (the last ones), the
-    first `full` of them with their experts, the rest with their experts in system RAM."""
+    first `full` of them with their experts, the rest with their experts in system RAM, the first of those perhaps
+    with part of its FFN on the GPU."""
     n = len(setup.model.layers)
 
     def experts_in_ram(slots: int, full: int) -> range:
         first = n + 1 - slots + full  # the GPU layers from the lowest: `full` whole, the rest partial
         return range(first, n) if first < n else range(0)
 
-    def used(slots: int, full: int) -> int:
-        return projected(setup, n_ctx, sequences, slots, experts_in_ram(slots, full))
+    def used(slots: int, full: int, partial: str | None = None) -> int:
+        return projected(setup, n_ctx, sequences, slots, experts_in_ram(slots, full), partial)
 
     slots = _most(lambda k: used(k, 1) <= limit, 0, n + 1)
     steps.append(f"layers with their experts in system RAM: {slots} of {n + 1} on the GPU")
     full = min(1, slots)
+    partial = None
     # step 4 runs only when every dense weight fits with all experts in RAM (global_surplus_cpu_moe > 0)
     if limit - projected(setup, n_ctx, sequences, None, range(n)) > 0 and slots:
         full = _most(lambda k: used(slots, k) <= limit, full, slots)
         steps.append(f"experts back on the GPU: the lowest {full} GPU layer(s) hold theirs")
+        if slots > 1 and experts_in_ram(slots, full):  # "try to fit at least part of one more layer", strictly under
+            if used(slots, full, "up") < limit:
+                partial = "gate" if used(slots, full, "gate") < limit else "up"
+            elif used(slots, full, "attn") < limit:
+                partial = "attn"
     ram = experts_in_ram(slots, full)
+    if partial:
+        steps.append(f"layer {ram.start} keeps its {ON_GPU[partial]} on the GPU, the rest of its FFN in system RAM")
     if ram:
         steps.append(f"routed experts of layers {ram.start}-{ram.stop - 1} stay in system RAM")
-    return FitChoice(n_ctx, None if slots == n + 1 else slots, n, used(slots, full), limit, tuple(steps), ram)
+    return FitChoice(
+        n_ctx, None if slots == n + 1 else slots, n, used(slots, full, partial), limit, tuple(steps), ram, partial
+    )
 
 
 def autofit_record(setup: Setup, choice: FitChoice, sequences: int) -> dict:
@@ -182,6 +257,8 @@ def autofit_record(setup: Setup, choice: FitChoice, sequences: int) -> dict:
         "n_ctx_per_sequence": choice.n_ctx if setup.engine.streams(sequences) == 1 else choice.n_ctx // sequences,
         "gpu_layers": choice.n_layers + 1 if choice.gpu_layers is None else choice.gpu_layers,
         "cpu_expert_layers": [choice.cpu_experts.start, choice.cpu_experts.stop] if choice.cpu_experts else None,
+        "partial_layer": [choice.cpu_experts.start, choice.partial] if choice.partial else None,
+        "llamacpp_build": setup.engine.options.build.spec,
         "layer_slots": choice.n_layers + 1,
         "projected_bytes": choice.projected_bytes,
         "limit_bytes": choice.limit_bytes,

@@ -11,14 +11,18 @@ import pytest
 
 from core.cli import main
 from core.engines import configured
+from core.engines.base import sized_tensors
+from core.engines.llamacpp import LlamaCppBuild
 from core.errors import InputError
 from core.fit import Setup, fit
-from core.llamacpp_autofit import FIT_MARGIN, fit_params
+from core.llamacpp_autofit import FIT_MARGIN, fit_params, partial_bytes
 from core.memory.gpus import Card, card_named
 from core.model.loading import load_model
+from core.model.params import count_params
 from core.units import GIB
 
 CARD_8GB = card_named("RTX 4060 8GB")
+LLAMA_CLI = configured("llama.cpp", frontend="llama-cli")
 
 
 def setup(name: str, card=CARD_8GB) -> Setup:
@@ -81,22 +85,66 @@ def moe_used(s: Setup, slots: int, experts_in_ram: range, context: int = 4096) -
     return fit(replace(s, gpu_layers=slots, cpu_experts=experts_in_ram), [context]).rows[0].total_bytes
 
 
+# Qwen3-30B-A3B's config.json: hidden_size 2048, moe_intermediate_size 768, 128 experts; one fp16 projection of all
+# experts of a layer, and the router (ffn_gate_inp, 128 × 2048), in bytes
+QWEN3_EXPERTS_PROJ = 128 * 768 * 2048 * 2
+QWEN3_ROUTER = 128 * 2048 * 2
+# DeepSeek-V3's: hidden_size 7168, moe_intermediate_size 2048, 256 routed experts and 1 shared expert of 2048
+DSV3_EXPERTS_PROJ = 256 * 2048 * 7168 * 2
+DSV3_ROUTER = 256 * 7168 * 2
+DSV3_SHEXP_PROJ = 2048 * 7168 * 2
+
+
+@pytest.mark.parametrize(
+    ("name", "layer", "fraction", "expected"),
+    [
+        # fit.cpp get_overflow_pattern: UP sends ffn_(gate|gate_up|down).* to RAM (the router ffn_gate_inp too) and
+        # keeps ffn_up_exps; GATE sends only ffn_down.*; ATTN the whole FFN; relative to MOE (routed experts only)
+        ("Qwen/Qwen3-30B-A3B", 20, "up", QWEN3_EXPERTS_PROJ - QWEN3_ROUTER),
+        ("Qwen/Qwen3-30B-A3B", 20, "gate", 2 * QWEN3_EXPERTS_PROJ),
+        ("Qwen/Qwen3-30B-A3B", 20, "attn", -QWEN3_ROUTER),
+        ("deepseek-ai/DeepSeek-V3", 3, "up", DSV3_EXPERTS_PROJ - DSV3_ROUTER - 2 * DSV3_SHEXP_PROJ),
+        ("deepseek-ai/DeepSeek-V3", 3, "gate", 2 * DSV3_EXPERTS_PROJ - DSV3_SHEXP_PROJ),
+        ("deepseek-ai/DeepSeek-V3", 3, "attn", -DSV3_ROUTER - 3 * DSV3_SHEXP_PROJ),
+        ("deepseek-ai/DeepSeek-V3", 0, "up", -2 * 18432 * 7168 * 2),  # a dense lead layer: its FFN gate and down go
+    ],
+)
+def test_the_first_partial_layer_keeps_what_its_overflow_pattern_leaves(name, layer, fraction, expected):
+    s = replace(setup(name), weights="fp16")
+    assert partial_bytes(s, layer, fraction) == expected
+
+
 def test_moe_keeps_the_last_layers_experts_in_ram():
     """Qwen3-30B-A3B on 8 GB: every layer fits with its experts in RAM, so fit.cpp step 4 gives experts back from
-    the lowest layer up, as many as leave the margin."""
+    the lowest layer up, as many as leave the margin, then tries part of the next layer: its up projections (and
+    then its gate projections) if that stays under the target, else only its attention."""
     s = setup("Qwen/Qwen3-30B-A3B")  # 48 layers
     limit = CARD_8GB.memory_bytes - FIT_MARGIN
     choice = fit_params(s)
     assert choice.n_ctx == 4096 and choice.gpu_layers is None  # every layer and the output on the GPU
     full = choice.cpu_experts.start
     assert choice.cpu_experts == range(full, 48) and full >= 1
-    assert moe_used(s, 49, range(full, 48)) <= limit < moe_used(s, 49, range(full + 1, 48))
-    assert choice.projected_bytes == moe_used(s, 49, range(full, 48))
+    whole = moe_used(s, 49, range(full, 48))
+    assert whole <= limit < moe_used(s, 49, range(full + 1, 48))
+    assert (choice.partial, choice.projected_bytes) == part_of_next_layer(s, whole, full, limit)
+
+
+def part_of_next_layer(s: Setup, whole: int, layer: int, limit: int) -> tuple[str | None, int]:
+    """fit.cpp's last try, worked by hand for Qwen3-30B-A3B (no shared experts): `layer` keeps its up experts and
+    sends its router (ffn_gate_inp) to RAM, or keeps up and gate experts, or sends only its router; each strictly
+    under the target. Gate and up experts are separate GGUF tensors of one type (convert_hf_to_gguf, llama-quant),
+    each half of kvscope's fused gate_up bytes."""
+    sizes = {t.role: size for t, size in sized_tensors(count_params(s.model), "q4_k_m", 2) if t.layer == layer}
+    up, router = sizes["ffn_gate_up_exps"] // 2, sizes["ffn_gate_inp"]
+    if whole + up - router < limit:
+        return ("gate", whole + 2 * up) if whole + 2 * up < limit else ("up", whole + up - router)
+    return ("attn", whole - router) if whole - router < limit else (None, whole)
 
 
 def test_moe_on_a_card_too_small_for_the_dense_layers_counts_layers_first():
-    """On 3 GiB the layers themselves do not all fit: step 3 keeps the lowest GPU layer whole and the others'
-    experts in RAM, and takes the most layers that leave the margin."""
+    """On 3 GiB not every layer fits even with its experts in RAM but the lowest: step 3 keeps the lowest GPU layer
+    whole and the others' experts in RAM, and takes the most layers that leave the margin. Every dense weight fits
+    with all experts in RAM, so step 4 runs: no second layer's experts fit, and it tries part of the next layer."""
     s = replace(setup("Qwen/Qwen3-30B-A3B"), card=Card.custom(3))
     limit = Card.custom(3).memory_bytes - FIT_MARGIN
     choice = fit_params(s)
@@ -104,7 +152,26 @@ def test_moe_on_a_card_too_small_for_the_dense_layers_counts_layers_first():
     assert slots is not None and 1 < slots < 49
     lowest = 49 - slots  # -ngl slots: the output layer and layers 49 - slots .. 47
     assert choice.cpu_experts == range(lowest + 1, 48)
-    assert moe_used(s, slots, range(lowest + 1, 48)) <= limit < moe_used(s, slots + 1, range(lowest, 48))
+    whole = moe_used(s, slots, range(lowest + 1, 48))
+    assert whole <= limit < moe_used(s, slots + 1, range(lowest, 48))
+    assert limit < moe_used(s, slots, range(lowest + 2, 48))  # a second layer's experts do not fit
+    assert (choice.partial, choice.projected_bytes) == part_of_next_layer(s, whole, lowest + 1, limit)
+
+
+def test_before_pr_27496_the_context_is_fitted_as_a_total_whatever_the_streams():
+    engine = configured("llama.cpp", frontend="llama-cli")
+    s = replace(setup("Qwen/Qwen3.5-9B"), engine=engine)
+    bundled = fit_params(s, sequences=2)
+    assert "from 524,288" in bundled.steps[0] and bundled.n_ctx % 512 == 0  # 262,144 × 2 streams, aligned 256 × 2
+    older = fit_params(replace(s, engine=engine.with_options(build=LlamaCppBuild.parse("2026-08-20"))), sequences=2)
+    assert "from 262,144" in older.steps[0] and older.n_ctx % 256 == 0  # the training context as the total
+    assert older.n_ctx % 512  # aligned to 256 only: a multiple of 256 × streams would be another context
+
+
+def test_builds_before_pr_18148_are_not_fitted():
+    old = replace(setup("Qwen/Qwen3-8B"), engine=LLAMA_CLI.with_options(build=LlamaCppBuild.parse("b6500")))
+    with pytest.raises(InputError, match=r"PR #18148 .*PR #16653"):
+        fit_params(old)
 
 
 def test_other_engines_are_refused_with_a_reason():

@@ -1,9 +1,20 @@
-"""llama.cpp's cache rules, recomputed by hand."""
+"""llama.cpp's cache rules and its -ngl placement per build, recomputed by hand."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
+import pytest
+
+from core.cli import main
 from core.engines import engine_named
+from core.engines.llamacpp import LlamaCppBuild
+from core.errors import InputError
+from core.fit import Setup, fit, layer_bytes
+from core.memory.gpus import card_named
 from core.model.loading import load_model
+from core.model.params import count_params
 
 LLAMA = engine_named("llama.cpp")
 
@@ -153,3 +164,120 @@ def test_logged_llamacpp_sizes_for_gemma3_270m_are_reproduced():
     mib = 1 << 20
     assert LLAMA.account(model, 1024 // 4, batch=4).total == 18 * mib
     assert LLAMA.account(model, -(-1024 // 3), batch=3).total == 27 * mib
+
+
+# --- -ngl placement by build (core.engines.llamacpp.Offload, LlamaCppBuild) ------------------------------------------
+
+OLD = LLAMA.with_options(build=LlamaCppBuild.parse("b6500"))  # before PR #18148
+
+
+@pytest.mark.parametrize(
+    ("ngl", "new", "old"),
+    [
+        # hand-worked from src/llama-model.cpp load_tensors for 48 decoder layers:
+        # from PR #18148 i_gpu_start = 49 - ngl over 49 slots (slot 48 = output); before, i_gpu_start = 48 - ngl
+        # and the output only when ngl > 48
+        (0, (range(48, 48), False), (range(48, 48), False)),
+        (1, (range(48, 48), True), (range(47, 48), False)),
+        (10, (range(39, 48), True), (range(38, 48), False)),
+        (48, (range(1, 48), True), (range(0, 48), False)),
+        (49, (range(0, 48), True), (range(0, 48), True)),
+        (999, (range(0, 48), True), (range(0, 48), True)),
+        (None, (range(0, 48), True), (range(0, 48), True)),
+    ],
+)
+def test_ngl_counts_the_output_layer_first_from_pr_18148(ngl, new, old):
+    assert (LLAMA.offload(ngl, 48).layers, LLAMA.offload(ngl, 48).output) == new
+    assert (OLD.offload(ngl, 48).layers, OLD.offload(ngl, 48).output) == old
+
+
+def test_experts_in_ram_are_those_of_gpu_layers_under_either_convention():
+    # --n-cpu-moe 40 with -ngl 10: only the GPU layers' experts are overridden (the others are in RAM anyway)
+    assert LLAMA.offload(10, 48, range(40)).cpu_experts == range(39, 40)
+    assert OLD.offload(10, 48, range(40)).cpu_experts == range(38, 40)
+
+
+@pytest.mark.parametrize(
+    ("spec", "shown", "output_first", "fit_streams"),
+    [
+        ("b6500", "b6500", False, False),
+        ("6500", "b6500", False, False),
+        (" B7414 ", "b7414", False, False),  # issue #18085's build (2025-12-16), before PR #18148
+        ("b7524", "b7524", True, False),  # issue #18337's build (2025-12-24), after it
+        ("b10509", "b10509", True, False),  # issue #27447's (2026-08-20), before PR #27496
+        ("2025-09-01", "2025-09-01", False, False),
+        ("2025-12-17", "2025-12-17", False, False),
+        ("2025-12-18", "2025-12-18", True, False),  # PR #18148's merge day
+        ("2026-08-21", "2026-08-21", True, True),
+    ],
+)
+def test_build_numbers_and_dates_choose_the_rules(spec, shown, output_first, fit_streams):
+    assert LlamaCppBuild.parse(spec) == LlamaCppBuild(shown, output_first, fit_streams)
+
+
+def test_default_build_is_the_bundled_one():
+    assert LLAMA.options.build == LlamaCppBuild() and LlamaCppBuild().spec == "0c1e57098"
+    assert LlamaCppBuild().output_first and LlamaCppBuild().fit_streams  # both PRs are in its source
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("b7480", r"b7480: kvscope cannot tell whether it has PR #18148.*b7414 lacks it and b7524 carries it"),
+        ("b10600", r"PR #27496.*no later build number is known here.*release date"),
+        ("b0", r"build numbers start at b1"),
+        ("latest", r"neither a build number \(b6500 or 6500\) nor a release date"),
+        ("2025-02-30", r"neither a build number"),
+        ("2025-9-1", r"neither a build number"),
+        ("b1234567", r"neither a build number"),
+    ],
+)
+def test_malformed_or_unplaceable_builds_are_refused(spec, message):
+    with pytest.raises(InputError, match=message):
+        LlamaCppBuild.parse(spec)
+
+
+def test_the_fit_weighs_the_layers_the_build_puts_on_the_gpu():
+    s = Setup(load_model("Qwen/Qwen3-8B"), LLAMA, card_named("RTX 4090"), weights="q8_0", gpu_layers=10)
+    dense, routed, output = layer_bytes(count_params(s.model), "q8_0", 2)
+    n = len(dense)
+    assert fit(s, [4096]).weights_bytes == sum(dense[n - 9 :]) + sum(routed[n - 9 :]) + output
+    assert fit(replace(s, engine=OLD), [4096]).weights_bytes == sum(dense[n - 10 :]) + sum(routed[n - 10 :])
+
+
+def run_cli(capsys, *argv: str) -> dict:
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_cli_flag_on_fit_speed_and_autofit(capsys):
+    base = ["Qwen/Qwen3-8B", "--gpu", "RTX 4090", "--engine", "llama.cpp", "--weights", "q8_0", "-ngl", "10"]
+    old = run_cli(capsys, "fit", *base, "--llamacpp-build", "6500")
+    assert old["engine_options"]["build"] == {"spec": "b6500", "output_first": False, "fit_streams": False}
+    assert any("-ngl 10: the last 10 of 36 layers on the GPU;" in note for note in old["notes"])
+    new = run_cli(capsys, "fit", *base)
+    assert any("-ngl 10: the last 9 of 36 layers and the output layer" in note for note in new["notes"])
+    assert run_cli(capsys, "speed", *base, "--llamacpp-build", "b6500")["layers_on_gpu"] == 10
+    assert run_cli(capsys, "speed", *base, "--llamacpp-build", "2026-01-01")["layers_on_gpu"] == 9
+    fitted = run_cli(capsys, "autofit", "Qwen/Qwen3-8B", "--gpu", "RTX 4060 8GB", "--llamacpp-build", "2026-01-01")
+    assert fitted["llamacpp_build"] == "2026-01-01"
+
+
+@pytest.mark.parametrize(
+    ("command", "spec", "message"),
+    [
+        ("fit", "newest", "argument --llamacpp-build: llama.cpp build 'newest' is neither"),
+        ("speed", "b7480", "argument --llamacpp-build: llama.cpp b7480: kvscope cannot tell"),
+        ("autofit", "2025-13-01", "argument --llamacpp-build: llama.cpp build '2025-13-01' is neither"),
+    ],
+)
+def test_cli_refuses_bad_builds(capsys, command, spec, message):
+    args = [command, "Qwen/Qwen3-8B", "--gpu", "RTX 4090", "--llamacpp-build", spec]
+    with pytest.raises(SystemExit) as exit_:
+        main(args + (["--engine", "llama.cpp"] if command != "autofit" else []))
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_autofit_refuses_builds_whose_fit_is_not_modelled(capsys):
+    assert main(["autofit", "Qwen/Qwen3-8B", "--gpu", "RTX 4060 8GB", "--llamacpp-build", "b6500"]) == 2
+    assert "kvscope models --fit from PR #18148" in capsys.readouterr().err

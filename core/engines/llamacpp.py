@@ -148,7 +148,7 @@ def _by_number(change: Change, number: int) -> bool:
     raise InputError(
         f"llama.cpp b{number}: kvscope cannot tell whether it has PR #{change.pr} ({change.title}, merged "
         f"{change.merged}): b{change.last_without} lacks it and {known}. Give the build's release date instead "
-        "(e.g. --llamacpp-build 2026-09-01), or leave the flag out for the bundled build's rules"
+        f"(e.g. --llamacpp-build {change.merged}), or leave the flag out for the bundled build's rules"
     )
 
 
