@@ -42,30 +42,32 @@ def matmul_flops(m: dict, tokens: int) -> float:
     return 2.0 * m["layers"] * (4 * h * h + 3 * h * f) * tokens + 2.0 * m["vocab"] * h
 
 
-def rates_from(results: dict, threads: int) -> tuple[tuple[str, float, float], ...]:
+def rates_from(results: dict, threads: int, model: dict) -> tuple[tuple[str, float, float], ...]:
     """Effective GFLOP/s per thread per format from the runner's seconds."""
     return tuple(
         (
             name,
-            matmul_flops(MODEL, 1) / (threads * r["decode_s"]) / 1e9,
-            matmul_flops(MODEL, CONTEXT) / (threads * r["prefill_s"]) / 1e9,
+            matmul_flops(model, 1) / (threads * r["decode_s"]) / 1e9,
+            matmul_flops(model, CONTEXT) / (threads * r["prefill_s"]) / 1e9,
         )
         for name, r in results.items()
     )
 
 
-def llamacpp_rates(python: Path, threads: int, formats: tuple[str, ...]) -> tuple[tuple[str, float, float], ...]:
+def llamacpp_rates(
+    python: Path, threads: int, formats: tuple[str, ...], model: dict
+) -> tuple[tuple[str, float, float], ...]:
     gguf_py = python.parent.parent / "llama.cpp" / "gguf-py"
     env = os.environ | {"PYTHONPATH": str(gguf_py)} if gguf_py.exists() else dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="kvscope-calibrate-") as tmp:
         job = Path(tmp) / "job.json"
         spec = {"dir": tmp, "threads": threads, "context": CONTEXT, "decode_steps": DECODE_STEPS}
-        job.write_text(json.dumps(spec | {"formats": list(formats), "model": MODEL}))
+        job.write_text(json.dumps(spec | {"formats": list(formats), "model": model}))
         cmd = [str(python), str(RUNNER), str(job)]
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if out.returncode != 0:
         raise InputError(f"llama.cpp calibration failed: {out.stderr.strip()[-500:]}")
-    return rates_from(json.loads(out.stdout.strip().splitlines()[-1])["formats"], threads)
+    return rates_from(json.loads(out.stdout.strip().splitlines()[-1])["formats"], threads, model)
 
 
 def numpy_rates(threads: int) -> tuple[tuple[str, None, float], ...]:
@@ -84,8 +86,11 @@ def numpy_rates(threads: int) -> tuple[tuple[str, None, float], ...]:
     return (("f32", None, flops / best / threads / 1e9),)
 
 
-def calibrate(threads: int | None = None, engine: str = "auto", formats: tuple[str, ...] = FORMATS) -> Calibration:
-    """Measure this host now. engine: "llama.cpp" (fail without it), "numpy", or "auto" (llama.cpp if importable)."""
+def calibrate(
+    threads: int | None = None, engine: str = "auto", formats: tuple[str, ...] = FORMATS, model: dict = MODEL
+) -> Calibration:
+    """Measure this host now. engine: "llama.cpp" (fail without it), "numpy", or "auto" (llama.cpp if importable);
+    `model` (the random-weight GGUF's shape) is smaller only in tests."""
     threads = threads or os.cpu_count() or 1
     python = engines_python() if engine != "numpy" else None
     if engine == "llama.cpp" and python is None:
@@ -96,7 +101,7 @@ def calibrate(threads: int | None = None, engine: str = "auto", formats: tuple[s
         version = subprocess.run(
             [str(python), "-c", "import llama_cpp; print(llama_cpp.__version__)"], capture_output=True, text=True
         ).stdout.strip()
-        rates: tuple = llamacpp_rates(python, threads, formats)
+        rates: tuple = llamacpp_rates(python, threads, formats, model)
         method = f"llama.cpp {version} (llama-cpp-python), {threads} threads, random-weight GGUF per format"
     else:
         rates = numpy_rates(threads)

@@ -281,8 +281,9 @@ def _part(
     else:
         bw = hw.ram_gb_s
         peak = attention_peak = float(hw.threads)  # CPU figures are GFLOP/s per thread
-    family = format_family(setup.weights or default_format(setup.model))
-    measured = hw.calibration.rate(family, prefill) if hw.calibration and device == "cpu" else None
+    fmt = setup.weights or default_format(setup.model)
+    family = format_family(fmt)
+    measured = hw.calibration.rate(fmt, prefill) if hw.calibration and device == "cpu" else None
     if measured is not None:  # this host's own matmul rate for the format's kernels
         mm_rate = peak * measured
     else:

@@ -1,0 +1,243 @@
+"""Issue 19: backends, flash attention, ubatch and threads on `python -m core speed`; the fitted per-group constants;
+each speed figure's held-out error; `python -m core calibrate` per host; the corpus fit and its table."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from core.cli import main
+from core.engines import configured
+from core.errors import InputError
+from core.fit import Setup
+from core.memory.gpus import Card, card_named
+from core.model.loading import load_model
+from core.speed import Hardware, predict
+from core.speed import calibration as cal_mod
+from core.speed.calibration import Calibration, host_key
+from core.speed.efficiency import efficiency_for, fitted, fitted_groups
+from core.speed.groups import ErrorBar, card_class, checked_backend, default_backend, format_family
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = "Qwen/Qwen3-8B"
+
+
+def run_json(capsys, *argv: str) -> dict:
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def setup_on(card: str, **options) -> Setup:
+    return Setup(load_model(MODEL), configured("llama.cpp", **options), card_named(card), weights="q4_k_m")
+
+
+# -- backends and card classes -------------------------------------------------------------------------------------
+
+
+def test_backend_defaults_from_the_cards_vendor():
+    assert default_backend(card_named("GeForce RTX 4090 24GB")) == "cuda"
+    assert default_backend(card_named("Instinct MI300X 192GB")) == "rocm"
+    assert default_backend(card_named("Apple M4 Max 128GB (16C CPU / 40C GPU)")) == "metal"
+    assert default_backend(card_named("Intel Arc B580 12GB")) == "sycl"
+    assert default_backend(Card.custom(24)) == "cuda"
+    # a row of gpus.csv without a vendor: the name says AMD
+    assert default_backend(card_named("AMD Ryzen AI Max+ 395 (Strix Halo, Radeon 8060S) 128GB")) == "rocm"
+
+
+def test_card_classes():
+    assert card_class(card_named("H100 80GB SXM5"), "cuda") == "datacenter"
+    assert card_class(card_named("GeForce RTX 4090 24GB"), "cuda") == "consumer"
+    assert card_class(card_named("RTX 6000 Ada Generation 48GB"), "cuda") == "workstation"
+    assert card_class(card_named("Apple M4 Max 128GB (16C CPU / 40C GPU)"), "metal") == "apple"
+    assert card_class(card_named("AMD Ryzen AI Max+ 395 (Strix Halo, Radeon 8060S) 128GB"), "rocm") == "apu"
+    assert card_class(card_named("GeForce RTX 4090 24GB"), "cpu") == "cpu"
+
+
+def test_a_backend_that_cannot_drive_the_card_is_refused():
+    with pytest.raises(InputError, match="Metal does not run on GeForce"):
+        checked_backend(card_named("GeForce RTX 4090 24GB"), "metal")
+    assert checked_backend(card_named("GeForce RTX 4090 24GB"), "vulkan") == "vulkan"
+
+
+@pytest.mark.parametrize(
+    ("fmt", "family"),
+    [("Q4_K_M", "k-quant"), ("q6_k", "k-quant"), ("Q4_0", "legacy"), ("Q8_0", "legacy"), ("IQ4_XS", "i-quant"),
+     ("MXFP4_MOE", "mxfp4"), ("F16", "float"), ("gguf_bf16", "float"), ("fp8", "other")],
+)  # fmt: skip
+def test_format_families(fmt, family):
+    assert format_family(fmt) == family
+
+
+# -- the flags -------------------------------------------------------------------------------------------------------
+
+
+def test_speed_flags_reach_the_prediction(capsys):
+    base = ["speed", MODEL, "--gpu", "GeForce RTX 4090 24GB", "--engine", "llama.cpp", "--context", "8192"]
+    default = run_json(capsys, *base)
+    assert (default["backend"], default["flash_attn"], default["n_ubatch"]) == ("cuda", True, 512)
+    out = run_json(capsys, *base, "--backend", "vulkan", "-fa", "off", "-ub", "128")
+    assert (out["backend"], out["flash_attn"], out["n_ubatch"]) == ("vulkan", False, 128)
+    assert out["rows"][0]["prefill_chunk"] == 128
+    assert "Vulkan" in out["rows"][0]["decode_error"]["group"]
+    # a quarter of the ubatch reads the weights four times as often and fills smaller GEMMs: a slower prefill
+    assert out["rows"][0]["prefill_tok_s"] < default["rows"][0]["prefill_tok_s"]
+
+
+def test_ubatch_above_the_batch_raises_the_batch(capsys):
+    out = run_json(capsys, "speed", MODEL, "--gpu", "GeForce RTX 4090 24GB", "--engine", "llama.cpp", "-ub", "4096",
+                   "--context", "8192")  # fmt: skip
+    assert out["n_ubatch"] == 4096 and out["rows"][0]["prefill_chunk"] == 4096
+
+
+def test_backend_errors_and_cpu_backend(capsys):
+    assert main(["speed", MODEL, "--gpu", "GeForce RTX 4090 24GB", "--backend", "rocm"]) == 2
+    assert "ROCm does not run on" in capsys.readouterr().err
+    out = run_json(capsys, "speed", MODEL, "--backend", "cpu", "--engine", "llama.cpp", "--ram-gbs", "50",
+                   "--threads", "4", "--context", "4096")  # fmt: skip
+    assert out["device"] == "cpu" and out["backend"] == "cpu" and out["threads"] == 4
+
+
+# -- fitted constants and error bars ---------------------------------------------------------------------------------
+
+
+def test_fitted_constants_load_and_win_over_the_priors():
+    groups = fitted_groups()
+    assert groups, "core/speed/fitted.json holds no group: run tests/bench/fit_corpus.py"
+    (engine, backend, klass), entry = next(iter(groups.items()))
+    assert entry.status == "fitted" and entry.backend == backend and entry.fitted_on
+    assert efficiency_for(engine, "gpu", backend, klass) == entry
+    prior = efficiency_for("vllm", "gpu", "cuda", "datacenter")  # no vLLM group: the prior stays
+    assert prior.status == "assumed"
+
+
+def test_a_speed_carries_its_groups_held_out_error():
+    errors = {(e["engine"], e["backend"], e["card_class"], e["kind"]): e for e in fitted()["errors"]}
+    s = predict(setup_on("GeForce RTX 4090 24GB"), Hardware(50.0, 8), 4096)
+    key = ("llama.cpp", "cuda", "consumer", "decode")
+    assert s.error is s.decode_error and s.decode_error.kind == "decode" and s.prefill_error.kind == "prefill"
+    if key in errors:
+        assert s.decode_error.rows == errors[key]["rows"] and s.decode_error.median == errors[key]["median"]
+        assert f"{errors[key]['rows']} held-out decode runs" in s.decode_error.label
+    # a group nobody measured says so
+    sycl = predict(setup_on("Intel Arc B580 12GB"), Hardware(50.0, 8), 4096)
+    assert not sycl.decode_error.checked and sycl.decode_error.label.startswith("not checked")
+
+
+def test_error_label_wording():
+    bar = ErrorBar("decode", "llama.cpp CUDA on consumer cards", rows=48, median=0.12, within=0.9, ratio=0.95)
+    assert bar.label == "±12 % typical, 48 held-out decode runs of llama.cpp CUDA on consumer cards"
+    assert ErrorBar("prefill", "x").label == "not checked: no held-out published prefill runs of x"
+
+
+def test_flash_attention_off_slows_attention_by_the_fitted_factor():
+    table_on = efficiency_for("llama.cpp", "gpu", "cuda", "consumer")
+    eff = replace(table_on, flash_off=0.5)
+    table = {("llama.cpp", "gpu"): eff}
+    on = predict(setup_on("GeForce RTX 4090 24GB"), Hardware(50.0, 8), 32768, table=table)
+    off = predict(setup_on("GeForce RTX 4090 24GB", flash_attn=False), Hardware(50.0, 8), 32768, table=table)
+    a_on, a_off = on.prefill.parts[0].attention_s, off.prefill.parts[0].attention_s
+    assert math.isclose(a_off, 2 * a_on, rel_tol=1e-9)
+
+
+# -- calibration -------------------------------------------------------------------------------------------------------
+
+
+def cpu_setup(fmt: str) -> Setup:
+    return Setup(load_model(MODEL), configured("llama.cpp"), Card.custom(1), weights=fmt)
+
+
+def test_calibration_is_stored_and_loaded_per_host(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSCOPE_CACHE_DIR", str(tmp_path))
+    assert cal_mod.load() is None
+    cal = Calibration(host_key(), "2026-12-01 15:00 UTC", "test", 20.0, 2, (("Q8_0", 4.0, 40.0), ("Q4_K_M", 9.0, 30.0)))
+    path = cal_mod.store(cal)
+    assert path.parent == tmp_path and cal_mod.load() == cal
+    other = replace(cal, host="another CPU | 64 cores", ram_gb_s=200.0)
+    cal_mod.store(other)
+    assert cal_mod.load() == cal and cal_mod.load(other.host) == other
+
+
+def test_calibrated_rates_set_each_formats_cpu_speed():
+    # a compute-bound CPU (slow kernels, fast RAM): each format at its own measured rate
+    cal = Calibration(host_key(), "2026-12-01 15:00 UTC", "test", 500.0, 2, (("Q8_0", 1.0, 10.0), ("Q4_K_M", 2.0, 5.0)))
+    hw = Hardware(500.0, 2, cpu_only=True, calibration=cal)
+    q8, q4 = predict(cpu_setup("q8_0"), hw, 512), predict(cpu_setup("q4_k_m"), hw, 512)
+    ratio = q4.decode.parts[0].matmul_s / q8.decode.parts[0].matmul_s
+    assert math.isclose(ratio, 0.5, rel_tol=1e-9)  # same FLOPs at twice the rate
+    assert q4.decode_tok_s > q8.decode_tok_s
+    assert q8.decode_error.label.startswith("calibrated on this host at 2026-12-01 15:00 UTC")
+    # a format not measured takes its family's rate (q6_k: the k-quant Q4_K_M's)
+    q6 = predict(cpu_setup("q6_k"), hw, 512)
+    assert math.isclose(q6.decode.parts[0].matmul_s, q4.decode.parts[0].matmul_s, rel_tol=1e-9)
+
+
+def test_calibrate_command_numpy_stores_for_this_host(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KVSCOPE_CACHE_DIR", str(tmp_path))
+    out = run_json(capsys, "calibrate", "--with", "numpy", "--threads", "1")
+    assert out["host"] == host_key() and out["ram_gb_s"] > 0 and out["rates"][0][2] > 0
+    loaded = cal_mod.load()
+    assert loaded is not None and loaded.rate("gguf_f16", prefill=True) == out["rates"][0][2]
+    assert loaded.rate("q4_k_m", prefill=True) is None  # numpy runs no quantised kernel
+    speed = run_json(capsys, "speed", MODEL, "--device", "cpu", "--engine", "llama.cpp", "--context", "4096")
+    assert speed["ram_source"].startswith("calibrated on this host") and speed["calibration"]["host"] == host_key()
+
+
+def test_llamacpp_calibration_runs_the_real_kernels(tmp_path, monkeypatch):
+    """libllama quantises a tiny random GGUF and times it; Q4_0 reads fewer bytes than F16 per decode step."""
+    from core.speed.calibrate import calibrate, engines_python
+
+    if engines_python() is None:
+        pytest.fail("the engines' venv cannot import llama_cpp; run `make engines`")
+    tiny = {"hidden": 256, "ffn": 768, "layers": 2, "heads": 4, "vocab": 1000}
+    cal = calibrate(1, "llama.cpp", ("F16", "Q4_0"), model=tiny)
+    assert cal.method.startswith("llama.cpp") and {r[0] for r in cal.rates} == {"F16", "Q4_0"}
+    assert all(dec > 0 and pre > 0 for _, dec, pre in cal.rates)
+
+
+# -- the corpus fit and the bench table --------------------------------------------------------------------------
+
+
+def test_fit_and_table_on_a_few_corpus_rows(tmp_path, monkeypatch):
+    sys.path.insert(0, str(ROOT))
+    from tests.bench import fit_corpus
+
+    lines = [r for r in fit_corpus.corpus_lines() if r.get("model_id") and r["backend"] == "metal"][:12]
+    assert lines, "no Metal rows with a model_id in measurements/speed/corpus"
+    (tmp_path / "few.jsonl").write_text("\n".join(json.dumps(r) for r in lines))
+    monkeypatch.setattr(fit_corpus, "CORPUS", tmp_path)
+    rows, _ = fit_corpus.load_rows()
+    assert len(rows) == len(lines)
+    terms = [fit_corpus.terms(r) for r in rows]
+    start = fit_corpus.start_params(efficiency_for("llama.cpp", "gpu"))
+    fitted_p = fit_corpus.descend(terms, start, fit_corpus.fit_keys(terms), None, rounds=15)
+    assert fit_corpus.loss(terms, fitted_p, None) < fit_corpus.loss(terms, start, None)
+    stats = fit_corpus.error_groups(fit_corpus.ratios(rows))
+    text = fit_corpus.table(stats, "title")
+    assert "Metal on Apple silicon" in text and stats[("decode", "*", "*", "*")].rows + stats.get(
+        ("prefill", "*", "*", "*"), fit_corpus.Stat(0, 0, 0, 1)
+    ).rows == len(rows)
+
+
+def test_held_out_split_is_by_source_and_card():
+    sys.path.insert(0, str(ROOT))
+    from tests.bench.fit_corpus import held_out, kvscope_format
+
+    assert held_out("a", "b") == held_out("a", "b")
+    assert {held_out(f"s{i}", "card") for i in range(30)} == {True, False}
+    assert kvscope_format("Q4_K - Medium", "meta-llama/Llama-3.1-8B-Instruct") == "q4_k_m"
+    assert kvscope_format("F16", "openai/gpt-oss-20b") == "mxfp4_moe"
+
+
+def test_bench_speed_corpus_section_runs():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "bench" / "bench_speed.py"), "--corpus"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "held-out error" in out.stdout and "decode within ±20 %" in out.stdout
