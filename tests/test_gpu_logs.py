@@ -35,7 +35,7 @@ from core.units import MIB
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "measurements" / "gpu_logs" / "llamacpp_gpu_logs.jsonl"
 ARTIFACT = ROOT / "tests" / "artifacts" / "gpu_logs.md"
-GPU_DEVICE = re.compile(r"^(CUDA|ROCm|SYCL|Vulkan|MTL|Metal)\d+$")  # a device buffer; *_Host, CPU* are system RAM
+GPU_DEVICE = re.compile(r"^(CUDA|ROCm|SYCL|Vulkan|MTL|Metal)\d+\b")  # a device's buffer; *_Host, CPU* are system RAM
 COMPONENTS = ("model GPU", "model RAM", "KV GPU", "KV RAM", "RS GPU", "compute GPU", "compute host", "GPU total")
 
 # Bounds from the logs (tests/artifacts/gpu_logs.md; README "kvscope against published llama.cpp logs"):
@@ -250,7 +250,10 @@ def test_cache_buffers_are_exact_to_the_printed_mib(row):
 @pytest.mark.parametrize("row", KNOWN, ids=lambda r: r["id"])
 def test_weights_are_within_what_the_logs_show(row):
     log, got = logged(row), sized(row).parts
-    assert abs(error(got["model RAM"], log["model RAM"])) <= WEIGHTS_RAM_REL
+    # an mmap'd CPU_Mapped buffer is the span of the file holding the CPU tensors; with experts kept in RAM layer
+    # by layer that span also covers the GPU tensors between them, so it bounds nothing kvscope sizes
+    if not (row["cpu_moe_layers"] and "CPU_Mapped" in row["buffers_mib"]["model"]):
+        assert abs(error(got["model RAM"], log["model RAM"])) <= WEIGHTS_RAM_REL
     if row["id"] not in KNOWN_BUGS:
         assert abs(error(got["model GPU"], log["model GPU"])) <= WEIGHTS_GPU_REL
 
