@@ -149,7 +149,9 @@ def test_model_ids_load_with_the_printed_parameter_count(model_id):
     printed = {r["params"] for _, _, r in ROWS if r["model_id"] == model_id and r["params"]}
     assert printed, f"{model_id}: no row prints a parameter count to check the mapping against"
     for params in printed:
-        assert abs(total - params) <= 0.01 * params, f"{model_id}: config has {total:,} parameters, a row printed {params:,}"
+        assert abs(total - params) <= 0.01 * params, (
+            f"{model_id}: config has {total:,} parameters, a row printed {params:,}"
+        )
 
 
 def test_corpus_is_as_broad_as_issue_19_asks():

@@ -57,10 +57,31 @@ def test_name(n_prompt: int, n_gen: int, depth: int) -> str:
 
 def row(**kw) -> dict:
     base = {
-        "source": None, "source_id": None, "engine": "llama.cpp", "build": None, "backend": None, "card": None,
-        "n_devices": 1, "model": None, "model_id": None, "weights": None, "size_bytes": None, "params": None,
-        "kind": None, "test": None, "n_prompt": 0, "n_gen": 0, "depth": 0, "n_batch": None, "n_ubatch": None,
-        "flash_attn": None, "threads": None, "ngl": None, "concurrency": 1, "tok_s": None, "tok_s_std": None,
+        "source": None,
+        "source_id": None,
+        "engine": "llama.cpp",
+        "build": None,
+        "backend": None,
+        "card": None,
+        "n_devices": 1,
+        "model": None,
+        "model_id": None,
+        "weights": None,
+        "size_bytes": None,
+        "params": None,
+        "kind": None,
+        "test": None,
+        "n_prompt": 0,
+        "n_gen": 0,
+        "depth": 0,
+        "n_batch": None,
+        "n_ubatch": None,
+        "flash_attn": None,
+        "threads": None,
+        "ngl": None,
+        "concurrency": 1,
+        "tok_s": None,
+        "tok_s_std": None,
         "notes": "",
     }
     unknown = set(kw) - set(base)
@@ -142,7 +163,10 @@ LLMBENCH_TG = {128, 1024, 4096}
 def lhl_llm_bench(repo: Path) -> dict[str, list[dict]]:
     rev = head(repo)
     names = subprocess.run(
-        ["git", "-C", str(repo), "ls-tree", "--name-only", rev, "llm-bench/"], check=True, capture_output=True, text=True
+        ["git", "-C", str(repo), "ls-tree", "--name-only", rev, "llm-bench/"],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.split()
     out: dict[str, list[dict]] = {}
     for d in names:
@@ -223,7 +247,7 @@ def xiongjiedai(repo: Path) -> list[dict]:
     text = git_show(repo, rev, "README.md")
     tables = re.findall(r"\n(\| GPU .*?)\n\n", text, flags=re.S)
     out = []
-    for kind, table in zip(("decode", "prefill"), tables[:2]):
+    for kind, table in zip(("decode", "prefill"), tables[:2], strict=True):
         lines = [ln for ln in table.splitlines() if ln.startswith("|")]
         cols = [c.strip() for c in lines[0].strip("|").split("|")]
         for ln in lines[2:]:
@@ -232,7 +256,7 @@ def xiongjiedai(repo: Path) -> list[dict]:
             if m := re.match(r"(.*?) \* (\d+)$", gpu):
                 gpu, n = m.group(1), int(m.group(2))
             card = XD_CARDS[gpu]
-            for col, val in zip(cols[1:], cells[1:]):
+            for col, val in zip(cols[1:], cells[1:], strict=True):
                 if val == "OOM":
                     continue
                 model, size, params = XD_MODELS[col]
@@ -378,7 +402,7 @@ def scoreboards(repo: Path) -> dict[str, list[dict]]:
         r = json.loads(line)
         url = r["source"]["url"]
         setup = r["llm_setup"]
-        n_prompt, n_gen = setup["prompt_tokens"], setup["generation_tokens"]
+        n_prompt = setup["prompt_tokens"]
         if url.endswith("/4167"):
             card = APPLE_CARDS.get(r["device"])
             if card is None:
@@ -413,7 +437,11 @@ def scoreboards(repo: Path) -> dict[str, list[dict]]:
         if card is None:
             continue
         fa = r["benchmark_id"].endswith("__fa")
-        slug = {"CUDA": "llamacpp-disc-15013-cuda", "ROCm": "llamacpp-disc-15021-rocm", "Vulkan": "llamacpp-disc-10879-vulkan"}[backend]
+        slug = {
+            "CUDA": "llamacpp-disc-15013-cuda",
+            "ROCm": "llamacpp-disc-15021-rocm",
+            "Vulkan": "llamacpp-disc-10879-vulkan",
+        }[backend]
         std = notes.get("stddev")
         extra = SCOREBOARD_NOTES.get(chip)
         out.setdefault(slug, []).append(
@@ -434,11 +462,420 @@ def scoreboards(repo: Path) -> dict[str, list[dict]]:
                 flash_attn=fa,
                 tok_s=r["value"],
                 tok_s_std=float(std.lstrip("±")) if std else None,
-                notes=f"scoreboard row '{chip}' ({'with' if fa else 'without'} FA table; llama-bench -ngl 99 -fa {int(fa)}, "
+                notes=f"scoreboard row '{chip}' ({'with' if fa else 'without'} FA table; "
+                f"llama-bench -ngl 99 -fa {int(fa)}, "
                 f"pp512/tg128 defaults), as parsed by {WILLITRUN} @ {rev[:8]}; build = the row's commit"
                 + (f"; {extra}" if extra else ""),
             )
         )
+    return out
+
+
+# ---- Tables read from GitHub issue and PR threads (transcribed by hand from the thread text) ----
+# One entry per table: the settings every row of it shares, then (test, t/s, ±std) per row. "llama 7B" is LLaMA 1/2
+# 7B (same shapes, 6.74 B parameters); "llama 8B" in mid-2024 PRs is Llama 3 8B (the Llama 3.1 config's shapes).
+GIB_ = GIB
+MIB = 1024**2
+HAND = [
+    dict(
+        slug="llamacpp-pr-7676-mmq-tensor-cores",
+        url="https://github.com/ggml-org/llama.cpp/pull/7676",
+        backend="cuda",
+        card="GeForce RTX 4090 24GB",
+        model="llama 8B Q4_0",
+        model_id="meta-llama/Llama-3.1-8B-Instruct",
+        ngl=99,
+        notes="PR column (cuda-ptx-mma-7, merged) of the compare table; master build not given; "
+        "n_ubatch = the table's microbatch size",
+        rows=[
+            ("pp512", v, None, {"n_ubatch": u})
+            for u, v in [(16, 1937.21), (32, 3427.61), (64, 5420.06), (128, 7443.66), (256, 9601.53), (512, 10358.75)]
+        ],
+    ),
+    dict(
+        slug="llamacpp-pr-7860-mmq-k-quants",
+        url="https://github.com/ggml-org/llama.cpp/pull/7860",
+        backend="cuda",
+        card="GeForce RTX 4090 24GB",
+        model="llama 8B Q4_K_S",
+        model_id="meta-llama/Llama-3.1-8B-Instruct",
+        ngl=99,
+        notes="PR column (cuda-ptx-mma-12, merged) of the compare table; n_ubatch = the table's microbatch size",
+        rows=[
+            ("pp2048", v, None, {"n_ubatch": u})
+            for u, v in [
+                (16, 1946.01),
+                (32, 3358.03),
+                (64, 5349.26),
+                (128, 6901.00),
+                (256, 8555.10),
+                (512, 9278.55),
+                (1024, 9265.84),
+                (2048, 8655.44),
+            ]
+        ],
+    ),
+    dict(
+        slug="llamacpp-pr-7921-mmq-q2k-q3k",
+        url="https://github.com/ggml-org/llama.cpp/pull/7921",
+        backend="cuda",
+        card="GeForce RTX 4090 24GB",
+        model="llama 8B Q2_K_M",
+        model_id="meta-llama/Llama-3.1-8B-Instruct",
+        ngl=99,
+        notes="PR column (cuda-ptx-mma-17, merged) of the compare table; n_ubatch = the table's microbatch size",
+        rows=[
+            ("pp2048", v, None, {"n_ubatch": u})
+            for u, v in [
+                (16, 1702.40),
+                (32, 2689.24),
+                (64, 4120.64),
+                (128, 5635.31),
+                (256, 7022.20),
+                (512, 7639.35),
+                (1024, 7755.40),
+                (2048, 7083.78),
+            ]
+        ],
+    ),
+    dict(
+        slug="llamacpp-pr-17505-mma-fa",
+        url="https://github.com/ggml-org/llama.cpp/pull/17505",
+        backend="cuda",
+        card="GeForce RTX 3090 24GB",
+        model="llama 8B Q4_0",
+        model_id="meta-llama/Llama-3.1-8B-Instruct",
+        ngl=99,
+        flash_attn=True,
+        notes="PR column (277014f50) of the compare table; prefill of 512 tokens on a 32768-token cache; "
+        "n_ubatch = the table's microbatch size",
+        rows=[
+            ("pp512 @ d32768", v, None, {"n_ubatch": u})
+            for u, v in [
+                (2, 170.31),
+                (4, 303.46),
+                (8, 439.54),
+                (16, 874.15),
+                (32, 1194.99),
+                (64, 1495.43),
+                (128, 1617.77),
+                (256, 1697.92),
+                (512, 1448.12),
+            ]
+        ]
+        + [("pp512 @ d32768", 102.76, None, {"n_ubatch": 1, "card": "GeForce RTX 4090 24GB"})],
+    ),
+    dict(
+        slug="llamacpp-pr-4766-backend-sched",
+        url="https://github.com/ggml-org/llama.cpp/pull/4766",
+        backend="cuda",
+        card="GeForce RTX 4090 24GB",
+        model="llama 7B F16",
+        model_id="meta-llama/Llama-2-7b-hf",
+        ngl=99,
+        params=6_740_000_000,
+        notes="ggerganov's llama-bench table (models/codellama-7b: CodeLlama 7B, Llama 2 7B shapes, "
+        "32016-token vocabulary)",
+        rows=[
+            ("pp512", 11048.22, 269.74, {}),
+            ("tg128", 61.03, 0.07, {}),
+            ("pp512", 7664.00, 108.83, {"model": "llama 7B Q8_0"}),
+            ("tg128", 98.13, 0.07, {"model": "llama 7B Q8_0"}),
+            ("pp512", 7979.85, 114.18, {"model": "llama 7B Q4_0"}),
+        ],
+    ),
+    dict(
+        slug="llamacpp-pr-4766-backend-sched-jg",
+        url="https://github.com/ggml-org/llama.cpp/pull/4766",
+        backend="cuda",
+        card="GeForce RTX 3090 24GB",
+        model="llama 7B F16",
+        model_id="meta-llama/Llama-2-7b-hf",
+        ngl=99,
+        notes="JohannesGaessler's compare table, sl/backend-sched column (merged), main GPU 0 "
+        "(the GPU column names the card; other visible GPUs not stated)",
+        rows=[
+            ("pp512", 4407.44, None, {}),
+            ("tg128", 48.09, None, {}),
+            ("pp512", 3462.77, None, {"model": "llama 7B Q2_K"}),
+            ("tg128", 91.62, None, {"model": "llama 7B Q2_K"}),
+            ("pp512", 3409.98, None, {"model": "llama 7B Q3_K_S"}),
+            ("tg128", 85.45, None, {"model": "llama 7B Q3_K_S"}),
+            ("pp512", 3510.53, None, {"model": "llama 7B Q4_0"}),
+            ("tg128", 119.90, None, {"model": "llama 7B Q4_0"}),
+        ]
+        + [
+            (t, v, None, {"model": m, "card": "Tesla P40 24GB"})
+            for m, t, v in [
+                ("llama 7B Q2_K", "tg128", 33.36),
+                ("llama 7B Q3_K_S", "pp512", 592.36),
+                ("llama 7B Q3_K_S", "tg128", 30.74),
+                ("llama 7B Q4_0", "pp512", 934.74),
+                ("llama 7B Q4_0", "tg128", 56.29),
+                ("llama 7B Q4_1", "pp512", 934.87),
+                ("llama 7B Q4_1", "tg128", 55.41),
+                ("llama 7B Q4_K_S", "pp512", 870.33),
+                ("llama 7B Q4_K_S", "tg128", 53.71),
+                ("llama 7B Q5_0", "pp512", 880.04),
+                ("llama 7B Q5_0", "tg128", 48.14),
+            ]
+        ],
+    ),
+    dict(
+        slug="llamacpp-pr-15451-mxfp4-byte-perm",
+        url="https://github.com/ggml-org/llama.cpp/pull/15451",
+        backend="cuda",
+        card="RTX A5000 24GB",
+        n_devices=2,
+        model="gpt-oss 20B MXFP4 MoE",
+        model_id="openai/gpt-oss-20b",
+        build="b6263 (b730706a)",
+        size_bytes=round(11.27 * GIB_),
+        params=20_910_000_000,
+        n_batch=4096,
+        n_ubatch=4096,
+        flash_attn=True,
+        threads=1,
+        ngl=99,
+        notes="master run of llama-bench -t 1 -fa 1 -b 4096 -ub 4096 -p 2048; two A5000s found, default layer split",
+        rows=[("pp2048", 3830.22, 6.69, {}), ("tg128", 138.25, 0.17, {})],
+    ),
+    dict(
+        slug="llamacpp-pr-3084-metal-pp",
+        url="https://github.com/ggml-org/llama.cpp/pull/3084",
+        backend="metal",
+        card="Apple M2 Ultra 192GB (24C CPU / 76C GPU)",
+        model="llama 7B F16",
+        model_id="meta-llama/Llama-2-7b-hf",
+        threads=4,
+        ngl=99,
+        notes="ggerganov's M2 Ultra (76-core GPU, his machine in #4167), PR column; "
+        "printed as 'LLaMA 7B mostly <type>'",
+        rows=[
+            ("pp512", v, sd, {"model": f"llama 7B {q}", "size_bytes": round(g * GIB_)})
+            for q, g, v, sd in [
+                ("F16", 12.55, 1265.30, 1.54),
+                ("Q8_0", 6.67, 1142.84, 0.84),
+                ("Q4_0", 3.56, 1164.00, 1.86),
+                ("Q4_1", 3.95, 1161.63, 1.08),
+                ("Q6_K", 5.15, 977.56, 0.74),
+                ("Q5_K - Medium", 4.45, 976.31, 1.51),
+                ("Q5_K - Small", 4.33, 977.60, 0.25),
+                ("Q4_K - Medium", 3.80, 1028.20, 0.39),
+            ]
+        ],
+    ),
+    dict(
+        slug="llamacpp-pr-2959-metal-opt",
+        url="https://github.com/ggml-org/llama.cpp/pull/2959",
+        backend="metal",
+        card="Apple M2 Max 32GB (12C CPU / 30C GPU)",
+        model="llama 7B Q4_0",
+        model_id="meta-llama/Llama-2-7b-hf",
+        ngl=99,
+        notes="ikawrakow's 30-core M2 Max, PR column; memory size not stated",
+        rows=[
+            (t, v, sd, {})
+            for t, v, sd in [
+                ("tg32", 62.57, 0.08),
+                ("tg64", 62.09, 0.08),
+                ("tg128", 61.71, 0.05),
+                ("tg256", 59.46, 0.15),
+                ("pp32", 388.64, 1.47),
+                ("pp64", 468.87, 1.91),
+                ("pp128", 484.74, 0.49),
+                ("pp256", 479.20, 0.55),
+                ("pp512", 433.35, 0.17),
+                ("pp1024", 352.67, 0.04),
+            ]
+        ],
+    ),
+    dict(
+        slug="geerlingguy-ai-benchmarks-48-m1-ultra",
+        url="https://github.com/geerlingguy/ai-benchmarks/issues/48",
+        backend="metal",
+        card="Apple M1 Ultra 128GB (20C CPU / 64C GPU)",
+        model="llama 1B Q4_K - Medium",
+        build="b7825 (e9fd8dc)",
+        size_bytes=round(636.18 * MIB),
+        params=1_100_000_000,
+        threads=16,
+        notes="TinyLlama 1.1B (no bundled config); macOS 14.8.3; Metal,BLAS",
+        rows=[
+            ("pp512", 5587.84, 12.06, {}),
+            ("pp4096", 4381.75, 0.41, {}),
+            ("tg128", 242.56, 3.63, {}),
+            (
+                "pp512",
+                2142.59,
+                15.24,
+                {
+                    "model": "llama 3B Q4_K - Medium",
+                    "size_bytes": round(1.87 * GIB_),
+                    "params": 3_210_000_000,
+                    "notes": "Llama-3.2-3B-Instruct (no bundled config); Metal,BLAS",
+                },
+            ),
+        ],
+    ),
+    dict(
+        slug="geerlingguy-ai-benchmarks-46-rtx-2080-ti",
+        url="https://github.com/geerlingguy/ai-benchmarks/issues/46",
+        backend="cuda",
+        card="GeForce RTX 2080 Ti 11GB",
+        model="llama 13B Q4_K - Medium",
+        build="b7474 (f9ec8858e)",
+        size_bytes=round(7.33 * GIB_),
+        params=13_020_000_000,
+        flash_attn=True,
+        ngl=99,
+        notes="Llama 2 13B (no bundled config); host Raspberry Pi CM5 16GB; llama-bench -fa 1 -mmp 0 -r 2",
+        rows=[("pp512", 1493.64, 0.53, {})],
+    ),
+    dict(
+        slug="geerlingguy-ai-benchmarks-cpu",
+        url="https://github.com/geerlingguy/ai-benchmarks/issues/51",
+        backend="cpu",
+        card="Cix CP8180",
+        model="llama 1B Q4_K - Medium",
+        build="b8664 (9c699074c)",
+        size_bytes=round(636.18 * MIB),
+        params=1_100_000_000,
+        threads=12,
+        notes="TinyLlama 1.1B (no bundled config); MetaComputing Framework 13 mainboard",
+        rows=[
+            ("pp512", 194.05, 0.65, {}),
+            ("pp4096", 115.50, 0.0, {}),
+            ("tg128", 40.39, 0.15, {}),
+            (
+                "pp512",
+                81.27,
+                0.06,
+                {
+                    "model": "llama 3B Q4_K - Medium",
+                    "size_bytes": round(1.87 * GIB_),
+                    "params": 3_210_000_000,
+                    "notes": "Llama-3.2-3B-Instruct (no bundled config)",
+                },
+            ),
+        ]
+        + [
+            (
+                t,
+                v,
+                sd,
+                {
+                    "url": "https://github.com/geerlingguy/ai-benchmarks/issues/53",
+                    "card": "Intel Core i5-4278U",
+                    "threads": 2,
+                    "build": "b10334 (936918514)",
+                    "model": "llama 3B Q4_K - Medium",
+                    "size_bytes": round(1.87 * GIB_),
+                    "params": 3_210_000_000,
+                    "notes": "Llama-3.2-3B-Instruct (no bundled config); 2014 MacBook Pro, DDR3L-1600",
+                },
+            )
+            for t, v, sd in [("pp512", 17.70, 0.08), ("pp4096", 14.06, 0.04), ("tg128", 7.68, 0.03)]
+        ]
+        + [
+            (
+                t,
+                v,
+                sd,
+                {
+                    "url": "https://github.com/geerlingguy/sbc-reviews/issues/107",
+                    "card": "Intel Core i3-1315U",
+                    "threads": 2,
+                    "model": "llama 3B Q4_K - Medium",
+                    "size_bytes": round(1.87 * GIB_),
+                    "params": 3_210_000_000,
+                    "notes": "Llama-3.2-3B-Instruct (no bundled config); Framework 12; build not in the thread excerpt",
+                },
+            )
+            for t, v, sd in [("pp512", 28.67, 0.18), ("pp4096", 23.91, 0.04), ("tg128", 11.05, 0.08)]
+        ],
+    ),
+]
+
+# mlx-lm on an M3 Max 64GB (the 64 GB M3 Max is the 40-core GPU part): prompt of N tokens, then M generated.
+MLX_1029 = [
+    (260, 75.871, 309, 9.351),
+    (689, 83.567, 760, 9.366),
+    (1171, 83.843, 744, 9.287),
+    (1635, 83.239, 754, 9.222),
+    (2173, 83.092, 776, 9.123),
+    (3228, 81.068, 744, 8.970),
+    (4126, 79.410, 724, 8.917),
+    (6096, 76.796, 752, 8.724),
+    (8015, 74.840, 786, 8.520),
+    (10088, 72.363, 887, 8.328),
+    (12010, 71.017, 1139, 8.152),
+    (14066, 68.943, 634, 7.907),
+    (16003, 67.948, 459, 7.779),
+    (18211, 66.105, 568, 7.604),
+    (20236, 64.452, 625, 7.423),
+    (22188, 63.332, 508, 7.277),
+    (24246, 61.424, 462, 7.121),
+    (26034, 60.375, 1178, 7.019),
+    (28002, 59.009, 27, 6.808),
+    (30136, 58.080, 27, 6.784),
+]
+
+
+def hand_tables() -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for t in HAND:
+        common = {k: v for k, v in t.items() if k not in ("slug", "url", "rows", "notes")}
+        for test, tok_s, std, extra in t["rows"]:
+            m = re.match(r"(pp|tg)(\d+)(?: @ d(\d+))?$", test)
+            n = int(m.group(2))
+            fields = {**common, **{k: v for k, v in extra.items() if k not in ("url", "notes")}}
+            model = fields.pop("model")
+            if model.split()[:2] != t["model"].split()[:2]:  # another model in the same table
+                fields["model_id"] = model_id(model)
+            fields["weights"] = weights_of(model)
+            out.setdefault(t["slug"], []).append(
+                row(
+                    source=extra.get("url", t["url"]),
+                    # another thread in the same table is its own source (the unit a fit holds out)
+                    source_id=t["slug"] + ("-" + "-".join(extra["url"].split("/")[-3::2]) if "url" in extra else ""),
+                    model=model,
+                    n_prompt=n if m.group(1) == "pp" else 0,
+                    n_gen=n if m.group(1) == "tg" else 0,
+                    depth=int(m.group(3) or 0),
+                    tok_s=tok_s,
+                    tok_s_std=std,
+                    notes=extra.get("notes", t["notes"]),
+                    **fields,
+                )
+            )
+    out["mlx-examples-1029-m3-max"] = [
+        row(
+            source="https://github.com/ml-explore/mlx-examples/issues/1029",
+            source_id="mlx-examples-1029-m3-max",
+            engine="mlx",
+            build="mlx-lm 0.20.4 / mlx 0.21.1",
+            backend="metal",
+            card="Apple M3 Max 64GB (16C CPU / 40C GPU)",
+            model="Llama-3.3-70B-Instruct-4bit",
+            model_id="meta-llama/Llama-3.1-70B-Instruct",
+            weights="4bit",
+            **(
+                {"n_prompt": p, "test": f"pp{p}"}
+                if kind == "prefill"
+                else {"n_gen": g, "depth": p, "test": f"tg{g} @ d{p}"}
+            ),
+            tok_s=pp if kind == "prefill" else tg,
+            notes="chigkim's mlx_lm run (temp 0, top_p 0.9, seed 1000); Llama 3.3 70B has the Llama 3.1 70B shapes; "
+            + (
+                "the whole prompt in one prefill"
+                if kind == "prefill"
+                else "decode averaged over the generated tokens after the prompt"
+            ),
+        )
+        for p, pp, g, tg in MLX_1029
+        for kind in ("prefill", "decode")
+    ]
     return out
 
 
@@ -460,6 +897,8 @@ def main() -> None:
             write(slug, rows)
     write("xiongjiedai-llama3", xiongjiedai(m / "XiongjieDai+GPU-Benchmarks-on-LLM-Inference" / "repo"))
     for slug, rows in scoreboards(m / "smoothyy3+willitrun" / "repo").items():
+        write(slug, rows)
+    for slug, rows in hand_tables().items():
         write(slug, rows)
 
 
