@@ -34,6 +34,7 @@ from core.files import read_regular_file
 from core.finders import COST_BASIS, DEFAULT_CONTEXT, card_record, model_record, rank_cards, rank_models
 from core.fit import Setup, default_split, fit
 from core.llamacpp_autofit import autofit_record, fit_params, print_autofit
+from core.memory.gguf_hub import gguf_name
 from core.memory.gpus import Card, card_named
 from core.memory.quant import format_named
 from core.memory.weightfiles import read_weights
@@ -242,8 +243,13 @@ def build_setup(args: argparse.Namespace) -> Setup:
         max_model_len=args.max_model_len,
         gpu_layers=args.n_gpu_layers,
         cpu_experts=cpu_experts(args),
-        weights_file=read_weights(args.weights_file) if args.weights_file else None,
+        weights_file=read_weights(weights) if (weights := args.weights_file or _gguf_model(args.model)) else None,
     )
+
+
+def _gguf_model(model: str) -> str | None:
+    """A model argument naming a Hub GGUF (org/repo:QUANT) brings its weights: the header's exact bytes."""
+    return model if gguf_name(model) is not None else None
 
 
 def cmd_fit(args: argparse.Namespace) -> dict:
@@ -459,13 +465,21 @@ def build_parser() -> argparse.ArgumentParser:
     size.set_defaults(run=cmd_size, show=print_size)
 
     fitp = sub.add_parser("fit", help="does a model fit a card: max context, concurrency, the context table")
-    fitp.add_argument("model", help="Hugging Face repo id, bundled preset, or path to a config.json")
+    fitp.add_argument(
+        "model",
+        help="Hugging Face repo id, bundled preset, path to a config.json, or Hub GGUF name (org/repo-GGUF:QUANT: "
+        "the config of the model its header names, the weights from its header)",
+    )
     add_card_options(fitp, "card name, e.g. 'RTX 4090', H100, 'A100 40GB'", split=True)
     fitp.add_argument(
         "--weights", help="weight format, e.g. bf16, fp8, int4-awq, mxfp4, Q4_K_M (default: the checkpoint's)"
     )
     fitp.add_argument("--kv-dtype", default="auto")
-    fitp.add_argument("--weights-file", help="exact sizes from a .gguf, .safetensors (file or folder) or Hub repo id")
+    fitp.add_argument(
+        "--weights-file",
+        help="exact sizes from a .gguf, .safetensors (file or folder), Hub repo id, or Hub GGUF name as llama.cpp's "
+        "-hf and Ollama write it (org/repo:QUANT, hf.co/org/repo:QUANT; only its header is read)",
+    )
     add_engine_options(fitp)
     fitp.add_argument("--context", type=tokens, action="append", help="tokens, e.g. 32k (repeatable)")
     fitp.add_argument("--kv-cache-memory-bytes", type=byte_count, help="vLLM: KV budget per GPU in bytes")

@@ -308,6 +308,10 @@ def read_gguf(path: Path) -> WeightFile:
     return _summarise(str(path), "gguf", gguf_header(path).sizes())
 
 
+class _NoSafetensors(InputError):
+    """A Hub repo without safetensors weights: read_weights then looks for a GGUF in it."""
+
+
 def read_hub(repo_id: str) -> WeightFile:
     from huggingface_hub import get_safetensors_metadata
     from huggingface_hub.errors import HfHubHTTPError, NotASafetensorsRepoError
@@ -315,7 +319,7 @@ def read_hub(repo_id: str) -> WeightFile:
     try:
         meta = get_safetensors_metadata(repo_id)
     except NotASafetensorsRepoError:
-        raise InputError(f"{repo_id} has no safetensors weights to read sizes from") from None
+        raise _NoSafetensors(f"{repo_id} has no safetensors weights to read sizes from") from None
     except (HfHubHTTPError, OSError, ValueError) as err:
         raise InputError(f"{repo_id}: could not read its safetensors headers ({err}); offline?") from None
     sizes = {
@@ -327,12 +331,25 @@ def read_hub(repo_id: str) -> WeightFile:
 
 
 def read_weights(source: str) -> WeightFile:
-    """Exact weight sizes from a .gguf, a .safetensors file or folder, or a Hub repo id."""
+    """Exact weight sizes from a .gguf, a .safetensors file or folder, a Hub repo id (its safetensors headers, or
+    its GGUF's when it has none), or a Hub GGUF name as llama.cpp's -hf and Ollama write it (`org/repo:QUANT`,
+    `hf.co/org/repo:QUANT`): core.memory.gguf_hub reads that file's header only."""
+    from core.memory.gguf_hub import GGUFName, gguf_name, read_hub_gguf  # it builds on this module
+
     path = Path(source).expanduser()
     if path.suffix == ".gguf" and path.exists():
         return read_gguf(path)  # which refuses a pipe or a device before opening it
     if path.exists():
         return read_safetensors(path)
+    hub_gguf = gguf_name(source)
+    if hub_gguf is not None:
+        return read_hub_gguf(hub_gguf).weights()
     if re.fullmatch(r"[\w.-]+/[\w.-]+", source):
-        return read_hub(source)
-    raise InputError(f"no weights at {source!r}: give a .gguf file, a .safetensors file or folder, or a Hub repo id")
+        try:
+            return read_hub(source)
+        except _NoSafetensors:
+            return read_hub_gguf(GGUFName(source, "")).weights()
+    raise InputError(
+        f"no weights at {source!r}: give a .gguf file, a .safetensors file or folder, a Hub repo id or a Hub GGUF "
+        "name (org/repo:QUANT)"
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 from core.dtypes import dtype_named
 from core.errors import InputError
 from core.files import read_regular_file
+from core.memory.gguf_hub import GGUFName, base_model, gguf_name, read_hub_gguf
 from core.model.architectures import Cfg, build_layers
 from core.model.config import MAX_CONFIG_BYTES, parse_json, resolve_cached, resolve_isolated
 from core.model.spec import ModelSpec
@@ -123,6 +125,9 @@ def load_raw(source: str, prefer_hub: bool = False, local_files: bool = True) ->
         if not path.exists():
             raise InputError(f"no file {source}; give a config.json path, a preset or a Hub repo id")
         return path.stem, parse_json(_read_config(path), str(path)), f"file {path}"
+    hub_gguf = gguf_name(source)
+    if hub_gguf is not None:
+        return _gguf_config(hub_gguf, prefer_hub)
     if not _REPO_ID.match(source):
         what = "a preset, a file" if local_files else "a bundled preset"
         raise InputError(f"{source[:80]!r} is not {what} or a Hub repo id (org/name)")
@@ -132,6 +137,20 @@ def load_raw(source: str, prefer_hub: bool = False, local_files: bool = True) ->
         if bundled:
             return source, parse_json(bundled.read_bytes(), bundled.name), f"bundled preset ({err})"
         raise
+
+
+GGUF_ORIGIN = "GGUF "  # how load_raw's origin begins for a Hub GGUF name: load_model then notes which config
+
+
+def _gguf_config(name: GGUFName, prefer_hub: bool) -> tuple[str, dict[str, Any], str]:
+    """A Hub GGUF's architecture: the config.json of the model its header names (core.memory.gguf_hub.base_model),
+    as a bundled preset or from the Hub; never a local file, whatever the header says."""
+    found = read_hub_gguf(name)
+    base, key = base_model(found.metadata)
+    if gguf_name(base) is not None:
+        raise InputError(f"{name}: its {key} names {base}, itself a GGUF repo; give the model's config instead")
+    _, raw, origin = load_raw(base, prefer_hub=prefer_hub, local_files=False)
+    return str(name), raw, f"{GGUF_ORIGIN}{found.label}: config of {base} ({origin}), named by its {key}"
 
 
 def model_from_config(raw: dict[str, Any], name: str, isolated: bool = False) -> ModelSpec:
@@ -165,5 +184,6 @@ def model_from_resolved(cfg: dict[str, Any], name: str) -> ModelSpec:
 
 
 def load_model(source: str, isolated: bool = False, prefer_hub: bool = False, local_files: bool = True) -> ModelSpec:
-    name, raw, _ = load_raw(source, prefer_hub=prefer_hub, local_files=local_files)
-    return model_from_config(raw, name, isolated=isolated)
+    name, raw, origin = load_raw(source, prefer_hub=prefer_hub, local_files=local_files)
+    model = model_from_config(raw, name, isolated=isolated)
+    return replace(model, notes=(*model.notes, origin)) if origin.startswith(GGUF_ORIGIN) else model
