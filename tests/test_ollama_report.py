@@ -326,6 +326,10 @@ def test_go_engine_cache_of_a_sliding_window_model():
     for is_sliding, got in zip(sliding, kv, strict=True):
         assert got == (4096 + 512 if is_sliding else 8192) * per_token
     assert sum(kv) == 12 * 8192 * 2048 + 12 * 4608 * 2048 == 314_572_800
+    # A published load of gpt-oss:20b at num_ctx 8192 (Ollama 0.11, f16 cache: flash attention was off) logs
+    # memory.required.kv="300.0 MiB" (github.com/ollama/ollama/issues/11711): the estimator's gptoss case sized the
+    # sliding layers the way the engine's cache holds them
+    assert round(sum(kv) / MIB, 1) == 300.0
     # two sequences: 2 × 4,096 + 512 cells; a context no longer than 4,096: the full array
     two = cache_bytes(model.layers, "gpt-oss", "f16", 8192, 2, 512)
     assert {two[i] for i, s in enumerate(sliding) if s} == {(2 * 4096 + 512) * per_token}
