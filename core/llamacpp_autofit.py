@@ -156,26 +156,23 @@ def fit_params(
             f"b{OUTPUT_FIRST.first_with} has it) on; --fit came with PR #16653 a few days before (b7414 has it), and "
             "earlier builds have none: give -ngl yourself (python -m core fit --n-gpu-layers)"
         )
-    streams = engine.streams(sequences) if build.fit_streams else 1
     n_layers = len(setup.model.layers)
     limit = setup.card.memory_bytes - margin
-    train = setup.model.max_context or n_ctx or min_ctx
-    n_max = n_ctx if n_ctx is not None else train * streams
+    n_max, n_min, align = fit_contexts(setup.model.max_context or n_ctx or min_ctx, min_ctx, sequences, engine)
+    n_max = n_ctx if n_ctx is not None else n_max
     used = projected(setup, n_max, sequences, gpu_layers)
     if used <= limit:
         return FitChoice(n_max, gpu_layers, n_layers, used, limit, ("fits as asked: no change",))
 
     steps: list[str] = []
     chosen = n_max
-    n_min = min_ctx * streams
     if n_ctx is None and n_max > n_min:
         used_min = projected(setup, n_min, sequences, gpu_layers)
-        if limit > used_min:
-            chosen = n_min + (n_max - n_min) * (limit - used_min) // (used - used_min)
-            chosen = max(chosen - chosen % (CTX_ALIGN * streams), n_min)
-            steps.append(f"context reduced from {n_max:,} to {chosen:,}: the whole model fits")
+        reduced = fit_context(n_max, n_min, align, used, used_min, limit)
+        if reduced is not None:
+            steps.append(f"context reduced from {n_max:,} to {reduced:,}: the whole model fits")
             return FitChoice(
-                chosen, gpu_layers, n_layers, projected(setup, chosen, sequences, gpu_layers), limit, tuple(steps)
+                reduced, gpu_layers, n_layers, projected(setup, reduced, sequences, gpu_layers), limit, tuple(steps)
             )
         chosen = n_min
         steps.append(f"context reduced from {n_max:,} to the floor of {n_min:,}: still too large")
@@ -194,6 +191,23 @@ def fit_params(
     lo = _most(lambda k: projected(setup, chosen, sequences, k) <= limit, 0, n_layers + 1)
     steps.append(f"layers on the GPU: {lo} of {n_layers + 1} (the output layer counts as one)")
     return FitChoice(chosen, lo, n_layers, projected(setup, chosen, sequences, lo), limit, tuple(steps))
+
+
+def fit_contexts(train: int, min_ctx: int, sequences: int, engine: LlamaCppEngine) -> tuple[int, int, int]:
+    """fit.cpp's maximum context (-c 0: the training context), its floor (--fit-ctx) and the alignment of step 2:
+    each × the streams (n_seq_max unless the cache is unified) from PR #27496, totals before it."""
+    streams = engine.streams(sequences) if engine.options.build.fit_streams else 1
+    return train * streams, min_ctx * streams, CTX_ALIGN * streams
+
+
+def fit_context(n_max: int, n_min: int, align: int, used_max: int, used_min: int, target: int) -> int | None:
+    """fit.cpp step 2 for one device: the context linearly interpolated between the floor and the maximum where the
+    projection meets the target, rounded down to `align`, not below the floor; None when even the floor is not
+    strictly under the target (llama.cpp then keeps the floor and goes on to the layers)."""
+    if target <= used_min:
+        return None
+    chosen = n_min + (n_max - n_min) * (target - used_min) // (used_max - used_min)
+    return max(chosen - chosen % align, n_min)
 
 
 def _most(fits, lo: int, hi: int) -> int:

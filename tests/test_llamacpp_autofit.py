@@ -12,17 +12,20 @@ import pytest
 from core.cli import main
 from core.engines import configured
 from core.engines.base import sized_tensors
-from core.engines.llamacpp import LlamaCppBuild
+from core.engines.llamacpp import LlamaCppBuild, LlamaCppEngine, LlamaCppOptions
 from core.errors import InputError
 from core.fit import Setup, fit
-from core.llamacpp_autofit import FIT_MARGIN, fit_params, partial_bytes
+from core.llamacpp_autofit import FIT_MARGIN, fit_context, fit_contexts, fit_params, partial_bytes
 from core.memory.gpus import Card, card_named
 from core.model.loading import load_model
 from core.model.params import count_params
 from core.units import GIB
+from tests.engines.engine_env import LLAMACPP_TREE, ROOT, run_in_engines
+from tests.engines.llamacpp_models import MODELS
 
 CARD_8GB = card_named("RTX 4060 8GB")
 LLAMA_CLI = configured("llama.cpp", frontend="llama-cli")
+ENGINES = ROOT / "tests" / "engines"
 
 
 def setup(name: str, card=CARD_8GB) -> Setup:
@@ -216,3 +219,76 @@ def test_fit_page_says_what_llama_server_would_pick():
     assert len(shown) == 1 and f"-c {choice.n_ctx:,} with -ngl {choice.gpu_layers} of 41" in shown[0]
     assert infos({"model": "microsoft/phi-4", "fe": "library"}) == []  # llama-cpp-python does not run the fit
     assert infos({"model": "microsoft/phi-4", "engine": "vllm", "weights": "bf16"}) == []
+
+
+# --- referee: llama.cpp's own --fit (libllama-common's common_fit_params) on this CPU-only build ---------------------
+# No GPU backend here, so the fit finds no device: it measures host memory against a pretended memory (the margin is
+# the host's total less it) and stops after step 2, the context (tests/engines/llamacpp_fit_runner.py). kvscope's
+# step 2 (fit_contexts, fit_context) on llama.cpp's own projections must set the context llama.cpp sets.
+
+FIT_MODELS = {
+    name: MODELS[name] | {"max_position_embeddings": 16384} for name in ("llama", "deepseek_v3")  # dense and MoE
+}
+FIT_MIN = 256  # --fit-ctx: the tiny models' training context is 16K
+
+
+def fit_cases() -> list[dict]:
+    cases = []
+    for name in FIT_MODELS:
+        for seqs, unified, fraction in [
+            (1, False, (1, 3)),
+            (1, False, (7, 10)),
+            (1, False, (1, 1)),  # exactly the projection at the maximum: it fits as asked (≤ the target)
+            (1, False, (0, 1)),  # exactly the floor's: not strictly under, so the floor and on to the layers
+            (2, False, (1, 2)),  # two streams: maximum, floor and alignment × 2
+            (2, True, (1, 2)),  # unified: one stream
+            (3, False, (2, 5)),
+        ]:
+            engine = LlamaCppEngine(LlamaCppOptions(kv_unified=unified))
+            n_max, n_min, align = fit_contexts(16384, FIT_MIN, seqs, engine)
+            cases.append(
+                {
+                    "id": f"{name} np={seqs} kvu={unified} {fraction[0]}/{fraction[1]}",
+                    "model": name,
+                    "n_seq_max": seqs,
+                    "kv_unified": unified,
+                    "n_ctx_min": FIT_MIN,
+                    "n_max": n_max,
+                    "n_min": n_min,
+                    "align": align,
+                    "fraction": fraction,
+                }
+            )
+    return cases
+
+
+@pytest.fixture(scope="module")
+def llamacpp_fit(tmp_path_factory) -> list[tuple[dict, dict]]:
+    folder = tmp_path_factory.mktemp("llamacpp-fit")
+    job = {"tree": str(LLAMACPP_TREE), "out_dir": str(folder), "models": FIT_MODELS}
+    (folder / "build.json").write_text(json.dumps(job))
+    built = run_in_engines([str(ENGINES / "llamacpp_gguf.py"), str(folder / "build.json")], timeout=300)
+    ggufs = json.loads(built.stdout.strip().splitlines()[-1])
+    cases = [c | {"gguf": ggufs[c["model"]]} for c in fit_cases()]
+    (folder / "cases.json").write_text(json.dumps({"cases": cases}))
+    ran = run_in_engines([str(ENGINES / "llamacpp_fit_runner.py"), str(folder / "cases.json")], timeout=300)
+    return list(zip(cases, json.loads(ran.stdout.strip().splitlines()[-1])["cases"], strict=True))
+
+
+def test_context_step_matches_llama_cpps_own_fit(llamacpp_fit):
+    assert len(llamacpp_fit) == 14
+    for case, got in llamacpp_fit:
+        assert got["devices"] == 0, case["id"]  # the CPU build: host memory only
+        assert got["used_min"] < got["used_max"], case["id"]
+        if got["used_max"] <= got["target"]:
+            expected, status = case["n_max"], 0
+        else:
+            reduced = fit_context(
+                case["n_max"], case["n_min"], case["align"], got["used_max"], got["used_min"], got["target"]
+            )
+            # with no device, llama.cpp gives up (failure) when the context alone does not make it fit
+            expected, status = (case["n_min"], 1) if reduced is None else (reduced, 0)
+        assert (got["n_ctx"], got["status"]) == (expected, status), (case["id"], got)
+    # the cases reach every branch: fits as asked, interpolated (above the floor), the floor
+    outcomes = {(got["n_ctx"] == c["n_max"], got["n_ctx"] == c["n_min"]) for c, got in llamacpp_fit}
+    assert outcomes == {(True, False), (False, False), (False, True)}
