@@ -169,6 +169,7 @@ st.caption(
     "Per GPU. Binary units: 1 GiB = 2³⁰ bytes. Requests = how many of that length fit at once. Decode tok/s: "
     "one sequence; aggregate: as many sequences as fit, together (a roofline with fitted or assumed engine "
     "efficiencies, see below)." + (f" No speed: {no_speed}" if no_speed else "")
+    + (f" Decode error bar: {speed_rows[0]['decode_error']}." if speed_rows else "")
 )
 
 

@@ -177,7 +177,9 @@ def test_layers_left_in_ram_slow_decode_down():
         speeds.append(predict(setup, hw, 8192).decode_tok_s)
     assert all(a > b for a, b in pairwise(speeds)), speeds
     cpu = predict(Setup(QWEN35, configured("llama.cpp"), card, weights="q4_k_m"), replace(hw, cpu_only=True), 8192)
-    assert cpu.decode_tok_s < speeds[0] / 3  # RAM at 60 GB/s against the card's 272
+    # RAM at 60 GB/s against the card's 272 (4.5×); the fitted CUDA bandwidth share and the CPU's (a fitted figure
+    # above 1, see efficiencies.json) narrow it, still past 2×
+    assert cpu.decode_tok_s < speeds[0] / 2
 
 
 def test_ram_bandwidth_moves_cpu_decode_in_proportion_when_memory_bound():

@@ -89,6 +89,15 @@ class DevicePart:
         return self.weight_bytes + self.cache_bytes
 
     @property
+    def matmul_gflops(self) -> float:
+        """The matmul rate used, after every factor (efficiency, format family, GEMM fill, host calibration)."""
+        return self.matmul_flops / self.matmul_s / 1e9 if self.matmul_s else 0.0
+
+    @property
+    def attention_gflops(self) -> float:
+        return self.attention_flops / self.attention_s / 1e9 if self.attention_s else 0.0
+
+    @property
     def memory_s(self) -> float:
         return self.weights_s + self.cache_s
 

@@ -7,6 +7,7 @@ import math
 
 from core.errors import InputError
 from core.fit import Fit, Setup
+from core.speed.groups import ErrorBar
 from core.speed.predict import DevicePart, Hardware, Speed, Timing, predict, setup_weights
 from core.units import format_bytes, format_tokens
 
@@ -29,9 +30,15 @@ def table_speeds(fit: Fit, hw: Hardware) -> list[dict]:
                 "aggregate_batch": batch if row.fits else 0,
                 "ttft_s": one.ttft_s,
                 "bound": one.bound,
+                "decode_error": error_label(one.decode_error),
+                "prefill_error": error_label(one.prefill_error),
             }
         )
     return out
+
+
+def error_label(e: ErrorBar | None) -> str:
+    return e.label if e is not None else "not checked"
 
 
 def speed_or_none(fit: Fit, hw: Hardware) -> tuple[list[dict] | None, str]:
@@ -48,7 +55,10 @@ def curve(setup: Setup, hw: Hardware, contexts: list[int]) -> list[dict]:
     rows = []
     for n in contexts:
         s = predict(setup, hw, n, 1, weights=weights)
-        rows.append({"context": n, "decode_tok_s": s.decode_tok_s, "ttft_s": s.ttft_s, "bound": s.bound})
+        rows.append(
+            {"context": n, "decode_tok_s": s.decode_tok_s, "ttft_s": s.ttft_s, "bound": s.bound,
+             "decode_error": error_label(s.decode_error), "prefill_error": error_label(s.prefill_error)}
+        )  # fmt: skip
     return rows
 
 
@@ -63,8 +73,10 @@ def _n(x: float) -> str:
 def _rates(p: DevicePart, prefill: bool) -> tuple[str, str, str]:
     """(bandwidth, matmul rate, attention rate) in SI units, as the formulas print them (they evaluate as printed)."""
     e = p.efficiency
-    mm = e.prefill_compute if prefill else e.decode_compute
-    at = e.prefill_attention if prefill else e.decode_attention
+    # the rates used: the efficiency times the format family's factor and the GEMM fill (prefill), or this host's
+    # calibrated rate; the attention's without flash attention (efficiencies' flash_off)
+    mm = p.matmul_gflops / p.peak_gflops if p.peak_gflops else 0.0
+    at = p.attention_gflops / p.attention_peak_gflops if p.attention_peak_gflops else 0.0
     bw = f"{_n(p.bandwidth_gb_s * 1e9)} B/s × {e.bandwidth:.4g}"
     if p.device == "cpu":  # CPU rates are effective GFLOP/s per thread
         return (
@@ -116,7 +128,11 @@ def speed_lines(s: Speed) -> list[str]:
         f"{s.context:,} tokens ÷ {_s(s.prefill.seconds)} = {s.prefill_tok_s:,.1f} tok/s; time to first token: the "
         f"prefill, {_s(s.ttft_s)} (the first token is sampled from the prompt's last logits)"
     )
-    out.append("**Efficiencies used** (core/speed/efficiencies.json):")
+    out.append(
+        f"**How far off this can be** (held-out published runs, tests/bench/fit_corpus.py): decode "
+        f"{error_label(s.decode_error)}; prefill {error_label(s.prefill_error)}."
+    )
+    out.append("**Efficiencies used** (core/speed/fitted.json for fitted groups, else core/speed/efficiencies.json):")
     seen = set()
     for p in s.decode.parts + s.prefill.parts:
         e = p.efficiency
