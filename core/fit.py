@@ -75,18 +75,23 @@ class Fit:
 
 def layer_bytes(count: ParamCount, fmt: str, dtype_bytes: int) -> tuple[list[int], list[int], int]:
     """Per decoder layer, the bytes of its tensors but routed experts and those of its routed experts; and the bytes
-    outside the layers but the token embedding (the output layer and final norm). Once per count and format."""
+    of the output layer (final norm and head). With tied embeddings llama.cpp loads the token embedding a second
+    time as the head, on the output layer's device (create_tensor(TOKEN_EMBD, TENSOR_DUPLICATED) in
+    src/models/*.cpp), so the head then costs the embedding's bytes. Once per count and format."""
 
     def build() -> tuple[list[int], list[int], int]:
         sized = sized_tensors(count, fmt, dtype_bytes)
         n = 1 + max((t.layer for t, _ in sized if t.layer is not None), default=-1)
-        dense, routed, output = [0] * n, [0] * n, 0
+        dense, routed, output, embedding = [0] * n, [0] * n, 0, 0
         for tensor, size in sized:
             if tensor.layer is not None:
                 (routed if tensor.routed else dense)[tensor.layer] += size
-            elif tensor.category != "embedding":
+            elif tensor.category == "embedding":
+                embedding += size
+            else:
                 output += size
-        return dense, routed, output
+        tied = not any(t.role == "output" for t, _ in sized)
+        return dense, routed, output + (embedding if tied else 0)
 
     return per_count(count, ("layer_bytes", fmt, dtype_bytes), build)
 
