@@ -40,14 +40,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from core.engines.llamacpp import LlamaCppEngine, Offload, as_llamacpp_sees
+from core.engines.llamacpp import LlamaCppEngine, Offload, as_llamacpp_sees, pad
 from core.errors import InputError
 from core.memory.overhead import CUDA_CONTEXT, Item, parallel_items
-from core.model.layers import MLA, FullAttention, LayerKind
+from core.model.layers import MLA, FullAttention, GatedDeltaNet, LayerKind, Mamba1, Mamba2, ShortConv
 from core.model.spec import ModelSpec
 
 F32, F16, I32, I64 = 4, 2, 4, 8
+ALIGN = 128  # ggml-cuda.cu: ggml_backend_cuda_buffer_type_get_alignment; the CPU's is 32 (TENSOR_ALIGNMENT)
 OP_OFFLOAD_MIN_BATCH = 32  # ggml-cuda.cu: op_offload_min_batch_size (GGML_OP_OFFLOAD_MIN_BATCH), 32 by default
+# [T, conv channels] f32 rows live at a recurrent layer's peak, in halves: the in-projection (z and x for Mamba,
+# q/k/v/z for Gated DeltaNet, b/c/x for short conv), the conv's input and output, the scan's input and output. Fitted
+# on the referee's tiny models (models/mamba.cpp, graph-context-mamba.cpp, qwen35.cpp, lfm2.cpp give the rows;
+# their widths differ per kind), so an estimate, not a reading.
+REC_HALF_ROWS: dict[type, int] = {Mamba1: 11, Mamba2: 11, GatedDeltaNet: 10, ShortConv: 14}
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ class Widths:
     n_expert_out: int  # routed experts: top_k × n_embd, the down projections before they are summed
     n_shared_ff: int  # shared expert width
     n_rec: int  # widest recurrent layer's conv channels (0 without recurrent layers)
+    rec_half_rows: int  # its [T, n_rec] f32 rows at its peak, in halves (REC_HALF_ROWS)
     rec_state: int  # bytes of one sequence's state in the widest recurrent layer (f32 conv + ssm)
     n_latent: int = 0  # MLA's kv_lora_rank: without flash attention V is a transposed f16 copy of the latent
 
@@ -116,7 +123,8 @@ def widths(model: ModelSpec) -> Widths:
     shared = _cfg_int(model, "shared_expert_intermediate_size", "shared_intermediate_size")
     if not shared and _cfg_int(model, "n_shared_experts"):
         shared = expert * _cfg_int(model, "n_shared_experts")
-    n_rec = max((sum(t.shape[0] for t in p.state_tensors() if t.role == "conv") for p in parts), default=0)
+    recurrent = [(REC_HALF_ROWS.get(type(p), 12), _channels(p)) for p in parts if p.state_tensors()]
+    rec_half_rows, n_rec = max(recurrent, key=lambda r: r[0] * r[1], default=(0, 0))
     rec_state = max((sum(F32 * math.prod(t.shape) for t in p.state_tensors()) for p in parts), default=0)
     n_latent = max((p.kv_lora_rank for p in attention if isinstance(p, MLA)), default=0)
     return Widths(
@@ -131,9 +139,14 @@ def widths(model: ModelSpec) -> Widths:
         n_expert_out=top_k * model.hidden_size,
         n_shared_ff=shared,
         n_rec=n_rec,
+        rec_half_rows=rec_half_rows,
         rec_state=rec_state,
         n_latent=n_latent,
     )
+
+
+def _channels(part: LayerKind) -> int:
+    return sum(t.shape[0] for t in part.state_tensors() if t.role == "conv")
 
 
 def _q_head(part: LayerKind) -> int:
@@ -153,29 +166,32 @@ def ubatch(engine: LlamaCppEngine, model: ModelSpec, context: int, n_seq: int) -
         raise InputError(f"n_ubatch and n_batch must be positive (got {o.n_ubatch}, {o.n_batch})")
     model = as_llamacpp_sees(model)
     n_ctx = engine.cells(context * n_seq, 1)  # llama-context.cpp: n_ctx = GGML_PAD(n_ctx, 256)
-    tokens = min(o.n_ubatch, o.n_batch, n_ctx)
+    outputs = min(o.n_ubatch, o.n_batch, n_ctx)
+    tokens = pad(outputs, n_seq)  # graph_reserve: n_tokens rounded up to a multiple of n_seqs (= n_seq_max)
     caps = {p.token_cap for layer in model.census for p in layer.parts() if p.grows and p.token_cap is not None}
     window = engine.window_cells(max(caps), context, n_seq) if caps else 0
     has_full = any(p.grows and p.token_cap is None for layer in model.census for p in layer.parts())
     cells = engine.cells(context, n_seq) if has_full else 0
-    return Ubatch(tokens, min(tokens, o.n_batch), cells, window, engine.streams(n_seq), n_seq)
+    return Ubatch(tokens, outputs, cells, window, engine.streams(n_seq), n_seq)
 
 
 def inputs(w: Widths, u: Ubatch, flash_attn: bool) -> Item:
     """The graph's inputs, live from the first layer to the last (llama-graph.cpp, llm_graph_input_*): token ids,
     positions and output ids (i32), and per attention cache its mask (f16 with flash attention, else f32) and its
-    K and V set_rows indices (i64; V's per element when V is stored transposed, i.e. without flash attention)."""
+    K and V set_rows indices (i64; V's per element when V is stored transposed, i.e. without flash attention). Each
+    is rounded up to 128 B, the widest tensor alignment of ggml's backends (CUDA's; the CPU's is 32), which matters
+    only when T is not a multiple of 32."""
     t = u.tokens
     caches = [c for c in (u.cells, u.window_cells) if c]
     mask_bytes = F16 if flash_attn else F32
     v_index = 1 if flash_attn else w.n_v
-    size = 3 * I32 * t + sum(mask_bytes * t * c + I64 * t * (1 + v_index) for c in caches)
+    tensors = [I32 * t] * 3 + [b for c in caches for b in (mask_bytes * t * c, I64 * t, I64 * t * v_index)]
     cells = " + ".join(f"{c:,}" for c in caches) or "0"
     return Item(
         "graph inputs",
-        size,
+        sum(pad(b, ALIGN) for b in tensors),
         f"{t} tokens × (12 B ids + {len(caches)} cache(s) × ({mask_bytes} B × ({cells}) mask cells"
-        f" + 8 B × (1 + {v_index}) indices))",
+        f" + 8 B × (1 + {v_index}) indices)), each padded to {ALIGN} B",
     )
 
 
@@ -214,8 +230,8 @@ def ffn_bodies(w: Widths, u: Ubatch) -> list[Item]:
     """The FFN at its peak (llama-graph.cpp build_ffn, build_moe_ffn). Dense: gate, up and their product beside
     four [n_embd, T] rows. Routed experts: the same with top_k × expert width, or the product beside the experts'
     down outputs and their weighted copy ([n_embd, top_k, T] each) and three rows, whichever is larger. A recurrent
-    layer: its conv channels six times beside two rows (the in-projection is two of them, the conv input and output,
-    the scan's input and output) and every sequence's state, which the scan reads and writes.
+    layer: REC_HALF_ROWS of its conv channels beside two rows, and every sequence's state, which the scan reads and
+    writes.
     The row counts were read from the graph and checked on the referee's realistic-width models."""
     t = u.tokens
     out = []
@@ -240,8 +256,9 @@ def ffn_bodies(w: Widths, u: Ubatch) -> list[Item]:
         )
         out.append(Item("routed experts", F32 * t * max(up, down), formula))
     if w.n_rec:
-        size = F32 * t * (6 * w.n_rec + 2 * w.n_embd) + u.sequences * w.rec_state
-        formula = f"{t} tokens × 4 B × (6·{w.n_rec} + 2·{w.n_embd}) + {u.sequences} seqs × {w.rec_state:,} B state"
+        rows = f"{w.rec_half_rows / 2:g}"
+        size = 2 * t * w.rec_half_rows * w.n_rec + F32 * t * 2 * w.n_embd + u.sequences * w.rec_state
+        formula = f"{t} tokens × 4 B × ({rows}·{w.n_rec} + 2·{w.n_embd}) + {u.sequences} seqs × {w.rec_state:,} B state"
         out.append(Item("recurrent layer", size, formula))
     return out
 
@@ -253,7 +270,8 @@ def peak(w: Widths, u: Ubatch, flash_attn: bool, output: bool, attention: bool, 
     bodies = ffn_bodies(w, u)
     if attention and (u.cells or u.window_cells):
         bodies.append(attention_body(w, u, flash_attn))
-    live = inputs(w, u, flash_attn) if attention else Item("graph inputs", 3 * I32 * u.tokens, f"{u.tokens} × 12 B ids")
+    ids = 3 * pad(I32 * u.tokens, ALIGN)
+    live = inputs(w, u, flash_attn) if attention else Item("graph inputs", ids, f"{u.tokens} tokens × 12 B ids")
     body = max(bodies, key=lambda item: item.bytes)
     copy = f" + {weight_copy:,} B weight copied from RAM" if weight_copy else ""
     layer = Item(
