@@ -3,8 +3,9 @@ neither, and what current Ollama gets (it gives -c but no -ngl, llm/llama_server
 layers). Read line by line in common/fit.cpp `common_params_fit_impl` at llama.cpp 0c1e57098 (the commit
 llama-cpp-python 0.3.36 vendors); on by default (common.h:478 fit_params = true) with a 1 GiB margin per device
 (common.h:483 fit_params_target) and a 4,096-token floor (common.h:480 fit_params_min_ctx). llama-cpp-python itself
-does not run it (it lives in libllama-common, which the library does not call), and on a machine without a GPU it
-has no device to fill (nd == 0: it only checks host memory), so this is read from source, not refereed.
+does not run it (it lives in libllama-common, which the library does not call). Its libllama-common does, and the
+referee in tests/test_llamacpp_autofit.py calls it; but that build has no GPU backend, so the fit finds no device
+(nd == 0) and runs steps 1-2 on host memory only: the context step is refereed there, steps 3-4 are read from source.
 
 For one GPU, `margin` the free memory to leave, the target is free − margin:
 1. Project device memory with the context given (unset: the training context × streams) and every layer on the
