@@ -296,6 +296,13 @@ def xiongjiedai(repo: Path) -> list[dict]:
                         ),
                     )
                 )
+    # F16 prefill far below Q4_K_M prefill on the same setup contradicts every other row of the table
+    q4 = {(r["card"], r["n_devices"], r["model"].split()[1]): r["tok_s"] for r in out if r["weights"] != "F16"}
+    for r in out:
+        if r["kind"] == "prefill" and r["weights"] == "F16":
+            ref = q4.get((r["card"], r["n_devices"], r["model"].split()[1]))
+            if ref and r["tok_s"] < ref / 2:
+                r["notes"] += f"; SUSPECT: F16 prefill under half the Q4_K_M prefill ({ref}) of the same setup"
     return out
 
 
