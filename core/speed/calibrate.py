@@ -23,7 +23,7 @@ FORMATS = ("F16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K", "IQ4_XS")  # float, legacy, 
 # past a server CPU's L3 at 4 bits (~190 MB at Q4_K_M, ~680 MB at F16); 6 layers keep a run under a minute
 MODEL = {"hidden": 2048, "ffn": 5632, "layers": 6, "heads": 16, "vocab": 8000}
 CONTEXT = 256
-DECODE_STEPS = 24
+DECODE_STEPS = 48  # the 10th-percentile step of 48: steps a busy machine did not slow
 
 
 def engines_python() -> Path | None:
@@ -43,31 +43,31 @@ def matmul_flops(m: dict, tokens: int) -> float:
 
 
 def rates_from(results: dict, threads: int, model: dict) -> tuple[tuple[str, float, float], ...]:
-    """Effective GFLOP/s per thread per format from the runner's seconds."""
-    return tuple(
-        (
-            name,
-            matmul_flops(model, 1) / (threads * r["decode_s"]) / 1e9,
-            matmul_flops(model, CONTEXT) / (threads * r["prefill_s"]) / 1e9,
-        )
-        for name, r in results.items()
-    )
+    """Effective GFLOP/s per thread per format from the runner's seconds at `threads`."""
+    out = []
+    for name, r in results.items():
+        run = next(x for x in r["runs"] if x["threads"] == threads)
+        decode = matmul_flops(model, 1) / (threads * run["decode_s"]) / 1e9
+        out.append((name, decode, matmul_flops(model, CONTEXT) / (threads * run["prefill_s"]) / 1e9))
+    return tuple(out)
 
 
-def llamacpp_rates(
-    python: Path, threads: int, formats: tuple[str, ...], model: dict
-) -> tuple[tuple[str, float, float], ...]:
+def llamacpp_runs(
+    python: Path, threads: int, formats: tuple[str, ...], model: dict, time_threads: tuple[int, ...] = ()
+) -> dict:
+    """The runner's {format: {"bytes", "runs": [{"threads", "prefill_s", "decode_s"}]}} (CONTEXT-token prompts)."""
     gguf_py = python.parent.parent / "llama.cpp" / "gguf-py"
     env = os.environ | {"PYTHONPATH": str(gguf_py)} if gguf_py.exists() else dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="kvscope-calibrate-") as tmp:
         job = Path(tmp) / "job.json"
         spec = {"dir": tmp, "threads": threads, "context": CONTEXT, "decode_steps": DECODE_STEPS}
-        job.write_text(json.dumps(spec | {"formats": list(formats), "model": model}))
+        spec |= {"formats": list(formats), "model": model, "time_threads": list(time_threads or (threads,))}
+        job.write_text(json.dumps(spec))
         cmd = [str(python), str(RUNNER), str(job)]
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if out.returncode != 0:
         raise InputError(f"llama.cpp calibration failed: {out.stderr.strip()[-500:]}")
-    return rates_from(json.loads(out.stdout.strip().splitlines()[-1])["formats"], threads, model)
+    return json.loads(out.stdout.strip().splitlines()[-1])["formats"]
 
 
 def numpy_rates(threads: int) -> tuple[tuple[str, None, float], ...]:
@@ -101,7 +101,7 @@ def calibrate(
         version = subprocess.run(
             [str(python), "-c", "import llama_cpp; print(llama_cpp.__version__)"], capture_output=True, text=True
         ).stdout.strip()
-        rates: tuple = llamacpp_rates(python, threads, formats, model)
+        rates: tuple = rates_from(llamacpp_runs(python, threads, formats, model), threads, model)
         method = f"llama.cpp {version} (llama-cpp-python), {threads} threads, random-weight GGUF per format"
     else:
         rates = numpy_rates(threads)

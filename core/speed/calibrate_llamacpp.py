@@ -2,12 +2,13 @@
 engines' venv, with gguf-py on PYTHONPATH; never imported by kvscope itself).
 
 Reads a JSON job from the file named by its argument: {"dir", "threads", "context", "decode_steps", "formats":
-[llama.cpp ftype names], "model": {"hidden", "ffn", "layers", "heads", "vocab"}}. Writes a random-weight llama GGUF
+[llama.cpp ftype names], "model": {"hidden", "ffn", "layers", "heads", "vocab"}, optionally "time_threads": [thread
+counts to time with, default [threads]]}. Writes a random-weight llama GGUF
 in F16 with gguf-py (no vocabulary: tokenizer.ggml.model "none"), quantises it to each format with libllama's
 llama_model_quantize, then per format prefills `context` random tokens (fastest of 3) and decodes `decode_steps`
-single tokens (the 10th-percentile step). Prints one JSON line: {"formats": {name: {"prefill_s", "decode_s",
-"bytes"}}}. Weights load without the extra (AMX repack) buffer types, as the project's CPU referee does (the repack
-crashes batches > 1 token on this project's Xeon: /work/shared/reference/engines-on-cpu.md).
+single tokens (the 10th-percentile step). Prints one JSON line: {"formats": {name: {"bytes", "runs": [{"threads",
+"prefill_s", "decode_s"}]}}}. Weights load without the extra (AMX repack) buffer types, as the project's CPU referee
+does (the repack crashes batches > 1 token on this project's Xeon: /work/shared/reference/engines-on-cpu.md).
 """
 
 from __future__ import annotations
@@ -92,14 +93,14 @@ def run(ctx, tokens: list[int], start: int) -> float:
         llama_cpp.llama_batch_free(batch)
 
 
-def time_model(path: Path, job: dict) -> dict:
+def time_model(path: Path, job: dict, threads: int) -> dict:
     mparams = llama_cpp.llama_model_default_params()
     mparams.use_extra_bufts = False
     model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
     n, steps = job["context"], job["decode_steps"]
     params = llama_cpp.llama_context_default_params()
     params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n + steps + 8, n, min(n, 512), 1
-    params.n_threads = params.n_threads_batch = job["threads"]
+    params.n_threads = params.n_threads_batch = threads
     ctx = llama_cpp.llama_init_from_model(model, params)
     rng = random.Random(0)
     vocab = job["model"]["vocab"]
@@ -111,7 +112,7 @@ def time_model(path: Path, job: dict) -> dict:
             prefill.append(run(ctx, [rng.randrange(vocab) for _ in range(n)], 0))
         run(ctx, [1], n)  # warm-up step
         decode = [run(ctx, [rng.randrange(vocab)], n + 1 + i) for i in range(steps)]
-        return {"prefill_s": min(prefill), "decode_s": statistics.quantiles(decode, n=10)[0]}
+        return {"threads": threads, "prefill_s": min(prefill), "decode_s": statistics.quantiles(decode, n=10)[0]}
     finally:
         llama_cpp.llama_free(ctx)
         llama_cpp.llama_model_free(model)
@@ -130,7 +131,8 @@ def main() -> None:
         path = f16 if name.upper() == "F16" else folder / f"calib-{name.lower()}.gguf"
         if path != f16:
             quantize(f16, path, name, job["threads"])
-        out[name] = time_model(path, job) | {"bytes": path.stat().st_size}
+        runs = [time_model(path, job, t) for t in job.get("time_threads", [job["threads"]])]
+        out[name] = {"bytes": path.stat().st_size, "runs": runs}
         if path != f16:
             path.unlink()
     f16.unlink()

@@ -391,14 +391,16 @@ def main() -> None:
     if "--check" not in sys.argv:
         start = time.time()
         entries = fit_all(rows)
+        kept = json.loads(FITTED.read_text()) if FITTED.exists() else {}
+        cpu = [g for g in kept.get("groups", ()) if g["backend"] == "cpu"]  # tests/bench/fit_cpu.py's
         data = {
             "schema_version": 1,
             "about": "Efficiencies per engine, backend and card class fitted to published runs, and each group's "
             "error on the sources held out (tests/bench/fit_corpus.py; see its docstring for the split and the fit).",
             "split": "a source's runs on one card are held out when sha256('<source_id>|<card>') mod 3 == 0",
             "fitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "groups": entries,
-            "errors": [],
+            "groups": entries + cpu,
+            "errors": [e for e in kept.get("errors", ()) if e["backend"] == "cpu"],
         }
         FITTED.write_text(json.dumps(data, indent=1) + "\n")
         eff_module.fitted.cache_clear()
@@ -409,7 +411,7 @@ def main() -> None:
     print(table(stats, "held-out error (predicted ÷ measured through core.speed.predict)"))
     if "--check" not in sys.argv:
         data = json.loads(FITTED.read_text())
-        data["errors"] = [
+        data["errors"] += [
             {"kind": k, "engine": e, "backend": b, "card_class": c} | asdict(s)
             for (k, e, b, c), s in stats.items() if e != "*" and c != "*"
         ]  # fmt: skip
