@@ -76,36 +76,94 @@ class WeightBytes:
     other: int
 
 
-# ggml block types: (bytes per block, weights per block), from ggml/src/ggml-common.h's static_asserts
-# (block_q2_K == 84, block_q3_K == 110, block_q4_K == 144, block_q5_K == 176, block_q6_K == 210 bytes per QK_K = 256;
-# block_q8_0 = fp16 scale + 32 int8 = 34; block_iq4_xs = 2 + 2 + 4 + 128 = 136 per 256).
+# ggml block types: (bytes per block, weights per block), from ggml/src/ggml-common.h's static_asserts (QK_K = 256)
+# and ggml.c's type_traits; gguf-py's GGML_QUANT_SIZES holds the same table.
 GGML: dict[str, tuple[int, int]] = {
     "F32": (4, 1),
     "F16": (2, 1),
-    "Q8_0": (34, 32),
-    "Q5_1": (24, 32),
+    "BF16": (2, 1),
+    "Q8_0": (34, 32),  # fp16 d + 32 int8
+    "Q5_1": (24, 32),  # fp16 d, m + 4 B high bits + 16 B nibbles
     "Q5_0": (22, 32),
+    "Q4_1": (20, 32),
     "Q4_0": (18, 32),
     "IQ4_NL": (18, 32),
-    "Q6_K": (210, 256),
+    "MXFP4": (17, 32),  # one E8M0 scale byte + 16 B of FP4
+    "Q2_0": (18, 64),  # fp16 d + 64 2-bit
+    "Q1_0": (18, 128),  # fp16 d + 128 bits
+    "Q6_K": (210, 256),  # fp16 d + 16 int8 scales + 192 B of 6-bit quants
     "Q5_K": (176, 256),
     "Q4_K": (144, 256),
     "Q3_K": (110, 256),
     "Q2_K": (84, 256),
     "IQ4_XS": (136, 256),
+    "IQ3_S": (110, 256),  # fp16 d + 13 × QK_K/32 + QK_K/64 scales
+    "IQ3_XXS": (98, 256),  # fp16 d + 3 × QK_K/8
+    "IQ2_S": (82, 256),
+    "IQ2_XS": (74, 256),
+    "IQ2_XXS": (66, 256),
+    "IQ1_M": (56, 256),  # no d: QK_K/8 + QK_K/16 + QK_K/32
+    "IQ1_S": (50, 256),
+    "TQ2_0": (66, 256),
+    "TQ1_0": (54, 256),  # fp16 d + QK_K/64 + (QK_K − QK_K/16)/5
 }
-# llama.cpp's tensor_type_fallback: a row whose length is not a multiple of the block falls back to these.
-_FALLBACK = {"Q6_K": "Q8_0", "Q5_K": "Q5_1", "Q4_K": "Q5_0", "Q3_K": "Q4_0", "Q2_K": "Q4_0", "IQ4_XS": "IQ4_NL"}
+# llama-quant.cpp tensor_type_fallback: a row whose length is no multiple of the type's block gets a 32-block type
+# instead; if even that does not divide it, F16. Q1_0 (block 128) has no fallback: llama-quantize stops.
+_FALLBACK = dict.fromkeys(("IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_XS"), "IQ4_NL")
+_FALLBACK |= dict.fromkeys(("Q2_0", "Q2_K", "Q3_K", "TQ1_0", "TQ2_0"), "Q4_0")
+_FALLBACK |= {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
 
-_GGUF_DEFAULT = {  # llama_ftype_get_default_type
-    "q8_0": "Q8_0",
-    "q6_k": "Q6_K",
-    "q5_k_m": "Q5_K",
-    "q4_k_m": "Q4_K",
-    "q3_k_m": "Q3_K",
-    "q2_k": "Q2_K",
-    "iq4_xs": "IQ4_XS",
+
+@dataclass(frozen=True)
+class Ftype:
+    """A llama-quantize file type: the ggml type most tensors get (llama_ftype_get_default_type) and whether
+    llama-quantize refuses it without an importance matrix (tensor_requires_imatrix: IQ1/IQ2/IQ3_XXS tensors, and
+    Q2_K in a Q2_K_S file), so that a file of it always has one and the rules reading `has_imatrix` apply."""
+
+    default: str
+    imatrix: bool = False
+
+
+# tools/quantize/quantize.cpp QUANT_OPTIONS, by llama.cpp's own name (lower-cased); F16/BF16/F32 are `gguf_` here
+# (see format_named).
+FTYPES: dict[str, Ftype] = {
+    "q1_0": Ftype("Q1_0"),
+    "q2_0": Ftype("Q2_0"),
+    "q4_0": Ftype("Q4_0"),
+    "q4_1": Ftype("Q4_1"),
+    "mxfp4_moe": Ftype("MXFP4"),
+    "q5_0": Ftype("Q5_0"),
+    "q5_1": Ftype("Q5_1"),
+    "iq2_xxs": Ftype("IQ2_XXS", imatrix=True),
+    "iq2_xs": Ftype("IQ2_XS", imatrix=True),
+    "iq2_s": Ftype("IQ2_XS", imatrix=True),
+    "iq2_m": Ftype("IQ2_S", imatrix=True),
+    "iq1_s": Ftype("IQ1_S", imatrix=True),
+    "iq1_m": Ftype("IQ1_M", imatrix=True),
+    "tq1_0": Ftype("TQ1_0"),
+    "tq2_0": Ftype("TQ2_0"),
+    "q2_k": Ftype("Q2_K"),
+    "q2_k_s": Ftype("Q2_K", imatrix=True),
+    "iq3_xxs": Ftype("IQ3_XXS", imatrix=True),
+    "iq3_s": Ftype("IQ3_S"),
+    "iq3_m": Ftype("IQ3_S"),
+    "iq3_xs": Ftype("IQ3_S", imatrix=True),
+    "q3_k_s": Ftype("Q3_K"),
+    "q3_k_m": Ftype("Q3_K"),
+    "q3_k_l": Ftype("Q3_K"),
+    "iq4_nl": Ftype("IQ4_NL"),
+    "iq4_xs": Ftype("IQ4_XS"),
+    "q4_k_s": Ftype("Q4_K"),
+    "q4_k_m": Ftype("Q4_K"),
+    "q5_k_s": Ftype("Q5_K"),
+    "q5_k_m": Ftype("Q5_K"),
+    "q6_k": Ftype("Q6_K"),
+    "q8_0": Ftype("Q8_0"),
+    "gguf_f16": Ftype("F16"),
+    "gguf_bf16": Ftype("BF16"),
+    "gguf_f32": Ftype("F32"),
 }
+_UNQUANTISED = ("F32", "F16", "BF16")  # ggml_is_quantized is false: no mix, no fallback, just this type
 
 
 FORMATS: dict[str, WeightFormat] = {
@@ -134,23 +192,53 @@ FORMATS: dict[str, WeightFormat] = {
         # NVIDIA ModelOpt NVFP4: FP4 + one FP8 E4M3 scale per 16 (9 B / 16 = 4.5 bpw) + an fp32 per-tensor scale.
         WeightFormat("nvfp4", "NVFP4 matmuls, fp8 scale per 16 + fp32 per tensor", MATMUL, 4, 16, 1, tensor_bytes=4),
         *(
-            WeightFormat(name, f"GGUF {name.upper()} (llama.cpp's mix)", EVERYTHING, gguf=base)
-            for name, base in _GGUF_DEFAULT.items()
+            WeightFormat(
+                name, f"GGUF {name.upper().removeprefix('GGUF_')} (llama-quantize)", EVERYTHING, gguf=f.default
+            )
+            for name, f in FTYPES.items()
         ),
     )
 }
 
 
-_ALIASES = {"int4_awq": "awq", "int4_gptq": "gptq", "w8a16": "int8", "bfloat16": "bf16", "float16": "fp16"}
+_ALIASES = {
+    "int4_awq": "awq",
+    "int4_gptq": "gptq",
+    "w8a16": "int8",
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    # llama-quantize's aliases (QUANT_OPTIONS), and its F16/F32, which differ from kvscope's fp16/fp32 (every tensor
+    # in that dtype, as an HF checkpoint stores it): a GGUF keeps norms, routers and conv kernels F32.
+    "q3_k": "q3_k_m",
+    "q4_k": "q4_k_m",
+    "q5_k": "q5_k_m",
+    "f16": "gguf_f16",
+    "f32": "gguf_f32",
+}
 
 
 def format_named(name: str) -> WeightFormat:
-    """A format by name; case, and '-' for '_', do not matter (Q4_K_M, int4-awq)."""
+    """A format by name; case, and '-' for '_', do not matter (Q4_K_M, int4-awq, IQ2_XXS).
+
+    `bf16`, `fp16`, `fp32` are the HF checkpoint in that dtype, every tensor included; llama-quantize's F16 and F32
+    (also spelt `gguf_f16`, `gguf_f32`) and `gguf_bf16` are the GGUF files, whose norms, routers and conv kernels
+    stay F32. `BF16` is the checkpoint's spelling here; `gguf_format` maps it to the GGUF for llama.cpp.
+    """
     key = name.strip().lower().replace("-", "_")
     key = _ALIASES.get(key, key)
     if key not in FORMATS:
-        raise InputError(f"unknown weight format {name!r}; use one of: {', '.join(FORMATS)}")
+        raise InputError(
+            f"unknown weight format {name!r}; use one of: {', '.join(FORMATS)} "
+            f"(or llama-quantize's {', '.join(a.upper() for a in _ALIASES if _ALIASES[a] in FTYPES)})"
+        )
     return FORMATS[key]
+
+
+def gguf_format(name: str) -> str:
+    """The format a GGUF engine (llama.cpp, Ollama) loads for `name`: an HF dtype means its GGUF twin there, since
+    llama.cpp runs GGUF files only and convert_hf_to_gguf.py keeps 1-D and a few 2-D tensors F32."""
+    key = format_named(name).name
+    return {"bf16": "gguf_bf16", "fp16": "gguf_f16", "fp32": "gguf_f32"}.get(key, key)
 
 
 def default_format(spec: ModelSpec) -> str:
@@ -170,88 +258,234 @@ def _use_more_bits(i: int, n: int) -> bool:
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 
+# The rules below are llama-quant.cpp's llama_tensor_get_type_impl (llama.cpp as vendored by llama-cpp-python
+# 0.3.36), branch for branch, minus Falcon's and GLM5-Next's, architectures kvscope does not model; its ATTENTION_QKV
+# branch is unreachable there (category_is_attn_v takes attn_qkv first) and left out here too.
+_IQ_LOW = frozenset({"iq2_xxs", "iq2_xs", "iq2_s", "iq2_m", "iq1_s", "iq1_m"})  # the first i-quant branch
+_IQ2_SM = frozenset({"iq2_s", "iq2_m"})
+_EMBD_TYPE = {  # an untied token_embd
+    **dict.fromkeys(("iq2_xxs", "iq2_xs", "iq1_s", "iq1_m"), "Q2_K"),
+    **dict.fromkeys(("iq2_s", "iq2_m", "iq3_xxs"), "IQ3_S"),
+    **dict.fromkeys(("tq1_0", "tq2_0", "q2_0"), "Q4_K"),
+}
+_ATTN_QK_TYPE = {"iq3_xs": "IQ3_XXS", "iq3_xxs": "IQ2_S"}  # attn_q, and attn_k of models without 8 experts
+_ATTN_OUT_8_EXPERTS = frozenset(
+    {"q2_k", "iq3_xs", "iq3_xxs", "q3_k_s", "q3_k_m", "iq4_nl", "q4_k_s", "q4_k_m", "iq3_s", "iq3_m", "iq4_xs"}
+)  # → Q5_K
+_ATTN_OUT_TYPE = {"q2_k": "Q3_K", "iq3_xxs": "IQ3_S", "q3_k_m": "Q4_K", "q3_k_l": "Q5_K", "iq3_m": "Q4_K"}
+
+
+def _category(role: str) -> str:
+    """llama-quant.cpp tensor_get_category: substring tests on the GGUF name, in its order."""
+    if role in ("output", "token_embd"):
+        return role
+    name = f"{role}.weight"
+    for needle, category in (
+        ("attn_qkv.weight", "attn_v"),  # attn_qkv and attn_kv_b count as attn_v (category_is_attn_v)
+        ("attn_kv_b.weight", "attn_v"),
+        ("attn_v.weight", "attn_v"),
+        ("attn_k.weight", "attn_k"),
+        ("attn_q.weight", "attn_q"),
+        ("attn_output.weight", "attn_output"),
+        ("ffn_up", "ffn_up"),
+        ("ffn_gate", "ffn_gate"),
+        ("ffn_down", "ffn_down"),
+    ):
+        if needle in name:
+            return category
+    return "other"
+
+
 @dataclass
 class _GgufState:
-    """What llama_tensor_get_type_impl reads besides the tensor: counters and model-wide figures."""
+    """What llama_tensor_get_type_impl reads besides the tensor: quantize_state_impl's counters and the hparams."""
 
     ftype: str
-    n_layer: int
+    imatrix: bool
+    n_layer: int  # hparams.n_layer_all, also n_ffn_down/gate/up
     n_attn_v: int
     n_expert: int
-    gqa: int
+    gqa: int  # hparams.n_gqa(0)
     tied: bool
+    type_70b: bool  # model.type == LLM_TYPE_70B
     i_attn_v: int = 0
     i_ffn_down: int = 0
+    i_ffn_gate: int = 0
+    i_ffn_up: int = 0
+
+
+def _layer_gqa(roles: dict[str, Tensor]) -> int | None:
+    """Heads ÷ kv heads of one layer: attn_output reads n_head × head_dim_v, attn_v makes n_head_kv × head_dim_v (a
+    fused attn_qkv the rest of its rows past q's); attn_q cannot tell, it may carry a gate (Qwen3-Next, Qwen3.5)."""
+    out = roles.get("attn_output")
+    if out is None:
+        return None
+    if "attn_v" in roles:
+        return out.cols // roles["attn_v"].rows
+    if "attn_qkv" in roles:
+        return 2 * out.cols // (roles["attn_qkv"].rows - out.cols)
+    return None
+
+
+def _gqa(tensors: tuple[Tensor, ...]) -> int:
+    """hparams.n_gqa(0), layer 0's heads ÷ kv heads. Where layer 0 has no attention: Mamba and shortconv hybrids'
+    converters write head_count_kv per layer, 0 there (conversion/granite.py, jamba.py, lfm2.py), so 0; Gated
+    DeltaNet ones (Qwen3-Next, Qwen3.5) write one count, so the attention layers' ratio. MLA has no attn_v: its
+    configs give as many kv heads as heads, 1."""
+    layers: dict[int, dict[str, Tensor]] = {}
+    for t in tensors:
+        if t.layer is not None:
+            layers.setdefault(t.layer, {})[t.role] = t
+    first = layers.get(0, {})
+    if _layer_gqa(first) is None and any(role.startswith(("ssm_in", "shortconv")) for role in first):
+        return 0
+    return next((g for roles in layers.values() if (g := _layer_gqa(roles)) is not None), 1)
 
 
 def _gguf_state(ftype: str, tensors: tuple[Tensor, ...]) -> _GgufState:
-    layers = {t.layer for t in tensors if t.layer is not None}
-    q = next((t.rows for t in tensors if t.role == "attn_q"), 0)
-    k = next((t.rows for t in tensors if t.role == "attn_k"), 0)
+    n_layer = 1 + max((t.layer for t in tensors if t.layer is not None), default=-1)
+    gqa = _gqa(tensors)
+    n_expert = max((t.count for t in tensors if t.category == "experts"), default=0)
     return _GgufState(
         ftype=ftype,
-        n_layer=len(layers),
-        n_attn_v=sum(t.role in _ATTN_V for t in tensors),
-        n_expert=max((t.count for t in tensors if t.category == "experts"), default=0),
-        gqa=q // k if k else 1,
+        imatrix=FTYPES[ftype].imatrix,
+        n_layer=n_layer,
+        n_attn_v=sum(_category(t.role) == "attn_v" for t in tensors),
+        n_expert=n_expert,
+        gqa=gqa,
         tied=not any(t.role == "output" for t in tensors),
+        # models/llama.cpp, qwen2.cpp, deci.cpp, olmo.cpp: 80 layers (with GQA, for llama) make LLM_TYPE_70B; kvscope
+        # keeps no GGUF architecture with a count, so this is any 80-layer dense GQA model (Llama-3 70B, Qwen2 72B).
+        type_70b=n_layer == 80 and gqa > 1 and n_expert == 0,
     )
 
 
-_ATTN_V = ("attn_v", "attn_qkv", "attn_kv_b")  # llama.cpp's category_is_attn_v
-
-
 def _gguf_type(s: _GgufState, t: Tensor) -> str:
-    """The ggml type llama-quantize gives tensor `t` (only the branches for the ftypes kvscope offers)."""
+    """The ggml type llama-quantize gives tensor `t` (llama_tensor_get_type, then tensor_type_fallback)."""
     if t.category in ("other", "router"):
-        return "F32"
-    ftype, new = s.ftype, _GGUF_DEFAULT[s.ftype]
-    more = ftype in ("q4_k_m", "q5_k_m")
-    if t.role == "output" or (s.tied and t.role == "token_embd"):
-        new = "Q8_0" if t.cols % GGML[new][1] else new if new == "Q8_0" else "Q6_K"
-    elif t.role == "token_embd":
-        pass  # the ftype's default type
-    elif t.role in _ATTN_V:
-        if ftype == "q2_k":
-            new = "Q4_K" if s.gqa >= 4 else "Q3_K"
-        elif ftype == "q3_k_m":
-            new = "Q5_K" if s.i_attn_v < 2 else "Q4_K"
-        elif ftype == "iq4_xs" and s.gqa >= 4:
-            new = "Q5_K"
-        elif more and _use_more_bits(s.i_attn_v, s.n_attn_v):
-            new = "Q6_K"
-        if s.n_expert == 8:
-            new = "Q8_0"
-        s.i_attn_v += 1
-    elif t.role == "attn_k":
-        if s.n_expert == 8:
-            new = "Q8_0"
-    elif t.role.startswith("ffn_down"):
-        # MoE models index by the tensor's layer; dense ones by a running count of ffn_down tensors.
-        i = t.layer if s.n_expert > 1 and t.layer is not None else s.i_ffn_down
-        n = s.n_layer
-        if ftype == "q2_k":
-            new = "Q3_K"
-        elif ftype == "q3_k_m":
-            new = "Q5_K" if i < n // 16 else "Q4_K"
-        elif more and _use_more_bits(i, n):
-            new = "Q6_K"
-        elif ftype == "iq4_xs" and i < n // 8:  # the rule without an imatrix; imatrix quants keep IQ4_XS here
-            new = "Q5_K"
-        s.i_ffn_down += 1
-    elif t.role == "attn_output":
-        if s.n_expert == 8:
-            if ftype in ("q2_k", "q3_k_m", "q4_k_m", "iq4_xs"):
-                new = "Q5_K"
-        elif ftype == "q2_k":
-            new = "Q3_K"
-        elif ftype == "q3_k_m":
-            new = "Q4_K"
+        return "F32"  # tensor_allows_quantization is false: the converter's type stays, F32 for these
+    default = FTYPES[s.ftype].default
+    if default in _UNQUANTISED:
+        return default
+    new = _mix_type(s, t, _category(t.role), default)
     if t.cols % GGML[new][1]:
+        if new == "Q1_0":
+            raise InputError(
+                f"llama-quantize cannot make Q1_0 of this model: a {t.role} row of {t.cols} is no multiple of 128"
+            )
         new = _FALLBACK.get(new, new)
         if t.cols % GGML[new][1]:
             new = "F16"
     return new
+
+
+def _mix_type(s: _GgufState, t: Tensor, cat: str, new: str) -> str:
+    """llama_tensor_get_type_impl: the ftype's choice for one tensor, counters advanced as llama.cpp does."""
+    ft, n = s.ftype, s.n_layer
+
+    def layer(counter: int) -> int:  # layer_info: MoE models read the layer from the name, others count tensors
+        return t.layer if s.n_expert > 1 and t.layer is not None else counter
+
+    if cat == "output" or (s.tied and cat == "token_embd"):
+        if ft == "mxfp4_moe" or t.cols % GGML[new][1]:
+            return "Q8_0"
+        if ft in _IQ_LOW or ft == "iq3_xxs":
+            return "Q5_K"
+        return new if new == "Q8_0" else "Q6_K"
+    if ft == "mxfp4_moe":  # 3-D (stacked expert) tensors MXFP4, every other Q8_0
+        return "MXFP4" if t.count > 1 else "Q8_0"
+    if cat == "token_embd":
+        return _EMBD_TYPE.get(ft, new)
+    if ft in _IQ_LOW:
+        if cat == "attn_v":
+            s.i_attn_v += 1
+            if s.gqa >= 4 or s.n_expert >= 4:
+                return "Q4_K"
+            return "IQ3_S" if ft in _IQ2_SM else "Q2_K"
+        if cat == "attn_k" and s.n_expert == 8:
+            return "Q4_K"
+        if cat == "ffn_down":
+            s.i_ffn_down += 1  # a running count here, even for MoE models
+            if s.i_ffn_down - 1 < n // 8:
+                return "IQ3_S" if ft in _IQ2_SM else "Q2_K"
+        if cat == "attn_output":
+            if s.n_expert == 8:
+                return "Q5_K"
+            if ft in ("iq1_s", "iq1_m"):
+                return "IQ2_XXS"
+            if ft in _IQ2_SM:
+                return "IQ3_S"
+        return new
+    if cat == "attn_v":
+        i, gqa4 = s.i_attn_v, s.gqa >= 4
+        s.i_attn_v += 1
+        if ft == "q2_k":
+            new = "Q4_K" if gqa4 else "Q3_K"
+        elif ft == "q2_k_s" and gqa4:
+            new = "Q4_K"
+        elif ft == "iq3_xxs":
+            new = "Q4_K" if gqa4 else "IQ3_XXS" if s.imatrix else "IQ3_S"
+        elif (ft in ("iq3_xs", "iq3_s") and gqa4) or ft == "iq3_m":
+            new = "Q4_K"
+        elif ft == "q3_k_m":
+            new = "Q5_K" if i < 2 else "Q4_K"
+        elif ft == "q3_k_l" or (ft in ("iq4_nl", "iq4_xs") and gqa4):
+            new = "Q5_K"
+        elif ft in ("q4_k_m", "q5_k_m") and _use_more_bits(i, s.n_attn_v):
+            new = "Q6_K"
+        elif ft == "q4_k_s" and i < 4:
+            new = "Q5_K"
+        if s.type_70b and new in ("Q3_K", "Q4_K"):
+            new = "Q5_K"
+        return "Q8_0" if s.n_expert == 8 else new
+    if cat == "attn_k" and s.n_expert == 8:
+        return "Q8_0"
+    if cat in ("attn_k", "attn_q"):
+        return _ATTN_QK_TYPE.get(ft, new)
+    if cat == "ffn_down":
+        i = layer(s.i_ffn_down)
+        s.i_ffn_down += 1
+        first_eighth = i < n // 8
+        if ft == "q2_k":
+            return "Q3_K"
+        if ft == "q2_k_s":
+            return "Q4_K" if first_eighth else new
+        if ft == "iq3_xxs" and not s.imatrix:
+            return "Q4_K" if first_eighth else "Q3_K"
+        if ft == "q3_k_m":
+            return "Q5_K" if i < n // 16 else "Q4_K"  # Falcon's Q3_K for the rest is not modelled
+        if ft == "iq3_m" and (first_eighth or (s.n_expert == 8 and _use_more_bits(i, n))):
+            return "Q4_K"
+        if ft == "q3_k_l":
+            return "Q5_K"
+        if ft == "q4_k_m":
+            return "Q6_K" if _use_more_bits(i, n) else new
+        if first_eighth and ft in ("iq4_nl", "iq4_xs") and not s.imatrix:
+            return "Q5_K"
+        if ft == "q5_k_m" and _use_more_bits(i, n):
+            return "Q6_K"
+        if ft == "q4_k_s" and first_eighth:
+            return "Q5_K"
+        if ft in ("q4_0", "q5_0") and s.imatrix and first_eighth:  # never here: an imatrix is optional for these
+            return "Q4_1" if ft == "q4_0" else "Q5_1"
+        return new
+    if cat == "attn_output":
+        if s.n_expert == 8:
+            return "Q5_K" if ft in _ATTN_OUT_8_EXPERTS else new
+        return _ATTN_OUT_TYPE.get(ft, new)
+    if cat in ("ffn_gate", "ffn_up"):
+        counter = "i_ffn_gate" if cat == "ffn_gate" else "i_ffn_up"
+        i = layer(getattr(s, counter))
+        setattr(s, counter, getattr(s, counter) + 1)
+        if ft == "iq3_xs" and n // 8 <= i < 7 * n // 8:
+            return "IQ3_XXS"
+    return new
+
+
+def _gguf_order(t: Tensor) -> tuple[int, str]:
+    """llama_model_loader's weights_map order (weight_name_comparer): by layer, non-layer tensors first, then name;
+    the counters above advance in it."""
+    return (-1 if t.layer is None else t.layer, t.role)
 
 
 def _gguf_bytes(t: Tensor, ggml_type: str) -> int:
@@ -259,12 +493,22 @@ def _gguf_bytes(t: Tensor, ggml_type: str) -> int:
     return t.count * t.rows * -(-t.cols // block_elems) * block_bytes
 
 
+def gguf_types(count: ParamCount, ftype: str) -> list[str]:
+    """The ggml type llama-quantize gives each of the model's tensors (in the count's order) for a GGUF ftype."""
+    state = _gguf_state(ftype, count.tensors)
+    chosen = {
+        i: _gguf_type(state, count.tensors[i])
+        for i in sorted(range(len(count.tensors)), key=lambda i: _gguf_order(count.tensors[i]))
+    }
+    return [chosen[i] for i in range(len(count.tensors))]
+
+
 def tensor_bytes(count: ParamCount, fmt_name: str, model_dtype_bytes: int) -> list[tuple[Tensor, int]]:
     """Bytes of each of the model's tensors in the named format."""
     fmt = format_named(fmt_name)
     if fmt.gguf:
-        state = _gguf_state(fmt.name, count.tensors)
-        return [(t, _gguf_bytes(t, _gguf_type(state, t))) for t in count.tensors]
+        types = gguf_types(count, fmt.name)
+        return [(t, _gguf_bytes(t, ggml)) for t, ggml in zip(count.tensors, types, strict=True)]
     rest = fmt.rest_bytes or model_dtype_bytes
     return [(t, fmt.matrix_bytes(t) if t.category in fmt.quantises else t.numel * rest) for t in count.tensors]
 
