@@ -128,6 +128,8 @@ def to_row(r: dict) -> Row:
         raise InputError("no model_id")
     if r.get("concurrency", 1) != 1:
         raise InputError("concurrency > 1")
+    if "SUSPECT" in (r.get("notes") or ""):  # the corpus' own flag: a figure its source contradicts
+        raise InputError("flagged SUSPECT in the corpus")
     card: Card = card_named(r["card"])
     if not card.bandwidth_gb_s or not card.bf16_tflops:
         raise InputError(f"no bandwidth or peak for {card.name} in gpus.csv")
