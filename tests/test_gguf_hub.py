@@ -102,7 +102,7 @@ class FakeHub:
             def missing(self, code: str) -> None:
                 self.reply(404, b"{}", {"X-Error-Code": code, "Content-Type": "application/json"})
 
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def do_GET(self) -> None:  # http.server calls it by this name
                 parts = unquote(urlsplit(self.path).path).strip("/").split("/")
                 api = parts[0] == "api"
                 repo = "/".join(parts[2:4] if api else parts[0:2])
@@ -122,16 +122,19 @@ class FakeHub:
                 local = dict(files).get(path)
                 if local is None:
                     return self.missing("EntryNotFound")
-                data = local.read_bytes()
-                start, end = 0, len(data) - 1
+                size = local.stat().st_size
+                start, end = 0, size - 1
                 spec = self.headers.get("Range")
                 if spec:
                     first, last = spec.removeprefix("bytes=").split("-")
-                    start, end = int(first), min(int(last), len(data) - 1)
+                    start, end = int(first), min(int(last), size - 1)
                     hub.ranges.append(spec)
                 hub.sent[path] += end + 1 - start
-                headers = {"Content-Range": f"bytes {start}-{end}/{len(data)}"} if spec else {}
-                self.reply(206 if spec else 200, data[start : end + 1], headers)
+                with local.open("rb") as f:  # only the range: a file may be a sparse one of the real size
+                    f.seek(start)
+                    data = f.read(end + 1 - start)
+                headers = {"Content-Range": f"bytes {start}-{end}/{size}"} if spec else {}
+                self.reply(206 if spec else 200, data, headers)
 
         return Handler
 
@@ -186,7 +189,7 @@ def test_names_in_llama_cpp_and_ollama_forms(text, expected):
 
 @pytest.mark.parametrize("text", ["hf.co/just-one-part", "org/repo:Q4:K", "../etc:Q4_K_M", "hf.co/a/b:Q4 K"])
 def test_malformed_names_are_refused(text):
-    with pytest.raises(InputError, match="not a valid Hub repo id|not a Hub GGUF name"):
+    with pytest.raises(InputError, match=r"not a valid Hub repo id|not a Hub GGUF name"):
         gguf_name(text)
 
 
@@ -264,7 +267,12 @@ def big(tmp_path_factory) -> Path:
     return path
 
 
-def test_only_the_header_is_read_in_growing_ranges(hub, big):
+@pytest.fixture(scope="module")
+def big_table(big) -> dict[str, tuple[str, int]]:
+    return _expected_table([big])  # gguf-py's reader takes seconds over the 152K strings: once per module
+
+
+def test_only_the_header_is_read_in_growing_ranges(hub, big, big_table):
     hub.add("org/tiny-GGUF", [("Tiny-8B-UD-Q4_K_XL.gguf", big)])
     found = read_hub_gguf(GGUFName("org/tiny-GGUF", "ud-q4_k_xl"))
     header_bytes = found.headers[0].header_bytes
@@ -274,7 +282,7 @@ def test_only_the_header_is_read_in_growing_ranges(hub, big):
     assert header_bytes <= hub.sent["Tiny-8B-UD-Q4_K_XL.gguf"] == found.bytes_read <= 2 * header_bytes
     assert found.bytes_read < size / 5, "the tensor data was read"
     table = {t.name: (t.ggml_type, t.n_bytes) for t in found.tensors}
-    assert table == _expected_table([big])
+    assert table == big_table
     assert {t for t, _ in table.values()} == {k.name for _, k in MIX}
     assert found.metadata["general.base_model.0.repo_url"] == "https://huggingface.co/Qwen/Qwen3-8B"
     assert not any(k.startswith("tokenizer.ggml.tokens") for k in found.metadata)  # skipped, never held
@@ -365,12 +373,12 @@ def test_an_unreachable_hub_falls_back_to_the_cache(hub, big, monkeypatch):
 
 def test_offline_without_a_cache_says_what_to_do(hub, monkeypatch):
     offline(monkeypatch)
-    with pytest.raises(InputError, match="HF_HUB_OFFLINE is set.*run once with network"):
+    with pytest.raises(InputError, match=r"HF_HUB_OFFLINE is set.*run once with network"):
         read_hub_gguf(GGUFName("org/never-seen-GGUF", "Q4_K_M"))
     assert not hub.requests
 
 
-def test_huggingface_hubs_own_cache_is_read_offline(hub, big, monkeypatch):
+def test_huggingface_hubs_own_cache_is_read_offline(hub, big, monkeypatch, big_table):
     """A file `hf download` fetched: its listing and header come from the snapshot folder, nothing from the Hub."""
     from huggingface_hub import constants
 
@@ -381,7 +389,7 @@ def test_huggingface_hubs_own_cache_is_read_offline(hub, big, monkeypatch):
     (snapshot.parent.parent / "refs" / "main").write_text(SHA)
     offline(monkeypatch)
     found = read_hub_gguf(GGUFName("org/tiny-GGUF", "Q4_K_XL"))
-    assert {t.name: (t.ggml_type, t.n_bytes) for t in found.tensors} == _expected_table([big])
+    assert {t.name: (t.ggml_type, t.n_bytes) for t in found.tensors} == big_table
     assert "huggingface_hub's local cache" in found.origin and not hub.requests
 
 
@@ -406,10 +414,10 @@ def test_a_header_past_the_limit_is_refused_without_reading_it_all(hub, tmp_path
 # ---------------------------------------------------------------- wired in: --weights-file and the model argument
 
 
-def test_weights_file_takes_a_hub_name(hub, big):
+def test_weights_file_takes_a_hub_name(hub, big, big_table):
     hub.add("org/tiny-GGUF", [("Tiny-8B-UD-Q4_K_XL.gguf", big)])
     weights = read_weights("hf.co/org/tiny-GGUF:UD-Q4_K_XL")
-    table = _expected_table([big])
+    table = big_table
     assert weights.kind == "gguf" and weights.total_bytes == sum(n for _, n in table.values())
     assert dict(weights.layer_bytes) == {
         i: sum(n for name, (_, n) in table.items() if name.startswith(f"blk.{i}.")) for i in (0, 1)
@@ -442,10 +450,10 @@ def test_a_base_model_named_only_by_basename_matches_a_preset(hub, tmp_path):
     assert raw == load_raw("Qwen/Qwen3-8B")[1] and "general.basename" in origin
 
 
-def test_cli_fit_reads_a_hub_gguf_end_to_end(hub, big, tmp_path):
+def test_cli_fit_reads_a_hub_gguf_end_to_end(hub, big, tmp_path, big_table):
     """`python -m core fit` as a user runs it, with HF_ENDPOINT at the fake Hub: the weights are the header's."""
     hub.add("org/tiny-GGUF", [("Tiny-8B-UD-Q4_K_XL.gguf", big)])
-    table = _expected_table([big])
+    table = big_table
     on_gpu = sum(n for _, n in table.values()) - table["token_embd.weight"][1]  # llama.cpp keeps it in RAM
     env = os.environ | {"HF_ENDPOINT": hub.endpoint, "HF_HUB_OFFLINE": "0", "KVSCOPE_CACHE": str(tmp_path / "kc")}
     for argv in (

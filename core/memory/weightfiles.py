@@ -202,6 +202,20 @@ class _GGUFHeader:
             raise self.fail(f"it declares {n:,} {what}, more than the file's {self.size:,} bytes could hold")
         return n
 
+    def skip_strings(self, n: int) -> None:
+        """`self.skip(self.uint(8, ...))` n times, inlined: a vocabulary and its merges are 300K+ strings, and this
+        loop is most of the time a header takes to walk."""
+        buf, pos, size, fmt = self.buf, self.pos, self.size, self.order + "Q"
+        for _ in range(n):
+            if pos + 8 > size:
+                raise self.fail("a string runs past the end of the file")
+            if pos + 8 > len(buf):
+                raise _Short(pos + 8)
+            pos += 8 + struct.unpack_from(fmt, buf, pos)[0]
+            if pos > size:
+                raise self.fail("a string runs past the end of the file")
+        self.pos = pos
+
     def value(self, kind: int, keep: bool, depth: int = 0) -> Any:
         """One metadata value: read when `keep` and short (None otherwise), else skipped."""
         if kind in _GGUF_SCALARS:
@@ -220,8 +234,10 @@ class _GGUFHeader:
                     raw = self.take(n * _scalar_size(item), "an array")
                     return list(struct.unpack(f"{self.order}{n}{_GGUF_SCALARS[item]}", raw))
                 self.skip(n * _scalar_size(item), "an array")
+            elif item == _GGUF_STRING:
+                self.skip_strings(self.count("array items", 8, _GGUF_MAX_LIST))
             else:
-                for _ in range(self.count("array items", 8 if item == _GGUF_STRING else 12, _GGUF_MAX_LIST)):
+                for _ in range(self.count("array items", 12, _GGUF_MAX_LIST)):
                     self.value(item, False, depth + 1)
         else:
             raise self.fail(f"value type {kind} is not one GGUF defines")
