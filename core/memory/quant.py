@@ -4,10 +4,11 @@ Whole-number arithmetic throughout: every format is bytes per block of weights a
 plus any per-tensor or per-tile scale tensors, so a figure is what the checkpoint's tensors hold, not a rounded
 bits-per-weight estimate. What stays unquantised, and in which dtype, is part of each format's definition.
 
-GGUF k-quant mixes ("Q4_K_M") pick a block type per tensor; `_gguf_type` follows llama.cpp's
-llama_tensor_get_type_impl (src/llama-quant.cpp), and tensors llama.cpp never quantises (1-D tensors, norms, the
-MoE router ffn_gate_inp, ssm_conv1d, shortconv.conv, names not ending in "weight" such as ssm_a/ssm_d) are F32,
-as convert_hf_to_gguf.py writes them ("Some tensor types are always in float32").
+GGUF files come in every ftype llama-quantize offers (FTYPES): each picks a ggml type per tensor, as llama.cpp's
+llama_tensor_get_type_impl and tensor_type_fallback do (src/llama-quant.cpp); tensors llama.cpp never quantises
+(1-D tensors, norms, the MoE router ffn_gate_inp, ssm_conv1d, shortconv.conv, names not ending in "weight" such as
+ssm_a/ssm_d) are F32, as convert_hf_to_gguf.py writes them ("Some tensor types are always in float32").
+tests/engines/test_llamacpp_quantize.py checks every tensor's type and bytes against libllama's own quantiser.
 """
 
 from __future__ import annotations
@@ -220,9 +221,9 @@ _ALIASES = {
 def format_named(name: str) -> WeightFormat:
     """A format by name; case, and '-' for '_', do not matter (Q4_K_M, int4-awq, IQ2_XXS).
 
-    `bf16`, `fp16`, `fp32` are the HF checkpoint in that dtype, every tensor included; llama-quantize's F16 and F32
-    (also spelt `gguf_f16`, `gguf_f32`) and `gguf_bf16` are the GGUF files, whose norms, routers and conv kernels
-    stay F32. `BF16` is the checkpoint's spelling here; `gguf_format` maps it to the GGUF for llama.cpp.
+    `bf16`, `fp16`, `fp32` are an HF checkpoint in that dtype, every tensor included. llama-quantize's F16 and F32
+    (also spelt `gguf_f16`, `gguf_f32`) and `gguf_bf16` are GGUF files, whose norms, routers and conv kernels stay
+    F32; llama.cpp's own spelling `BF16` cannot be told from the checkpoint's `bf16`, which it keeps meaning.
     """
     key = name.strip().lower().replace("-", "_")
     key = _ALIASES.get(key, key)
@@ -232,13 +233,6 @@ def format_named(name: str) -> WeightFormat:
             f"(or llama-quantize's {', '.join(a.upper() for a in _ALIASES if _ALIASES[a] in FTYPES)})"
         )
     return FORMATS[key]
-
-
-def gguf_format(name: str) -> str:
-    """The format a GGUF engine (llama.cpp, Ollama) loads for `name`: an HF dtype means its GGUF twin there, since
-    llama.cpp runs GGUF files only and convert_hf_to_gguf.py keeps 1-D and a few 2-D tensors F32."""
-    key = format_named(name).name
-    return {"bf16": "gguf_bf16", "fp16": "gguf_f16", "fp32": "gguf_f32"}.get(key, key)
 
 
 def default_format(spec: ModelSpec) -> str:
