@@ -25,8 +25,12 @@ Each phase's per-token terms were read from the graph and then checked against l
 tests/artifacts/llamacpp_compute_referee.md). The figure is an upper envelope: the referee bounds it.
 
 Offload (-ngl, --n-cpu-moe) is read from source, not refereed (there is no GPU here):
-- The token embedding stays in system RAM (llama-model.cpp: the input layer is always on the CPU), so its
-  get_rows runs on the CPU and the host buffer (CUDA_Host) holds the [n_embd, T] embeddings and the token ids.
+- Graph inputs (ids, masks, set_rows indices) are placed on the CPU backend (ggml-backend.cpp,
+  ggml_backend_sched_backend_id_from_cur) and copied to the GPU that uses them; the token embedding stays in system
+  RAM (llama-model.cpp: the input layer is always on the CPU), so its get_rows runs on the CPU. The host buffer
+  (CUDA_Host) therefore holds the inputs and the [n_embd, T] embeddings: published CUDA logs of older builds, whose
+  masks were f32 even with flash attention, match this to the printed 0.01 MiB (Llama-3.1-8B 8K 4 seqs 24.01 MiB,
+  Qwen2.5-Coder-7B 15.01, gpt-oss-20b 128K 263.15, Qwen3-235B-A22B 32K 72.01).
 - Layers left on the CPU run there (ggml-backend.cpp, ggml_backend_sched_split_graph: a node goes where its weights
   are), so the host buffer holds their phases; the GPU keeps the phases of its own layers and the output layer.
 - op_offload (on by default): a matmul whose weight is in host memory runs on the GPU once the batch is ≥ 32 rows
@@ -157,8 +161,11 @@ def _q_head(part: LayerKind) -> int:
     return part.head_dim
 
 
-def ubatch(engine: LlamaCppEngine, model: ModelSpec, context: int, n_seq: int) -> Ubatch:
-    """`n_seq` sequences of `context` tokens each (n_ctx = n_seq × context), as LlamaCppEngine.caches reads them."""
+def ubatch(engine: LlamaCppEngine, model: ModelSpec, context: int, n_seq: int, n_outputs_max: int = 0) -> Ubatch:
+    """`n_seq` sequences of `context` tokens each (n_ctx = n_seq × context), as LlamaCppEngine.caches reads them.
+    `n_outputs_max`: llama_context_params.n_outputs_max, 0 for n_batch (llama-cli, Ollama's runner, the library);
+    llama-server passes min(n_batch, n_parallel × (1 + draft tokens)) (tools/server/server-context.cpp,
+    server_output_limits; common/speculative.cpp, common_speculative_get_output_limits)."""
     if context <= 0 or n_seq <= 0:
         raise InputError(f"context and sequences must be positive (got context={context}, sequences={n_seq})")
     o = engine.options
@@ -166,8 +173,11 @@ def ubatch(engine: LlamaCppEngine, model: ModelSpec, context: int, n_seq: int) -
         raise InputError(f"n_ubatch and n_batch must be positive (got {o.n_ubatch}, {o.n_batch})")
     model = as_llamacpp_sees(model)
     n_ctx = engine.cells(context * n_seq, 1)  # llama-context.cpp: n_ctx = GGML_PAD(n_ctx, 256)
-    outputs = min(o.n_ubatch, o.n_batch, n_ctx)
-    tokens = pad(outputs, n_seq)  # graph_reserve: n_tokens rounded up to a multiple of n_seqs (= n_seq_max)
+    if n_outputs_max < 0:
+        raise InputError(f"n_outputs_max must be 0 (n_batch) or positive, got {n_outputs_max}")
+    first = min(o.n_ubatch, o.n_batch, n_ctx)
+    outputs = min(first, n_outputs_max or o.n_batch)  # sched_reserve: n_outputs_pp = min(n_tokens, n_outputs_max)
+    tokens = pad(first, n_seq)  # graph_reserve: n_tokens rounded up to a multiple of n_seqs (= n_seq_max)
     caps = {p.token_cap for layer in model.census for p in layer.parts() if p.grows and p.token_cap is not None}
     window = engine.window_cells(max(caps), context, n_seq) if caps else 0
     has_full = any(p.grows and p.token_cap is None for layer in model.census for p in layer.parts())
@@ -197,7 +207,7 @@ def inputs(w: Widths, u: Ubatch, flash_attn: bool) -> Item:
 
 def output_body(w: Widths, u: Ubatch) -> Item:
     """After the last layer the inputs are freed (bar the output ids): the logits beside two [n_embd, T] rows."""
-    size = F32 * u.outputs * w.n_vocab + F32 * u.tokens * 2 * w.n_embd + I32 * u.outputs
+    size = F32 * u.outputs * w.n_vocab + F32 * u.tokens * 2 * w.n_embd + pad(I32 * u.outputs, ALIGN)
     return Item(
         "logits",
         size,
@@ -291,6 +301,7 @@ def compute_buffers(
     n_seq: int = 1,
     offload: Offload | None = None,
     cpu_weight: int = 0,
+    n_outputs_max: int = 0,
 ) -> ComputeBuffers:
     """The GPU's and the host's compute buffer for `n_seq` sequences of `context` tokens.
 
@@ -298,12 +309,9 @@ def compute_buffers(
     weight tensor left in system RAM that a GPU op reads (an expert tensor with --n-cpu-moe, a CPU layer's FFN
     matrix), which op_offload copies into the GPU buffer when the ubatch has ≥ 32 rows.
     """
-    w, u = widths(model), ubatch(engine, model, context, n_seq)
-    n_layers = len(model.layers)
-    where = offload or Offload.of(None, n_layers)
+    w, u = widths(model), ubatch(engine, model, context, n_seq, n_outputs_max)
+    where = offload or Offload.of(None, len(model.layers))
     flash = engine.options.flash_attn
-    embd = F32 * u.tokens * w.n_embd + I32 * u.tokens
-    embd_item = Item("input embeddings", embd, f"{u.tokens} tokens × (4 B × {w.n_embd} + 4 B)")
     gpu_layers = [model.layers[i] for i in where.layers]
     cpu_layers = [model.layers[i] for i in where.on_cpu]
     copy = cpu_weight if (cpu_layers or where.cpu_experts) and u.tokens >= OP_OFFLOAD_MIN_BATCH else 0
@@ -311,17 +319,27 @@ def compute_buffers(
         gpu = peak(w, u, flash, where.output, any(layer.grows for layer in gpu_layers), copy)
     else:
         gpu = Item("nothing offloaded", 0, "0")
+    # The graph's inputs live in the host buffer whatever is offloaded (ggml-backend.cpp,
+    # ggml_backend_sched_backend_id_from_cur: an input tensor goes to the last backend, the CPU; the GPU gets
+    # copies), beside the token embeddings' get_rows, or the CPU layers' own peak when layers stay on the CPU.
+    live = inputs(w, u, flash) if any(layer.grows for layer in model.layers) else None
+    ids = live or Item("graph inputs", 3 * pad(I32 * u.tokens, ALIGN), f"{u.tokens} tokens × 12 B ids")
+    embd = F32 * u.tokens * w.n_embd
+    host = Item(
+        "graph inputs + input embeddings",
+        ids.bytes + embd,
+        f"{ids.formula} + {u.tokens} tokens × 4 B × {w.n_embd}",
+    )
     if cpu_layers or not where.output:
         cpu = peak(w, u, flash, not where.output, any(layer.grows for layer in cpu_layers))
-        host = Item(cpu.label, max(cpu.bytes, embd), cpu.formula if cpu.bytes >= embd else embd_item.formula)
-    else:
-        host = embd_item
+        host = max(host, cpu, key=lambda item: item.bytes)
     return ComputeBuffers(gpu, host)
 
 
-def cpu_only(engine: LlamaCppEngine, model: ModelSpec, context: int, n_seq: int = 1) -> Item:
+def cpu_only(engine: LlamaCppEngine, model: ModelSpec, context: int, n_seq: int = 1, n_outputs_max: int = 0) -> Item:
     """The CPU backend's compute buffer when nothing is offloaded (-ngl 0, no GPU): the referee's figure."""
-    return compute_buffers(engine, model, context, n_seq, Offload.of(0, len(model.layers))).host
+    nowhere = Offload.of(0, len(model.layers))
+    return compute_buffers(engine, model, context, n_seq, nowhere, n_outputs_max=n_outputs_max).host
 
 
 def llamacpp_overhead(
@@ -332,11 +350,12 @@ def llamacpp_overhead(
     world: int = 1,
     offload: Offload | None = None,
     cpu_weight: int = 0,
+    n_outputs_max: int = 0,
 ) -> list[Item]:
     """What llama.cpp holds on the fullest GPU besides weights and cache: the CUDA context and the compute buffer
     of the GPU that holds the output layer (with -ngl splitting layers over GPUs, the last one). The host's
     CUDA_Host buffer is in system RAM and not counted here (`compute_buffers` gives it)."""
-    gpu = compute_buffers(engine, model, context, n_seq, offload, cpu_weight).gpu
+    gpu = compute_buffers(engine, model, context, n_seq, offload, cpu_weight, n_outputs_max).gpu
     return [
         Item("CUDA context", CUDA_CONTEXT, "512 MiB"),
         Item("compute buffer", gpu.bytes, f"{gpu.label}: {gpu.formula}"),

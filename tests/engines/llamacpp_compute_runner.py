@@ -3,11 +3,13 @@
 Reads JSON from the file named by its argument (or stdin): {"models": {name: gguf path}, "wide": {name: {"arch",
 "layers", "hidden", "ffn", "heads", "kv_heads", "head_dim", "vocab", "experts", "experts_used", "expert_ffn"}},
 "tree": LLAMACPP_TREE, "out_dir", "cases": [{"id", "model", "n_ctx", "n_seq_max", "n_ubatch", "n_batch",
-"flash_attn": "on"|"off", "kv_unified"}]}. "wide" models have realistic widths (a 128K vocabulary, 4096 hidden) and a
-layer or two: they are written straight to GGUF with the tree's gguf-py, every matrix q4_0 zeros (the compute
-buffer holds f32 activations whatever the weights' type), since converting such a checkpoint from safetensors would
-take gigabytes. Each model is loaded once; each case creates a context and frees it. Prints one JSON line:
-{"cases": [{"id", "compute": {buffer type name: bytes}, "log": [...]}]}.
+"flash_attn": "on"|"off", "kv_unified", "swa_full", "n_outputs_max"}]}.
+
+"wide" models have realistic widths (a 128K vocabulary, 4096 hidden) and a layer or two: they are written straight
+to GGUF with the tree's gguf-py, every matrix q4_0 zeros (the compute buffer holds f32 activations whatever the
+weights' type), since converting such a checkpoint from safetensors would take gigabytes. Each model is loaded once;
+each case creates a context and frees it. Prints one JSON line: {"cases": [{"id", "compute": {buffer type name:
+bytes}, "log": [...]}]}.
 
 The bytes are libllama's own, exact: `llama_get_memory_breakdown(ctx)` (src/llama-ext.h, exported as a C++ symbol)
 sums `ggml_backend_sched_get_buffer_size` per buffer type into `.compute` (llama-context.cpp, memory_breakdown). It
@@ -138,6 +140,7 @@ def run_case(model, case: dict) -> dict:
     params.flash_attn_type = FLASH[case["flash_attn"]]
     params.kv_unified = case.get("kv_unified", False)
     params.swa_full = case.get("swa_full", False)  # the library default is true; llama-cli and llama-server pass false
+    params.n_outputs_max = case.get("n_outputs_max", 0)  # 0: n_batch; llama-server passes its slots
     params.n_threads = params.n_threads_batch = 1
     LOG.clear()
     ctx = llama_cpp.llama_init_from_model(model, params)
