@@ -425,12 +425,16 @@ def test_weights_file_takes_a_hub_name(hub, big, big_table):
     assert weights.embedding_bytes == table["token_embd.weight"][1]
 
 
-def test_the_model_argument_takes_its_config_from_the_base_model(hub, big):
+def test_the_model_argument_takes_its_config_from_the_base_model(hub, big, big_table):
     hub.add("org/tiny-GGUF", [("Tiny-8B-UD-Q4_K_XL.gguf", big)])
     name, raw, origin = load_raw("org/tiny-GGUF:UD-Q4_K_XL", local_files=False)
     assert name == "org/tiny-GGUF:UD-Q4_K_XL"
     assert raw == load_raw("Qwen/Qwen3-8B")[1]
     assert "Qwen/Qwen3-8B" in origin and "general.base_model.0.repo_url" in origin and "bundled preset" in origin
+    per_type = Counter()
+    for kind, n in big_table.values():
+        per_type[kind] += n
+    assert f"({len(MIX)} tensors: {per_type.most_common(1)[0][0]} " in origin  # the mix, largest type first
     model = load_model("org/tiny-GGUF:UD-Q4_K_XL")
     assert any("Qwen/Qwen3-8B" in note for note in model.notes)
 

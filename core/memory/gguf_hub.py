@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InputError
-from core.memory.weightfiles import GGUFHeader, GGUFTensor, WeightFile, _summarise, gguf_header, parse_gguf
+from core.memory.weightfiles import GGUFHeader, GGUFTensor, WeightFile, gguf_header, parse_gguf, summarise
 from core.model.config import _CACHE_DIR
 from core.units import format_bytes
 
@@ -166,11 +166,12 @@ class HubGGUF:
         return f"{self.name.repo_id}/{file}@{self.sha[:8]}"
 
     def weights(self) -> WeightFile:
-        return _summarise(self.label, "gguf", {t.name: t.n_bytes for t in self.tensors})
+        return summarise(self.label, "gguf", {t.name: t.n_bytes for t in self.tensors})
 
     def summary(self) -> str:
+        """The file and its quant mix, e.g. `org/x-GGUF/x-Q4_K_M.gguf@1a2b3c4d (399 tensors: Q4_K 3.9 GiB, ...)`."""
         mix = ", ".join(f"{k} {format_bytes(v)}" for k, v in list(self.type_bytes().items())[:6])
-        return f"{self.label}: {len(self.tensors):,} tensors, {mix} ({self.origin})"
+        return f"{self.label} ({len(self.tensors):,} tensors: {mix})"
 
 
 # ---------------------------------------------------------------- the disk cache

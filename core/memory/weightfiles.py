@@ -42,7 +42,7 @@ class WeightFile:
         return sum(b for i, b in self.layer_bytes if i in layers) + (self.other_bytes if output else 0)
 
 
-def _summarise(source: str, kind: str, sizes: dict[str, int]) -> WeightFile:
+def summarise(source: str, kind: str, sizes: dict[str, int]) -> WeightFile:
     per_layer: dict[int, int] = {}
     embedding = other = 0
     for name, size in sizes.items():
@@ -114,7 +114,7 @@ def read_safetensors(path: Path) -> WeightFile:
     sizes: dict[str, int] = {}
     for file in files:
         sizes |= _safetensors_header(file)
-    return _summarise(str(path), "safetensors", sizes)
+    return summarise(str(path), "safetensors", sizes)
 
 
 # GGUF (ggml/docs/gguf.md): magic, version, tensor count, key count, the keys, the tensor table, aligned data.
@@ -321,7 +321,7 @@ def gguf_header(path: Path) -> GGUFHeader:
 
 
 def read_gguf(path: Path) -> WeightFile:
-    return _summarise(str(path), "gguf", gguf_header(path).sizes())
+    return summarise(str(path), "gguf", gguf_header(path).sizes())
 
 
 class _NoSafetensors(InputError):
@@ -343,7 +343,7 @@ def read_hub(repo_id: str) -> WeightFile:
         for file in meta.files_metadata.values()
         for name, info in file.tensors.items()
     }
-    return _summarise(repo_id, "hub", sizes)
+    return summarise(repo_id, "hub", sizes)
 
 
 def read_weights(source: str) -> WeightFile:

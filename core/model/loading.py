@@ -150,7 +150,7 @@ def _gguf_config(name: GGUFName, prefer_hub: bool) -> tuple[str, dict[str, Any],
     if gguf_name(base) is not None:
         raise InputError(f"{name}: its {key} names {base}, itself a GGUF repo; give the model's config instead")
     _, raw, origin = load_raw(base, prefer_hub=prefer_hub, local_files=False)
-    return str(name), raw, f"{GGUF_ORIGIN}{found.label}: config of {base} ({origin}), named by its {key}"
+    return str(name), raw, f"{GGUF_ORIGIN}{found.summary()}: config of {base} ({origin}), named by its {key}"
 
 
 def model_from_config(raw: dict[str, Any], name: str, isolated: bool = False) -> ModelSpec:
