@@ -1,0 +1,151 @@
+"""llama.cpp's compute buffers (core/memory/llamacpp_compute.py), by hand from the graph's tensor shapes.
+
+Every expected number below is written out from the tensors llama.cpp 0c1e57098 builds (see the module's docstring);
+where libllama was run on a model of the same shapes (tests/engines/test_llamacpp_compute.py: one or two layers of
+Llama-3.1-8B with its 128K vocabulary), its own byte count is quoted beside the arithmetic: they agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from core.engines import configured
+from core.engines.llamacpp import LlamaCppEngine, Offload
+from core.errors import InputError
+from core.fit import Setup, Solver
+from core.memory.gpus import card_named
+from core.memory.llamacpp_compute import compute_buffers, cpu_only, llamacpp_overhead, ubatch, widths
+from core.model.loading import load_model
+from core.units import MIB
+
+LLAMA = load_model("meta-llama/Llama-3.1-8B-Instruct")  # 32 layers, hidden 4096, 32 heads, 8 KV heads, vocab 128256
+MOE = load_model("Qwen/Qwen3-30B-A3B")  # hidden 2048, 128 experts of 768, top 8, 32 heads × 128, vocab 151936
+CLI = LlamaCppEngine()  # llama-cli: n_ubatch 512, n_batch 2048, flash attention on
+NO_FA = CLI.with_options(flash_attn=False)
+T = 512
+
+# the output: [128256, 512] f32 logits, two [4096, 512] f32 rows, 512 i32 output ids (libllama: 279,447,552)
+LLAMA_LOGITS = 4 * T * 128256 + 2 * 4 * T * 4096 + 4 * T
+# inputs with flash attention at 4096 cells: three i32 id rows, the f16 mask, the K and V set_rows indices (i64)
+LLAMA_INPUTS_FA_4K = 3 * 4 * T + 2 * T * 4096 + 8 * T + 8 * T
+
+
+def test_llama_8b_output_peak_by_hand():
+    assert LLAMA_LOGITS == 279_447_552  # libllama's CPU compute buffer for llama8b_2l at ub 512, flash on
+    for context in (512, 4096, 32768, 131072):  # with flash attention nothing n_kv-sized beats the logits
+        assert compute_buffers(CLI, LLAMA, context).gpu.bytes == LLAMA_LOGITS
+
+
+def test_llama_8b_no_flash_attention_grows_with_the_context():
+    """kq = n_kv × T × n_head f32, beside q/residual rows, the f32 mask and the per-element V index."""
+    kq = 32 * 32768 * T * 4
+    rows = 4 * T * (3 * 4096 + 2 * 4096)
+    inputs = 3 * 4 * T + 4 * T * 32768 + 8 * T + 8 * T * 1024
+    assert kq + rows + inputs == 2_260_740_096  # libllama, llama8b_1l at n_ctx 32768, ub 512, flash off
+    assert compute_buffers(NO_FA, LLAMA, 32768).gpu.bytes == kq + rows + inputs
+    short = compute_buffers(NO_FA, LLAMA, 2048).gpu.bytes
+    assert short == LLAMA_LOGITS  # 2,048 cells: 128 MiB of kq, under the logits
+
+
+def test_sequences_split_the_cells_unless_unified():
+    """4 sequences of 8,192: 8,192 cells per stream, so kq is a quarter of one 32K stream; unified, it is the same
+    as one 32K sequence (one stream of 32,768 cells)."""
+    per_stream = compute_buffers(NO_FA, LLAMA, 8192, n_seq=4).gpu.bytes
+    assert per_stream == 32 * 8192 * T * 4 + 4 * T * 5 * 4096 + 3 * 4 * T + 4 * T * 8192 + 8 * T + 8 * T * 1024
+    unified = compute_buffers(NO_FA.with_options(kv_unified=True), LLAMA, 8192, n_seq=4).gpu.bytes
+    assert unified == compute_buffers(NO_FA, LLAMA, 32768).gpu.bytes
+
+
+def test_host_buffer_holds_the_inputs_and_the_embeddings():
+    host = compute_buffers(CLI, LLAMA, 4096).host
+    assert host.bytes == LLAMA_INPUTS_FA_4K + 4 * T * 4096
+    assert "embeddings" in host.label
+
+
+def test_ubatch_is_capped_by_batch_context_and_rounded_to_sequences():
+    assert ubatch(CLI.with_options(n_batch=100), LLAMA, 4096, 1).tokens == 100
+    assert ubatch(CLI, LLAMA, 200, 1).tokens == 256  # n_ctx is padded to 256 first
+    three = ubatch(CLI.with_options(n_ubatch=2048), LLAMA, 1000, 3)  # n_ctx 3,072: 2,048, rounded up to 2,049
+    assert (three.tokens, three.outputs) == (2049, 2048)
+    server = ubatch(CLI, LLAMA, 4096, 4, n_outputs_max=4)  # llama-server: one output per slot
+    assert (server.tokens, server.outputs) == (T, 4)
+
+
+def test_llama_server_outputs_leave_the_ffn_as_the_peak():
+    """With 4 outputs the logits are 2 MiB; the peak is the FFN (gate, up, product and four rows) beside the inputs:
+    the same arithmetic libllama's 130,035,744 B confirms for the 8B shapes at 8,192 unified cells."""
+    item = compute_buffers(CLI.with_options(kv_unified=True), LLAMA, 2048, n_seq=4, n_outputs_max=4).gpu
+    ffn = 4 * T * (3 * 14336 + 4 * 4096)
+    inputs = 3 * 4 * T + 2 * T * 8192 + 8 * T + 8 * T
+    assert item.bytes == ffn + inputs
+    assert abs(item.bytes - 130_035_744) <= 2048  # libllama; the 2 KiB: the 4 output ids kvscope pads to 128 B
+
+
+def test_moe_experts_in_ram_are_copied_to_the_gpu_for_big_batches():
+    """op_offload: a matmul whose weight is in system RAM runs on the GPU for ≥ 32 rows, its weight copied into the
+    GPU's compute buffer first. F16 experts of Qwen3-30B-A3B: 128 × 768 × 2048 × 2 B per tensor."""
+    copy = 128 * 768 * 2048 * 2
+    where = Offload.of(None, len(MOE.layers), range(48))
+    experts = 4 * T * max(3 * 8 * 768 + 4 * 2048, 8 * 768 + 2 * 8 * 2048 + 3 * 2048)
+    inputs = 3 * 4 * T + 2 * T * 4096 + 8 * T + 8 * T
+    assert compute_buffers(CLI, MOE, 4096, 1, where, copy).gpu.bytes == experts + inputs + copy
+    small = CLI.with_options(n_ubatch=16)  # under 32 rows the CPU runs them: no copy, the logits are the peak
+    assert compute_buffers(small, MOE, 4096, 1, where, copy).gpu.bytes == 4 * 16 * (151936 + 2 * 2048) + 128
+
+
+def test_nothing_offloaded_leaves_the_gpu_buffer_empty_and_the_cpu_holds_the_graph():
+    nowhere = Offload.of(0, len(LLAMA.layers))
+    buffers = compute_buffers(CLI, LLAMA, 4096, 1, nowhere)
+    assert buffers.gpu.bytes == 0
+    assert buffers.host == cpu_only(CLI, LLAMA, 4096)
+    assert buffers.host.bytes == LLAMA_LOGITS
+
+
+def test_widths_read_the_graph_shapes():
+    w = widths(LLAMA)
+    assert (w.n_embd, w.n_vocab, w.n_head, w.n_q, w.n_k, w.n_v, w.n_ff) == (4096, 128256, 32, 4096, 1024, 1024, 14336)
+    m = widths(MOE)
+    assert (m.n_ff, m.n_expert_ff, m.n_expert_out, m.n_q) == (0, 8 * 768, 8 * 2048, 32 * 128)
+    ds = widths(load_model("deepseek-ai/DeepSeek-V3"))
+    assert (ds.n_q, ds.n_latent, ds.n_ff, ds.n_shared_ff) == (128 * (512 + 64), 512, 18432, 2048)
+
+
+def test_bad_input_is_an_input_error():
+    with pytest.raises(InputError, match="positive"):
+        compute_buffers(CLI, LLAMA, 0)
+    with pytest.raises(InputError, match="n_ubatch"):
+        compute_buffers(CLI.with_options(n_ubatch=0), LLAMA, 4096)
+    with pytest.raises(InputError, match="n_outputs_max"):
+        compute_buffers(CLI, LLAMA, 4096, n_outputs_max=-1)
+
+
+def test_overhead_items_show_their_arithmetic():
+    items = llamacpp_overhead(NO_FA, LLAMA, 32768, world=2)
+    assert [i.label for i in items] == ["CUDA context", "compute buffer", "NCCL buffers"]
+    assert items[1].bytes == compute_buffers(NO_FA, LLAMA, 32768).gpu.bytes
+    assert "32 heads × 32,768 cells" in items[1].formula
+
+
+def test_fit_uses_the_graph_model():
+    """core.fit's llama.cpp overhead is this compute buffer: fixed with flash attention, growing without it."""
+    card = card_named("RTX 4090")
+    base = Setup(LLAMA, configured("llama.cpp"), card, weights="q4_k_m")
+    solver = Solver(base)
+    assert {i.bytes for c in (4096, 65536) for i in solver.overhead(c) if i.label == "compute buffer"} == {LLAMA_LOGITS}
+    no_fa = Solver(replace(base, engine=configured("llama.cpp").with_options(flash_attn=False)))
+    short, long = (next(i.bytes for i in no_fa.overhead(c) if i.label == "compute buffer") for c in (4096, 65536))
+    assert long - short >= 32 * (65536 - 4096) * T * 4  # the kq grows by n_head × T × 4 B per cell
+    assert long > 32 * 65536 * T * 4 == 4 * 1024 * MIB  # 4 GiB of kq alone
+
+
+def test_fit_copies_the_largest_expert_tensor_kept_in_ram():
+    card = card_named("RTX 4090")
+    setup = Setup(MOE, configured("llama.cpp"), card, weights="f16", cpu_experts=range(48))
+    solver = Solver(setup)
+    compute = next(i.bytes for i in solver.overhead(4096) if i.label == "compute buffer")
+    # F16 experts: each of gate/up/down is 128 × 768 × 2048 × 2 B; a third of a layer's routed bytes
+    assert solver.cpu_weight == 128 * 768 * 2048 * 2
+    assert compute == compute_buffers(CLI, MOE, 4096, 1, solver.offload, solver.cpu_weight).gpu.bytes
+    assert compute > 128 * 768 * 2048 * 2
