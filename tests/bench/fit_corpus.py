@@ -52,6 +52,7 @@ CORPUS = ROOT / "measurements" / "speed" / "corpus"
 CONFIGS = (ROOT.parent / "shared" / "reference", Path("/work/shared/reference"))
 LAMBDA = 2.0
 MIN_ROWS = 8
+DEEP = 4096  # runs with at least this many tokens cached time the attention kernels
 HOST = Hardware(ram_gb_s=50.0, threads=8)  # unused: every corpus layer is on the GPU (-ngl 99)
 RATE_KEYS = ("bandwidth", "decode_compute", "decode_attention", "prefill_compute", "prefill_attention")
 KEYS = (*RATE_KEYS, "overhead_step_s", "flash_off", "prefill_half_tokens")
@@ -222,6 +223,7 @@ class Terms:
     tokens: int
     measured: float
     pass_tokens: int
+    depth: int
 
     def tok_s(self, p: dict) -> float:
         pre = "prefill" if self.prefill else "decode"
@@ -242,7 +244,7 @@ def terms(row: Row) -> Terms:
     return Terms(
         sum(p.weights_s for p in t.parts), sum(p.matmul_s for p in t.parts), sum(p.cache_s for p in t.parts),
         sum(p.attention_s for p in t.parts), passes, row.kind == "prefill", row.setup.engine.options.flash_attn,
-        row.family, tokens, r["tok_s"], math.ceil(tokens / passes),
+        row.family, tokens, r["tok_s"], math.ceil(tokens / passes), r.get("depth") or 0,
     )  # fmt: skip
 
 
@@ -256,7 +258,7 @@ def loss(rows: list[Terms], p: dict, parent: dict | None) -> float:
     return total
 
 
-def descend(rows: list[Terms], start: dict, keys: Iterable[str], parent: dict | None, rounds: int = 60) -> dict:
+def descend(rows: list[Terms], start: dict, keys: Iterable[str], parent: dict | None, rounds: int = 400) -> dict:
     p = dict(start)
     keys = [k for k in keys if k in p]
     best = loss(rows, p, parent)
@@ -276,9 +278,15 @@ def descend(rows: list[Terms], start: dict, keys: Iterable[str], parent: dict | 
     return p
 
 
-def fit_keys(rows: list[Terms]) -> list[str]:
-    """The parameters these rows can tell apart: rates always, a family's factor only if its rows are here."""
-    keys = list(KEYS)
+def fit_keys(rows: list[Terms], pooled: bool = False) -> list[str]:
+    """The parameters these rows can tell apart: bandwidth, matmul rates and overhead always; an attention rate only
+    where runs at depth ≥ DEEP show it, and never pooled over backends (each backend's attention kernels differ:
+    a backend without deep runs keeps efficiencies.json's assumed rate); a family's factor only if its rows are
+    here."""
+    keys = [k for k in KEYS if not k.endswith("_attention")]
+    for kind in ("decode", "prefill"):
+        if not pooled and any(t.depth >= DEEP and t.prefill == (kind == "prefill") for t in rows):
+            keys.append(f"{kind}_attention")
     if all(t.flash for t in rows):
         keys.remove("flash_off")
     fams = {f"{t.family}:{'prefill' if t.prefill else 'decode'}" for t in rows if t.family != "float"}
@@ -314,8 +322,10 @@ def fit_all(rows: list[Row]) -> list[dict]:
     for r in fit_rows:
         by_engine[r.setup.engine.name].append(r)
     for engine, erows in by_engine.items():
-        base = [t[id(r)] for r in erows]
-        p0 = descend(base, start_params(efficiency_for(engine, "gpu")), fit_keys(base), None)
+        # pooled over backends: runs without a deep cache only (deep runs time each backend's own attention kernels,
+        # whose slowdowns would otherwise land in the shared overhead)
+        base = [t[id(r)] for r in erows if (r.raw.get("depth") or 0) < DEEP]
+        p0 = descend(base, start_params(efficiency_for(engine, "gpu")), fit_keys(base, pooled=True), None)
         by_backend: dict[str, list[Row]] = defaultdict(list)
         for r in erows:
             by_backend[r.backend].append(r)
