@@ -24,6 +24,7 @@ from core.fit import Setup
 from core.memory.gpus import card_named
 from core.model.loading import load_model
 from core.speed import Hardware, efficiency_for, predict
+from core.speed.efficiency import fitted
 from core.speed.ram import measure_ram_gb_s
 from tests.bench import fit_corpus, published_speed
 from tests.bench.fit_speed import FIT_MODEL
@@ -52,7 +53,7 @@ def section(title: str) -> None:
 
 
 def compare(rows: list[dict], engine: str, ram: float) -> list[tuple[str, float, float]]:
-    eff = efficiency_for(engine, "cpu")
+    eff = efficiency_for(engine, "cpu", "cpu", "cpu")  # the CPU group of fitted.json where there is one
     print(f"{engine} CPU efficiencies ({eff.status}; fitted on {eff.fitted_on or '-'}):")
     print(
         f"  bandwidth ×{eff.bandwidth:.3f} of {ram:.1f} GB/s, decode {eff.decode_compute:.1f} GFLOP/s/thread "
@@ -98,6 +99,10 @@ def corpus() -> None:
           "without bandwidth and peak)")  # fmt: skip
     stats = fit_corpus.error_groups(fit_corpus.ratios(held))
     print(fit_corpus.table(stats, "held-out error (predicted ÷ measured; core.speed.predict, core/speed/fitted.json)"))
+    for e in fitted()["errors"]:
+        if e["backend"] == "cpu":  # tests/bench/fit_cpu.py: each CPU predicted from a fit on the other
+            print(f"{e['kind']:<8} {'llama.cpp on a CPU it was not fitted on':<58} {e['rows']:>5} {e['median']:>12.1%} "
+                  f"{e['within']:>6.0%} {e['ratio']:>6.2f}")  # fmt: skip
     dec, pre = stats.get(("decode", "*", "*", "*")), stats.get(("prefill", "*", "*", "*"))
     worst = max(((s.median, k) for k, s in stats.items() if k[1] != "*"), default=None)
     verdict = lambda ok: "MET" if ok else "NOT MET"  # noqa: E731
@@ -105,6 +110,11 @@ def corpus() -> None:
         print(f"  decode within ±20 % on ≥{DECODE_SHARE:.0%}: {dec.within:.0%} — {verdict(dec.within >= DECODE_SHARE)}")
     if pre:
         print(f"  prefill median ≤{PREFILL_MEDIAN:.0%}: {pre.median:.1%} — {verdict(pre.median <= PREFILL_MEDIAN)}")
+    cpu = [e for e in fitted()["errors"] if e["backend"] == "cpu"]
+    if cpu:
+        share = sum(e["within_25"] * e["rows"] for e in cpu) / sum(e["rows"] for e in cpu)
+        print(f"  CPU rows from a CPU the constants were not fitted on within ±25 % on ≥80 %: {share:.0%} — "
+              f"{verdict(share >= 0.8)}")  # fmt: skip
     if worst:
         (m, (kind, engine, backend, klass)) = worst
         name = fit_corpus.group_label(engine, backend, klass) if klass != "*" else f"{engine} {backend}"
