@@ -102,6 +102,17 @@ class FakeHub:
             def missing(self, code: str) -> None:
                 self.reply(404, b"{}", {"X-Error-Code": code, "Content-Type": "application/json"})
 
+            def do_HEAD(self) -> None:  # a file's metadata: get_safetensors_metadata asks for model.safetensors
+                parts = unquote(urlsplit(self.path).path).strip("/").split("/")
+                hub.requests["head"] += 1
+                if "/".join(parts[4:]) not in dict(hub.repos.get("/".join(parts[:2]), ("", []))[1]):
+                    self.send_response(404)
+                    self.send_header("X-Error-Code", "EntryNotFound")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                raise AssertionError("no test asks for the metadata of a file it serves")
+
             def do_GET(self) -> None:  # http.server calls it by this name
                 parts = unquote(urlsplit(self.path).path).strip("/").split("/")
                 api = parts[0] == "api"
@@ -488,3 +499,10 @@ def test_an_app_link_never_opens_a_local_path(hub, tmp_path, monkeypatch):
     with pytest.raises(InputError, match="no Hugging Face repo 'srv/x-GGUF'"):
         load_raw("srv/x-GGUF:Q8_0", local_files=False)
     assert hub.requests["info"] == 1 and not hub.sent
+
+
+def test_a_plain_repo_id_without_safetensors_falls_back_to_its_gguf(hub, tmp_path):
+    path = write_gguf(tmp_path / "m-Q8_0.gguf")[0]
+    hub.add("org/plain", [(path.name, path)])
+    weights = read_weights("org/plain")  # no -GGUF in the name: safetensors are looked for first
+    assert weights.kind == "gguf" and weights.total_bytes == sum(n for _, n in _expected_table([path]).values())
