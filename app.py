@@ -18,6 +18,7 @@ from core.report import (
     verdict,
 )
 from core.speed import Hardware, predict
+from core.speed.calibration import load as host_calibration
 from core.speed.ram import ram_gb_s
 from core.speed.report import speed_lines, speed_or_none
 from core.units import format_bytes, format_tokens
@@ -106,7 +107,7 @@ if setup.engine.name == "llama.cpp" and inputs.fe == "ollama":
 @st.cache_data(show_spinner=False, max_entries=64)
 def speeds(_result, ram: float, threads: int, key: str):
     """`key` stands for the result: the setup and the contexts of its rows (one setup, several context sets)."""
-    return speed_or_none(_result, Hardware(ram_gb_s=ram, threads=threads))
+    return speed_or_none(_result, Hardware(ram_gb_s=ram, threads=threads, calibration=host_calibration()))
 
 
 # Layers left in system RAM (llama.cpp -ngl) run at its bandwidth: measured here once, editable for your machine.
@@ -185,7 +186,8 @@ def breakdown_chart(_result, key: str):
 @st.cache_data(show_spinner=False, max_entries=64)
 def speed_text(_setup: Setup, ram: float, threads: int, context: int, key: str) -> str:
     """The speed explanation at one context (`key`: the setup's repr)."""
-    return "\n\n".join(speed_lines(predict(_setup, Hardware(ram_gb_s=ram, threads=threads), context)))
+    hw = Hardware(ram_gb_s=ram, threads=threads, calibration=host_calibration())  # python -m core calibrate
+    return "\n\n".join(speed_lines(predict(_setup, hw, context)))
 
 
 st.subheader("Where the memory goes")
