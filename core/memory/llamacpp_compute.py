@@ -3,26 +3,32 @@
 Read in llama.cpp 0c1e57098 (the source llama-cpp-python 0.3.36 vendors):
 
 - src/llama-context.cpp, sched_reserve: the worst-case graph is one ubatch of T = min(n_ctx, n_ubatch) tokens
-  (cparams.n_ubatch is already min(n_ubatch, n_batch)) over n_seq_max sequences, with n_outputs = min(T, n_batch)
-  logits rows, against the whole cache (`memory->init_full()`: n_kv = every cell of a stream). The pp graph, the
-  tg graph (T = n_seqs) and the pp graph again are reserved; ggml-alloc keeps the largest, so the pp graph decides.
+  (cparams.n_ubatch is already min(n_ubatch, n_batch); graph_reserve rounds T up to a multiple of n_seq_max) over
+  n_seq_max sequences, with n_outputs = min(T, n_outputs_max) logits rows (n_outputs_max is n_batch unless the
+  front end sets it: llama-server passes its slot count), against the whole cache (`memory->init_full()`: n_kv =
+  every cell of a stream). The pp graph, the tg graph (T = n_seqs) and the pp graph again are reserved; ggml-alloc
+  keeps the largest, so the pp graph decides.
 - ggml/src/ggml-alloc.c: the buffer is the peak of live tensors in node order, a tensor freed after its last
   consumer and an element-wise op written in place over its input. So the buffer is the largest of a few moments
   ("phases") of the graph, each the sum of what is live then.
 - src/llama-graph.cpp, build_attn_mha: without flash attention kq = mul_mat(k, q) is an f32 [n_kv, T/n_stream,
   n_head, n_stream] tensor (n_kv × T × n_head × 4 B) and the mask is f32 [n_kv, T]; with flash attention the mask is
   f16 and nothing n_kv-sized is made. Every mask (a base one, a windowed one for SWA caches, llm_graph_input_attn_kv
-  _iswa) is an input, live from the first layer to the last. Without flash attention V is stored transposed and its
-  set_rows index (attn_inp_v_idxs) is i64 per element, T × n_embd_v_gqa × 8 B, not per token.
+  _iswa) is an input, live from the first layer to its last use in the last layer, so beside every layer's peak but
+  not the logits. Without flash attention V is stored transposed and its set_rows index (attn_inp_v_idxs) is i64 per
+  element, T × n_embd_v_gqa × 8 B, not per token.
 - MLA (models/deepseek2.cpp): the query is absorbed (n_head × (kv_lora_rank + rope) wide) and, without flash
   attention, V is ggml_cont of the transposed latent, an f16 [n_kv, kv_lora_rank] copy per stream that does not
   scale with T.
 - The output: inp_out_ids (i32) picks n_outputs rows, the final norm, then the [n_vocab, n_outputs] f32 logits
   beside the two [n_embd, T] tensors still live (the last residual and the normed rows).
 
-Each phase's per-token terms were read from the graph and then checked against libllama's own buffer size
-(`llama_get_memory_breakdown`, tests/engines/test_llamacpp_compute.py, table in
-tests/artifacts/llamacpp_compute_referee.md). The figure is an upper envelope: the referee bounds it.
+Which tensors make each phase was read from the graph; how many [n_embd, T]-sized rows sit beside them (the
+residual, norms) was then set from libllama's own buffer size (`llama_get_memory_breakdown`) on models of realistic
+widths, tests/engines/test_llamacpp_compute.py (table in tests/artifacts/llamacpp_compute_referee.md). The bound it
+enforces: at realistic widths (Llama-3.1-8B and Qwen3-30B-A3B shapes, dense, MHA, MoE) kvscope is never under
+libllama and at most 10 % over, and the logits and no-flash-attention kq peaks are exact to the byte; at the tiny
+referee widths, where each architecture's own small tensors weigh as much as the modelled rows, −10 % .. +15 %.
 
 Offload (-ngl, --n-cpu-moe) is read from source, not refereed (there is no GPU here):
 - Graph inputs (ids, masks, set_rows indices) are placed on the CPU backend (ggml-backend.cpp,
@@ -185,23 +191,25 @@ def ubatch(engine: LlamaCppEngine, model: ModelSpec, context: int, n_seq: int, n
     return Ubatch(tokens, outputs, cells, window, engine.streams(n_seq), n_seq)
 
 
-def inputs(w: Widths, u: Ubatch, flash_attn: bool) -> Item:
+def inputs(w: Widths, u: Ubatch, flash_attn: bool, attention: bool = True) -> Item:
     """The graph's inputs, live from the first layer to the last (llama-graph.cpp, llm_graph_input_*): token ids,
     positions and output ids (i32), and per attention cache its mask (f16 with flash attention, else f32) and its
     K and V set_rows indices (i64; V's per element when V is stored transposed, i.e. without flash attention). Each
     is rounded up to 128 B, the widest tensor alignment of ggml's backends (CUDA's; the CPU's is 32), which matters
-    only when T is not a multiple of 32."""
+    only when T is not a multiple of 32. `attention`: the graph part has attention layers (else ids only)."""
     t = u.tokens
-    caches = [c for c in (u.cells, u.window_cells) if c]
+    caches = [c for c in (u.cells, u.window_cells) if c] if attention else []
     mask_bytes = F16 if flash_attn else F32
     v_index = 1 if flash_attn else w.n_v
     tensors = [I32 * t] * 3 + [b for c in caches for b in (mask_bytes * t * c, I64 * t, I64 * t * v_index)]
-    cells = " + ".join(f"{c:,}" for c in caches) or "0"
+    cells = " + ".join(f"{c:,}" for c in caches)
+    per_token = (
+        f"12 B ids + {mask_bytes} B × ({cells}) mask cells + {len(caches)} × 8 B × (1 + {v_index}) indices"
+        if caches
+        else "12 B ids"
+    )
     return Item(
-        "graph inputs",
-        sum(pad(b, ALIGN) for b in tensors),
-        f"{t} tokens × (12 B ids + {len(caches)} cache(s) × ({mask_bytes} B × ({cells}) mask cells"
-        f" + 8 B × (1 + {v_index}) indices)), each padded to {ALIGN} B",
+        "graph inputs", sum(pad(b, ALIGN) for b in tensors), f"{t} tokens × ({per_token}), each padded to {ALIGN} B"
     )
 
 
@@ -280,8 +288,7 @@ def peak(w: Widths, u: Ubatch, flash_attn: bool, output: bool, attention: bool, 
     bodies = ffn_bodies(w, u)
     if attention and (u.cells or u.window_cells):
         bodies.append(attention_body(w, u, flash_attn))
-    ids = 3 * pad(I32 * u.tokens, ALIGN)
-    live = inputs(w, u, flash_attn) if attention else Item("graph inputs", ids, f"{u.tokens} tokens × 12 B ids")
+    live = inputs(w, u, flash_attn, attention)
     body = max(bodies, key=lambda item: item.bytes)
     copy = f" + {weight_copy:,} B weight copied from RAM" if weight_copy else ""
     layer = Item(
@@ -322,8 +329,7 @@ def compute_buffers(
     # The graph's inputs live in the host buffer whatever is offloaded (ggml-backend.cpp,
     # ggml_backend_sched_backend_id_from_cur: an input tensor goes to the last backend, the CPU; the GPU gets
     # copies), beside the token embeddings' get_rows, or the CPU layers' own peak when layers stay on the CPU.
-    live = inputs(w, u, flash) if any(layer.grows for layer in model.layers) else None
-    ids = live or Item("graph inputs", 3 * pad(I32 * u.tokens, ALIGN), f"{u.tokens} tokens × 12 B ids")
+    ids = inputs(w, u, flash, any(layer.grows for layer in model.layers))
     embd = F32 * u.tokens * w.n_embd
     host = Item(
         "graph inputs + input embeddings",
