@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 ARTIFACT = ROOT / "tests" / "artifacts" / "llamacpp_quantize_referee.md"
 _WIDE = {"hidden_size": 256, "vocab_size": 256, "num_attention_heads": 4, "head_dim": 64}
 MODELS = {
-    "llama": tiny_raw("llama", **_WIDE, intermediate_size=512, num_hidden_layers=8, num_key_value_heads=2),
+    "llama": tiny_raw("llama", **_WIDE, intermediate_size=256, num_hidden_layers=8, num_key_value_heads=2),
     "llama_odd": tiny_raw(
         "llama", **_WIDE, intermediate_size=288, num_hidden_layers=3, num_key_value_heads=1, tie_word_embeddings=True
     ),
