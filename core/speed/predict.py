@@ -83,6 +83,7 @@ class DevicePart:
     cache_s: float
     attention_s: float
     efficiency: Efficiency
+    expert_flops: float = 0.0  # the routed experts' share of matmul_flops (timed at their own GEMM fill)
 
     @property
     def bytes(self) -> float:
@@ -275,6 +276,9 @@ def _part(
         + (work.head_flops if share.head else 0.0)
     )
     attention = float(sum(w.attention_flops for w in layers))
+    experts = sum(w.expert_flops for w in layers) - sum(w.expert_flops for w in away)
+    experts += sum(w.expert_flops for w in here)
+    n_experts, top_k = next((w.routing for w in work.layers if w.routing[0]), (1, 1))
     if device == "gpu":
         card = setup.card
         if not card.bandwidth_gb_s or not card.bf16_tflops:
@@ -294,17 +298,21 @@ def _part(
     family = format_family(fmt)
     measured = hw.calibration.rate(fmt, prefill) if hw.calibration and device == "cpu" else None
     if measured is not None:  # this host's own matmul rate for the format's kernels
-        mm_rate = peak * measured
+        mm_rate = expert_rate = peak * measured
     else:
-        rate = eff.prefill_compute * fill(eff, pass_tokens) if prefill else eff.decode_compute
-        mm_rate = peak * rate * eff.family_factor(family, prefill)
+        base = peak * (eff.prefill_compute if prefill else eff.decode_compute) * eff.family_factor(family, prefill)
+        # a prefill pass's GEMMs fill with its tokens; each routed expert's only with the tokens routed to it
+        # (tokens × top-k ÷ experts: llama.cpp's mul_mat_id groups the batch by expert)
+        mm_rate = base * fill(eff, pass_tokens) if prefill else base
+        expert_rate = base * fill(eff, max(1, pass_tokens * top_k // n_experts)) if prefill else base
     attn_rate = attention_peak * (eff.prefill_attention if prefill else eff.decode_attention)
     if not flash_attn(setup):
         attn_rate *= eff.flash_off
     rate = bw * 1e9 * eff.bandwidth
     return DevicePart(
         device, len(layers), weight_bytes, cache_bytes, matmul, attention, bw, peak, attention_peak,
-        weight_bytes / rate, matmul / (mm_rate * 1e9), cache_bytes / rate, attention / (attn_rate * 1e9), eff,
+        weight_bytes / rate, (matmul - experts) / (mm_rate * 1e9) + experts / (expert_rate * 1e9), cache_bytes / rate,
+        attention / (attn_rate * 1e9), eff, experts,
     )  # fmt: skip
 
 
@@ -367,7 +375,7 @@ def _merge(t: Timing) -> Timing:
             p.device, p.layers, q.weight_bytes + p.weight_bytes, q.cache_bytes + p.cache_bytes,
             q.matmul_flops + p.matmul_flops, q.attention_flops + p.attention_flops, p.bandwidth_gb_s, p.peak_gflops,
             p.attention_peak_gflops, q.weights_s + p.weights_s, q.matmul_s + p.matmul_s, q.cache_s + p.cache_s,
-            q.attention_s + p.attention_s, p.efficiency,
+            q.attention_s + p.attention_s, p.efficiency, q.expert_flops + p.expert_flops,
         )  # fmt: skip
     return Timing(tuple(merged.values()), t.overhead_s)
 

@@ -87,6 +87,7 @@ class LayerWork:
     state_flops: int  # recurrent update and conv
     expert_bytes: float = 0.0  # the routed experts' share of weight_bytes (llama.cpp --n-cpu-moe runs it in RAM)
     expert_flops: float = 0.0  # their share of matmul_flops
+    routing: tuple[int, int] = (0, 0)  # (routed experts, top-k); (0, 0) for a dense layer
 
     @property
     def bytes(self) -> float:
@@ -230,6 +231,7 @@ def decode_work(
                 state_flops=t.state_flops * batch,
                 expert_bytes=weights.expert_read(i, batch),
                 expert_flops=2.0 * weights.layer_expert_active_params[i] * batch,
+                routing=weights.layer_experts[i],
             )
         )
     return PassWork(tuple(layers), weights.head_bytes, 2.0 * weights.head_params * batch, batch)
@@ -269,6 +271,7 @@ def prefill_work(
                 state_flops=t.state_flops * n,
                 expert_bytes=passes * weights.expert_read(i, size),
                 expert_flops=2.0 * weights.layer_expert_active_params[i] * n,
+                routing=weights.layer_experts[i],
             )
         )
     return PassWork(tuple(layers), weights.head_bytes * passes, 2.0 * weights.head_params * logits, n)

@@ -197,7 +197,7 @@ def minus(a: Timing, b: Timing) -> Timing:
                 p.device, p.layers, p.weight_bytes - q.weight_bytes, p.cache_bytes - q.cache_bytes,
                 p.matmul_flops - q.matmul_flops, p.attention_flops - q.attention_flops, p.bandwidth_gb_s,
                 p.peak_gflops, p.attention_peak_gflops, p.weights_s - q.weights_s, p.matmul_s - q.matmul_s,
-                p.cache_s - q.cache_s, p.attention_s - q.attention_s, p.efficiency,
+                p.cache_s - q.cache_s, p.attention_s - q.attention_s, p.efficiency, p.expert_flops - q.expert_flops,
             )
         )  # fmt: skip
     return Timing(tuple(parts), a.overhead_s - b.overhead_s)
@@ -224,14 +224,19 @@ class Terms:
     measured: float
     pass_tokens: int
     depth: int
+    experts: float = 0.0  # the routed experts' share of `matmul` (unit seconds)
+    routed_tokens: int = 1  # tokens each expert sees per pass (pass tokens × top-k ÷ experts)
 
     def tok_s(self, p: dict) -> float:
         pre = "prefill" if self.prefill else "decode"
-        fam = p.get(f"{self.family}:{pre}", 1.0)
-        if self.prefill:
-            fam *= self.pass_tokens / (self.pass_tokens + p["prefill_half_tokens"])
+        rate = p[f"{pre}_compute"] * p.get(f"{self.family}:{pre}", 1.0)
+        dense, experts = self.matmul - self.experts, self.experts
+        if self.prefill:  # core.speed.predict.fill: n ÷ (n + half) per pass, per expert for routed experts
+            half = p["prefill_half_tokens"]
+            dense *= (self.pass_tokens + half) / self.pass_tokens
+            experts *= (self.routed_tokens + half) / self.routed_tokens
         attn = p[f"{pre}_attention"] * (1.0 if self.flash else p["flash_off"])
-        t = max(self.weights / p["bandwidth"], self.matmul / (p[f"{pre}_compute"] * fam))
+        t = max(self.weights / p["bandwidth"], (dense + experts) / rate)
         t += max(self.cache / p["bandwidth"], self.attention / attn) + p["overhead_step_s"] * self.passes
         return self.tokens / t
 
@@ -245,7 +250,14 @@ def terms(row: Row) -> Terms:
         sum(p.weights_s for p in t.parts), sum(p.matmul_s for p in t.parts), sum(p.cache_s for p in t.parts),
         sum(p.attention_s for p in t.parts), passes, row.kind == "prefill", row.setup.engine.options.flash_attn,
         row.family, tokens, r["tok_s"], math.ceil(tokens / passes), r.get("depth") or 0,
+        sum(p.expert_flops / (p.peak_gflops * 1e9) for p in t.parts), routed_tokens(row, math.ceil(tokens / passes)),
     )  # fmt: skip
+
+
+def routed_tokens(row: Row, pass_tokens: int) -> int:
+    """Tokens each routed expert sees in a pass, as core.speed.predict counts them."""
+    n_experts, top_k = next((e for e in _weights(row.setup).layer_experts if e[0]), (1, 1))
+    return max(1, pass_tokens * top_k // n_experts)
 
 
 # -- the fit ------------------------------------------------------------------------------------------------------
@@ -279,15 +291,16 @@ def descend(rows: list[Terms], start: dict, keys: Iterable[str], parent: dict | 
 
 
 def fit_keys(rows: list[Terms], pooled: bool = False) -> list[str]:
-    """The parameters these rows can tell apart: bandwidth, matmul rates and overhead always; an attention rate only
-    where runs at depth ≥ DEEP show it, and never pooled over backends (each backend's attention kernels differ:
-    a backend without deep runs keeps efficiencies.json's assumed rate); a family's factor only if its rows are
-    here."""
+    """The parameters these rows can tell apart: bandwidth, matmul rates and overhead always; an attention rate (and
+    the flash-attention-off factor) only where runs at depth ≥ DEEP show it, and never pooled over backends (each
+    backend's attention kernels differ: a backend without deep runs keeps efficiencies.json's assumed rate); a
+    family's factor only if its rows are here."""
     keys = [k for k in KEYS if not k.endswith("_attention")]
     for kind in ("decode", "prefill"):
         if not pooled and any(t.depth >= DEEP and t.prefill == (kind == "prefill") for t in rows):
             keys.append(f"{kind}_attention")
-    if all(t.flash for t in rows):
+    deep = [t for t in rows if t.depth >= DEEP]
+    if pooled or len({t.flash for t in deep}) < 2:  # flash attention's effect shows only at depth, both ways
         keys.remove("flash_off")
     fams = {f"{t.family}:{'prefill' if t.prefill else 'decode'}" for t in rows if t.family != "float"}
     return keys + sorted(fams)
