@@ -153,7 +153,7 @@ class FakeHub:
 @pytest.fixture
 def hub(tmp_path, monkeypatch):
     """The fake Hub, with huggingface_hub pointed at it and online; kvscope's and huggingface_hub's caches empty."""
-    from huggingface_hub import constants
+    from huggingface_hub import constants, hf_api
 
     fake = FakeHub()
     server = ThreadingHTTPServer(("127.0.0.1", 0), fake.handler())
@@ -162,6 +162,7 @@ def hub(tmp_path, monkeypatch):
     endpoint = f"http://127.0.0.1:{server.server_address[1]}"
     monkeypatch.setattr(constants, "ENDPOINT", endpoint)
     monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setattr(hf_api.api, "endpoint", endpoint)  # the module-level HfApi behind get_safetensors_metadata
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     monkeypatch.setattr(gguf_hub, "CACHE_DIR", tmp_path / "kvscope-cache")
