@@ -414,7 +414,10 @@ def cmd_autofit(args: argparse.Namespace) -> dict:
     unified = args.kv_unified
     if unified is None and args.parallel and args.frontend == "llama-server":
         unified = False  # giving -np keeps llama-server's kv_unified off (common/arg.cpp:1724)
-    engine = configured("llama.cpp", frontend=args.frontend, kv_unified=unified, build=args.llamacpp_build)
+    outputs = sequences if args.parallel and args.frontend == "llama-server" else None  # its slots' logits rows
+    engine = configured(
+        "llama.cpp", frontend=args.frontend, kv_unified=unified, build=args.llamacpp_build, n_outputs_max=outputs
+    )
     checked_kv_dtype(engine, args.kv_dtype)
     setup = Setup(
         model=load_model(args.model),

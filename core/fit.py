@@ -238,7 +238,12 @@ class Solver:
             options = self.engine.options
             return tuple(vllm_overhead(model, options.max_num_batched_tokens, world, self.engine.sampler_rows()))
         if isinstance(self.engine, LlamaCppEngine):
-            return tuple(llamacpp_overhead(self.engine, model, context, 1, world, self.offload, self.cpu_weight))
+            options = self.engine.options
+            return tuple(
+                llamacpp_overhead(
+                    self.engine, model, context, 1, world, self.offload, self.cpu_weight, options.n_outputs_max
+                )
+            )
         if isinstance(self.engine, TransformersEngine):
             storage = self.engine.storage(model, self.setup.kv_dtype)
             transient = sum(

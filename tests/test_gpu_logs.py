@@ -97,6 +97,7 @@ def setup_of(row: dict) -> Setup:
         n_batch=row["n_batch"] or LlamaCppOptions.n_batch,
         flash_attn=row["flash_attn"] is not False,  # "auto" resolves to on with CUDA; None: not logged
         kv_unified=row["kv_unified"],
+        n_outputs_max=row.get("n_outputs_max", 0),  # set where the row says llama-server capped the logits rows
     )
     card = card_named(row["kvscope_card"]) if row.get("kvscope_card") else Card.custom(row["kvscope_card_gib"])
     moe = row["cpu_moe_layers"]

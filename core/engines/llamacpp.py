@@ -234,6 +234,9 @@ class LlamaCppOptions:
     flash_attn: bool = True  # -fa; "auto" counts as on when the cache is made (cparams.flash_attn = type != DISABLED)
     n_rs_seq: int = 0  # recurrent rollback snapshots per slot (llama-server sets --draft-max for MTP/EAGLE3 drafts)
     build: LlamaCppBuild = LlamaCppBuild()  # --llamacpp-build: whose -ngl and --fit rules (the cache's are 0c1e57098's)
+    # logits rows the graph reserves per ubatch: 0 is n_batch (llama-context.cpp:250); llama-server passes its slots
+    # (tools/server/server-context.cpp server_output_limits: n_parallel × (1 + draft tokens), capped at n_batch)
+    n_outputs_max: int = 0
 
 
 @dataclass(frozen=True)
@@ -253,13 +256,13 @@ FRONTENDS: dict[str, Frontend] = {
         "kv_unified false); tools/cli/cli.cpp parses them with LLAMA_EXAMPLE_CLI, which changes none of them",
     ),
     "llama-server": Frontend(
-        LlamaCppOptions(kv_unified=True),
+        LlamaCppOptions(kv_unified=True, n_outputs_max=4),
         4,
         "common/arg.cpp:1403 (LLAMA_EXAMPLE_SERVER: n_parallel = -1, auto); tools/server/server.cpp:156-160 (auto → "
         "n_parallel = 4 and kv_unified = true); giving -np N keeps kv_unified false (arg.cpp:1724, -kvu)",
     ),
     "ollama": Frontend(
-        LlamaCppOptions(n_ubatch=512, n_batch=512),
+        LlamaCppOptions(n_ubatch=512, n_batch=512, n_outputs_max=1),
         1,
         "ollama v0.32.15 llm/llama_server.go:371-372 (-c num_ctx×np -np np: an explicit -np keeps kv_unified off), "
         ":590-591 (-b and -ub num_batch, 512 by default: api/types.go:1116), envconfig/config.go:275 "

@@ -129,6 +129,7 @@ def llama_engine(model: ModelSpec, settings: OllamaSettings) -> LlamaCppEngine:
         n_batch=settings.num_batch,
         kv_unified=False,
         flash_attn=uses_flash_attention(model, settings),
+        n_outputs_max=settings.num_parallel,  # llama-server's slots
     )
     return LlamaCppEngine(options=options)
 
