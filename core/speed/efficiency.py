@@ -93,6 +93,8 @@ def efficiency_for(engine: str, device: str, backend: str = "", card_class: str 
     engine's on that device (efficiencies.json)."""
     if device not in DEVICES:
         raise InputError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+    if device == "cpu":  # a CPU's backend and class are the CPU's own (core.speed.groups)
+        backend, card_class = "cpu", "cpu"
     groups = fitted_groups()
     for key in ((engine, backend, card_class), (engine, backend, "*")):
         if key in groups:
