@@ -507,3 +507,14 @@ def test_a_plain_repo_id_without_safetensors_falls_back_to_its_gguf(hub, tmp_pat
     hub.add("org/plain", [(path.name, path)])
     weights = read_weights("org/plain")  # no -GGUF in the name: safetensors are looked for first
     assert weights.kind == "gguf" and weights.total_bytes == sum(n for _, n in _expected_table([path]).values())
+
+
+def test_all_shards_headers_together_are_bounded(hub, tmp_path, monkeypatch):
+    files = write_gguf(tmp_path / "Tiny-Q8_0.gguf", vocab=5_000, split_max_tensors=4)
+    hub.add("org/split-GGUF", [(f.name, f) for f in files])
+    first = files[0].stat().st_size
+    assert first < GGUF_FIRST_READ  # so the first shard is read whole, in one range
+    monkeypatch.setattr(gguf_hub, "HEADERS_BUDGET", first)  # the first shard's read fits, the second's does not
+    with pytest.raises(InputError, match="GGUF headers together run past"):
+        read_hub_gguf(GGUFName("org/split-GGUF", "Q8_0"))
+    assert dict(hub.sent) == {files[0].name: first}

@@ -24,12 +24,23 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InputError
-from core.memory.weightfiles import GGUFHeader, GGUFTensor, WeightFile, gguf_header, parse_gguf, summarise
+from core.memory.weightfiles import (
+    GGUF_FIRST_READ,
+    MAX_GGUF_HEADER,
+    GGUFHeader,
+    GGUFTensor,
+    WeightFile,
+    gguf_header,
+    parse_gguf,
+    summarise,
+)
 from core.model.config import _CACHE_DIR
 from core.units import format_bytes
 
 CACHE_DIR = _CACHE_DIR.parent / "gguf"
 HUB_TIMEOUT_S = 10.0  # per request: past this the Hub counts as unreachable and the caches answer
+SHARD_FIRST_READ = 256 << 10  # a split model's later shards carry no vocabulary: their headers are tens of KiB
+HEADERS_BUDGET = 2 * MAX_GGUF_HEADER  # all shards' header reads together: a repo of many huge headers is refused
 _PREFIX = re.compile(r"^(?:https?://)?(?:hf\.co|huggingface\.co)/", re.ASCII | re.IGNORECASE)
 _NAME = re.compile(r"^([\w.-]+/[\w.-]+)(?::([\w.+-]+))?$", re.ASCII)
 _SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -330,6 +341,11 @@ def _ranged_reader(repo_id: str, sha: str, path: str, counter: list[int]):
     url = hf_hub_url(repo_id, path, revision=sha, endpoint=constants.ENDPOINT)
 
     def read(start: int, end: int) -> bytes:
+        if counter[0] + end - start > HEADERS_BUDGET:
+            raise InputError(
+                f"{repo_id}: its GGUF headers together run past {format_bytes(HEADERS_BUDGET)}, more than a real "
+                "model's; download the files and give a local path"
+            )
         headers = build_hf_headers(token=_token()) | {"Range": f"bytes={start}-{end - 1}"}
         held = bytearray()
         with (
@@ -368,7 +384,9 @@ def _header(repo_id: str, sha: str, path: str, size: int, counter: list[int]) ->
                 "unset HF_HUB_OFFLINE once (a few MiB are read, then it works offline), or give a local .gguf path"
             )
         try:
-            header = parse_gguf(_ranged_reader(repo_id, sha, path, counter), size, f"{repo_id}/{path}")
+            read = _ranged_reader(repo_id, sha, path, counter)
+            first = GGUF_FIRST_READ if _split_info(path)[2] == 1 else SHARD_FIRST_READ
+            header = parse_gguf(read, size, f"{repo_id}/{path}", first)
         except _unreachable() as err:
             raise InputError(f"{repo_id}/{path}: the Hub cannot be reached to read its header ({err})") from None
         origin = "Hugging Face Hub, header only"

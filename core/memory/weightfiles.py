@@ -288,12 +288,14 @@ class _GGUFHeader:
         return GGUFHeader(metadata, tuple(t for _, t in table), data)
 
 
-def parse_gguf(read: Callable[[int, int], bytes], size: int, origin: str) -> GGUFHeader:
+def parse_gguf(
+    read: Callable[[int, int], bytes], size: int, origin: str, first: int = GGUF_FIRST_READ
+) -> GGUFHeader:
     """A GGUF header from `read(start, end)` (bytes [start, end) of a file of `size` bytes), read from the start in
-    growing ranges (each doubles what is held) until the tensor table is parsed: about the header's bytes, at most
-    twice them, never the tensor data beyond that, and never more than MAX_GGUF_HEADER."""
+    growing ranges (`first` bytes, then each read doubles what is held) until the tensor table is parsed: about the
+    header's bytes, at most twice them (or `first`), never more than MAX_GGUF_HEADER."""
     held = b""
-    want = min(size, GGUF_FIRST_READ)
+    want = min(size, first)
     while True:
         chunk = read(len(held), want)
         if len(chunk) != want - len(held):
