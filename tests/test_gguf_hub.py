@@ -21,7 +21,7 @@ from gguf.constants import GGML_QUANT_SIZES
 
 from core.errors import InputError
 from core.memory import gguf_hub
-from core.memory.gguf_hub import GGUFName, gguf_name, pick_files, read_hub_gguf
+from core.memory.gguf_hub import GGUFName, gguf_name, pick_files, read_hub_gguf, shape_mismatch
 from core.memory.weightfiles import GGUF_FIRST_READ, read_weights
 from core.model.loading import load_model, load_raw
 from tests.conftest import ROOT
@@ -447,6 +447,7 @@ def test_the_model_argument_takes_its_config_from_the_base_model(hub, big, big_t
     for kind, n in big_table.values():
         per_type[kind] += n
     assert f"({len(MIX)} tensors: {per_type.most_common(1)[0][0]} " in origin  # the mix, largest type first
+    assert "warning: the GGUF has 2 layers, that config 36" in origin  # the tiny file is no real Qwen3-8B
     model = load_model("org/tiny-GGUF:UD-Q4_K_XL")
     assert any("Qwen/Qwen3-8B" in note for note in model.notes)
 
@@ -463,7 +464,7 @@ def test_a_base_model_named_only_by_basename_matches_a_preset(hub, tmp_path):
     writer.close()
     hub.add("org/q-GGUF", [(path.name, path)])
     _, raw, origin = load_raw("org/q-GGUF", local_files=False)
-    assert raw == load_raw("Qwen/Qwen3-8B")[1] and "general.basename" in origin
+    assert raw == load_raw("Qwen/Qwen3-8B")[1] and "general.basename" in origin and "warning" not in origin
 
 
 def test_cli_fit_reads_a_hub_gguf_end_to_end(hub, big, tmp_path, big_table):
@@ -518,3 +519,13 @@ def test_all_shards_headers_together_are_bounded(hub, tmp_path, monkeypatch):
     with pytest.raises(InputError, match="GGUF headers together run past"):
         read_hub_gguf(GGUFName("org/split-GGUF", "Q8_0"))
     assert dict(hub.sent) == {files[0].name: first}
+
+
+def test_a_config_of_another_shape_is_flagged():
+    """llama.cpp writes block_count with the MTP blocks included (Qwen3.5: nextn_predict_layers beside it)."""
+    meta = {"general.architecture": "qwen35", "qwen35.block_count": 33, "qwen35.nextn_predict_layers": 1}
+    meta["qwen35.embedding_length"] = 4096
+    config = {"text_config": {"num_hidden_layers": 32, "hidden_size": 4096}}
+    assert shape_mismatch(meta, config) is None
+    assert "the GGUF has 33 layers, that config 34" in shape_mismatch(meta, {"num_hidden_layers": 33})
+    assert "4096 hidden size, that config 5120" in shape_mismatch(meta, {"num_hidden_layers": 32, "hidden_size": 5120})

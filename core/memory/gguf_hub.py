@@ -437,3 +437,22 @@ def base_model(metadata: dict[str, Any]) -> tuple[str, str]:
         f"the GGUF names no base model on the Hub (no general.base_model.0.repo_url) and no bundled preset matches "
         f"{named}; give the model's config (repo id or config.json) as the model and the GGUF with --weights-file"
     )
+
+
+def shape_mismatch(metadata: dict[str, Any], raw: dict[str, Any]) -> str | None:
+    """Where the config named by base_model disagrees with the GGUF's own shape keys (a card's base_model can name
+    a model of another architecture): the depth (llama.cpp counts MTP blocks in block_count, beside
+    nextn_predict_layers) and the width. None when they agree or a key is missing."""
+    arch = metadata.get("general.architecture")
+    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    pairs = (
+        ("layers", metadata.get(f"{arch}.block_count"), text.get("num_hidden_layers") or text.get("n_layer")),
+        ("hidden size", metadata.get(f"{arch}.embedding_length"), text.get("hidden_size") or text.get("d_model")),
+    )
+    nextn = metadata.get(f"{arch}.nextn_predict_layers", 0)
+    for what, in_gguf, in_config in pairs:
+        if isinstance(in_gguf, int) and isinstance(in_config, int):
+            expected = in_config + (nextn if what == "layers" and isinstance(nextn, int) else 0)
+            if in_gguf != expected:
+                return f"the GGUF has {in_gguf} {what}, that config {expected}: the sizes follow the config"
+    return None

@@ -12,7 +12,7 @@ from typing import Any
 from core.dtypes import dtype_named
 from core.errors import InputError
 from core.files import read_regular_file
-from core.memory.gguf_hub import GGUFName, base_model, gguf_name, read_hub_gguf
+from core.memory.gguf_hub import GGUFName, base_model, gguf_name, read_hub_gguf, shape_mismatch
 from core.model.architectures import Cfg, build_layers
 from core.model.config import MAX_CONFIG_BYTES, parse_json, resolve_cached, resolve_isolated
 from core.model.spec import ModelSpec
@@ -150,7 +150,9 @@ def _gguf_config(name: GGUFName, prefer_hub: bool) -> tuple[str, dict[str, Any],
     if gguf_name(base) is not None:
         raise InputError(f"{name}: its {key} names {base}, itself a GGUF repo; give the model's config instead")
     _, raw, origin = load_raw(base, prefer_hub=prefer_hub, local_files=False)
-    return str(name), raw, f"{GGUF_ORIGIN}{found.summary()}: config of {base} ({origin}), named by its {key}"
+    mismatch = shape_mismatch(found.metadata, raw)
+    warning = f"; warning: {mismatch}" if mismatch else ""
+    return str(name), raw, f"{GGUF_ORIGIN}{found.summary()}: config of {base} ({origin}), named by its {key}{warning}"
 
 
 def model_from_config(raw: dict[str, Any], name: str, isolated: bool = False) -> ModelSpec:
