@@ -205,7 +205,7 @@ def test_malformed_names_are_refused(text):
         gguf_name(text)
 
 
-# Listings as a repo's tree gives them. The expected picks follow common/download.cpp:find_best_model @ 0.3.36, read
+# Listings as a repo's tree gives them. The expected picks follow common/download.cpp:find_best_model @ 0c1e57098, read
 # by hand: first match of `TAG[.-]` in listing order, case-insensitive, shards past the first never picked.
 LISTING = [
     "README.md",

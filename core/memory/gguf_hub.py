@@ -1,7 +1,9 @@
 """A GGUF named the way llama.cpp's `-hf` and Ollama's `hf.co/` name it, sized from its header without the weights.
 
 `org/repo:QUANT`, `hf.co/org/repo:QUANT` (Ollama; also `huggingface.co/`), or `org/repo` alone. The repo's files
-are listed through huggingface_hub, the file is picked by llama.cpp's rule (`pick_files`), and only the header of
+are listed through huggingface_hub, the file is picked by llama.cpp's rule (`pick_files`; llama.cpp @ 0c1e57098, the
+source llama-cpp-python 0.3.36 vendors; for Ollama the Hub picks server-side, Q4_K_M by default per
+huggingface.co/docs/hub/ollama, and its fallback without a Q4_K_M may differ), and only the header of
 each file (every shard of a split model) is read, in growing byte ranges, until the tensor table is parsed: a few
 MiB of a many-GiB file. Unsloth "UD" and bartowski mixes pick types per tensor that llama-quantize's defaults do
 not, so the header is the only exact source of a quant's bytes.
@@ -44,7 +46,7 @@ HEADERS_BUDGET = 2 * MAX_GGUF_HEADER  # all shards' header reads together: a rep
 _PREFIX = re.compile(r"^(?:https?://)?(?:hf\.co|huggingface\.co)/", re.ASCII | re.IGNORECASE)
 _NAME = re.compile(r"^([\w.-]+/[\w.-]+)(?::([\w.+-]+))?$", re.ASCII)
 _SHA = re.compile(r"^[0-9a-f]{40}$")
-# llama.cpp common/download.cpp:find_best_model @ 0.3.36: without a tag, Q4_K_M, then Q8_0, then the first model
+# llama.cpp common/download.cpp:find_best_model @ 0c1e57098: without a tag, Q4_K_M, then Q8_0, then the first model
 DEFAULT_TAGS = ("Q4_K_M", "Q8_0")
 # common/download.cpp:gguf_filename_is_model: the sidecar files a model repo may carry beside the model
 _SIDECARS = ("mmproj", "imatrix", "mtp-", "eagle3-", "dflash-", "dspark-")
@@ -65,7 +67,7 @@ def gguf_name(text: str) -> GGUFName | None:
     """The name when `text` names a GGUF on the Hub: with an `hf.co/` prefix, a `:QUANT` tag, or a repo whose name
     ends in GGUF; None for anything else (a plain `org/name` is a safetensors repo or a config to its callers).
 
-    llama.cpp common/download.cpp:common_download_split_repo_tag @ 0.3.36 takes the text after the last ':' as the
+    llama.cpp common/download.cpp:common_download_split_repo_tag @ 0c1e57098 takes the text after the last ':' as the
     tag and wants `user/model` before it; here exactly one ':' is allowed and both parts must be Hub-shaped."""
     text = text.strip()
     prefixed = bool(_PREFIX.match(text))
@@ -91,7 +93,7 @@ def gguf_name(text: str) -> GGUFName | None:
 
 
 def _split_info(path: str) -> tuple[str, str, int, int]:
-    """(prefix, tag, index, count): llama.cpp common/download.cpp:get_gguf_split_info @ 0.3.36."""
+    """(prefix, tag, index, count): llama.cpp common/download.cpp:get_gguf_split_info @ 0c1e57098."""
     prefix, index, count = path.removesuffix(".gguf"), 1, 1
     split = _SPLIT.match(prefix)
     if split:
@@ -107,7 +109,7 @@ def _is_model(path: str) -> bool:
 
 def pick_files(paths: list[str], tag: str, repo_id: str) -> tuple[str, ...]:
     """The model file a tag selects and its split siblings, in shard order, as llama.cpp picks them
-    (common/download.cpp:find_best_model and get_split_files @ 0.3.36): the first path in the Hub's listing order
+    (common/download.cpp:find_best_model and get_split_files @ 0c1e57098): the first path in the Hub's listing order
     that is a model file, contains `TAG.` or `TAG-` anywhere (case-insensitive), and is not a shard past the first;
     without a tag Q4_K_M, then Q8_0, then the first model file. llama.cpp compiles the tag as a regex; here it is
     matched literally (a real tag holds only letters, digits and `_`, where the two agree)."""
