@@ -13,7 +13,7 @@ tests/engines/test_llamacpp_quantize.py checks every tensor's type and bytes aga
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from core.errors import InputError
@@ -324,8 +324,8 @@ def _layer_gqa(roles: dict[str, Tensor]) -> int | None:
 def _gqa(tensors: tuple[Tensor, ...]) -> int:
     """hparams.n_gqa(0), layer 0's heads ÷ kv heads. Where layer 0 has no attention: Mamba and shortconv hybrids'
     converters write head_count_kv per layer, 0 there (conversion/granite.py, jamba.py, lfm2.py), so 0; Gated
-    DeltaNet ones (Qwen3-Next, Qwen3.5) write one count, so the attention layers' ratio. MLA has no attn_v: its
-    configs give as many kv heads as heads, 1."""
+    DeltaNet ones (Qwen3-Next, Qwen3.5) write one count, so the attention layers' ratio. An MLA GGUF has no attn_v-like
+    tensor for the ratio to matter: 1."""
     layers: dict[int, dict[str, Tensor]] = {}
     for t in tensors:
         if t.layer is not None:
@@ -365,7 +365,7 @@ def _gguf_type(s: _GgufState, t: Tensor) -> str:
     if t.cols % GGML[new][1]:
         if new == "Q1_0":
             raise InputError(
-                f"llama-quantize cannot make Q1_0 of this model: a {t.role} row of {t.cols} is no multiple of 128"
+                f"llama-quantize cannot make Q1_0 of this model: {t.role} has rows of {t.cols}, no multiple of 128"
             )
         new = _FALLBACK.get(new, new)
         if t.cols % GGML[new][1]:
@@ -487,22 +487,47 @@ def _gguf_bytes(t: Tensor, ggml_type: str) -> int:
     return t.count * t.rows * -(-t.cols // block_elems) * block_bytes
 
 
-def gguf_types(count: ParamCount, ftype: str) -> list[str]:
-    """The ggml type llama-quantize gives each of the model's tensors (in the count's order) for a GGUF ftype."""
-    state = _gguf_state(ftype, count.tensors)
+def _mla_split(kv_b: Tensor, layer: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+    """conversion/deepseek.py (and the other MLA converters) write kv_b_proj as two 3-D tensors for MLA's absorption:
+    attn_k_b, per head kv_lora rows of qk_nope, transposed, and attn_v_b, per head v_head rows of kv_lora. Widths from
+    the layer: attn_output reads heads × v_head, attn_kv_a_mqa makes kv_lora + rope, the query heads × (nope + rope)."""
+    v_all = layer["attn_output"].cols
+    nope_all = kv_b.rows - v_all
+    rope = layer["attn_kv_a_mqa"].rows - kv_b.cols
+    heads = (layer.get("attn_q_b", layer.get("attn_q", kv_b)).rows - nope_all) // rope
+    return (
+        replace(kv_b, role="attn_k_b", rows=kv_b.cols, cols=nope_all // heads, count=heads),
+        replace(kv_b, role="attn_v_b", rows=v_all // heads, cols=kv_b.cols, count=heads),
+    )
+
+
+def gguf_tensors(count: ParamCount, ftype: str) -> list[tuple[int, Tensor, str, int]]:
+    """The tensors of a GGUF of the model in an ftype: (index of the count's tensor each comes from, the tensor as
+    llama.cpp's converter writes it, the ggml type llama-quantize gives it, its bytes), in the count's order."""
+    layers: dict[int | None, dict[str, Tensor]] = {}
+    for t in count.tensors:
+        layers.setdefault(t.layer, {})[t.role] = t
+    written = [
+        (i, part)
+        for i, t in enumerate(count.tensors)
+        for part in (_mla_split(t, layers[t.layer]) if t.role == "attn_kv_b" else (t,))
+    ]
+    state = _gguf_state(ftype, tuple(t for _, t in written))
     chosen = {
-        i: _gguf_type(state, count.tensors[i])
-        for i in sorted(range(len(count.tensors)), key=lambda i: _gguf_order(count.tensors[i]))
+        k: _gguf_type(state, written[k][1])
+        for k in sorted(range(len(written)), key=lambda k: _gguf_order(written[k][1]))
     }
-    return [chosen[i] for i in range(len(count.tensors))]
+    return [(i, t, chosen[k], _gguf_bytes(t, chosen[k])) for k, (i, t) in enumerate(written)]
 
 
 def tensor_bytes(count: ParamCount, fmt_name: str, model_dtype_bytes: int) -> list[tuple[Tensor, int]]:
     """Bytes of each of the model's tensors in the named format."""
     fmt = format_named(fmt_name)
     if fmt.gguf:
-        types = gguf_types(count, fmt.name)
-        return [(t, _gguf_bytes(t, ggml)) for t, ggml in zip(count.tensors, types, strict=True)]
+        sizes = [0] * len(count.tensors)
+        for i, _, _, nbytes in gguf_tensors(count, fmt.name):
+            sizes[i] += nbytes
+        return list(zip(count.tensors, sizes, strict=True))
     rest = fmt.rest_bytes or model_dtype_bytes
     return [(t, fmt.matrix_bytes(t) if t.category in fmt.quantises else t.numel * rest) for t in count.tensors]
 

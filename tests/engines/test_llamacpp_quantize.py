@@ -2,7 +2,7 @@
 
 Tiny random checkpoints (defined here) go through llama.cpp's converter (tests/engines/llamacpp_gguf.py) to F16
 GGUFs; libllama's llama_model_quantize then writes each ftype (tests/engines/llamacpp_quantize_runner.py) and gguf-py
-reads back every tensor's ggml type and bytes. kvscope's `gguf_types` and `tensor_bytes`, on the same config, must
+reads back every tensor's ggml type and bytes. kvscope's `gguf_tensors` and `tensor_bytes`, on the same config, must
 give the same type and bytes for every tensor and the same total. The table lands in
 tests/artifacts/llamacpp_quantize_referee.md.
 
@@ -11,7 +11,12 @@ the MoE's shared expert (272) are no multiple of 256 (tensor_type_fallback: Q4_K
 272 no multiple of 32 either (→ F16); Qwen3.5's Gated DeltaNet output reads 4 × 32 = 128 columns. The dense llama has
 8 layers, so use_more_bits and the n_layer/8 rules pick different layers; the MoE has 8 experts (llama.cpp's
 `n_expert == 8` rules) and a shared expert (two ffn_down tensors a layer); gpt-oss has 4 experts (the i-quants'
-`n_expert >= 4`) and is MXFP4_MOE's model; llama_odd has GQA 4 and tied embeddings.
+`n_expert >= 4`) and is MXFP4_MOE's model; llama_odd has GQA 4 and tied embeddings; DeepSeek-V3's MLA kv_b is
+written as 3-D attn_k_b / attn_v_b (MXFP4 under MXFP4_MOE, rows of qk_nope 64 falling back); Granite-4.0-H starts
+with a Mamba2 layer, so llama.cpp's n_gqa(0) is 0 although its attention has GQA 4; llama_80 is "70B" to llama.cpp.
+
+The i-quants llama-quantize refuses without an importance matrix get one (all ones: the runner's docstring says why
+that is enough); the others are made without, as llama-quantize makes them by default.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import InputError
-from core.memory.quant import FTYPES, GGML, gguf_types, tensor_bytes
+from core.memory.quant import FTYPES, GGML, gguf_tensors, tensor_bytes
 from core.model.loading import model_from_config
 from core.model.params import Tensor, count_params
 from tests.engines.engine_env import LLAMACPP_TREE, ROOT, run_in_engines
@@ -71,6 +76,21 @@ MODELS = {
         intermediate_size=32,
         num_hidden_layers=80,
     ),
+    # MLA: the converter writes kv_b_proj as 3-D attn_k_b (rows of qk_nope 64: the k-quants fall back) and attn_v_b
+    "deepseek_v3": tiny_raw(
+        "deepseek_v3",
+        **(_WIDE | {"head_dim": 32}),  # DeepSeek's head_dim is its rope width
+        num_key_value_heads=4,
+        kv_lora_rank=256,
+        q_lora_rank=256,
+        qk_nope_head_dim=64,
+        qk_rope_head_dim=32,
+        v_head_dim=64,
+        n_routed_experts=8,
+        moe_intermediate_size=256,
+        intermediate_size=256,
+        num_hidden_layers=3,
+    ),
     "granite_h": tiny_raw(
         "granitemoehybrid",
         **_WIDE,
@@ -85,6 +105,7 @@ MODELS = {
 # attention to post_attention_norm), and tensors it stores without a ".weight" suffix.
 _RENAMED = {"gpt_oss": {"ffn_norm": "post_attention_norm"}, "qwen3_5": {"ffn_norm": "post_attention_norm"}}
 _BARE = ("ssm_a", "ssm_d")
+_BUFFERS = ("exp_probs_b.bias",)  # DeepSeek-V3's e_score_correction_bias: a buffer, not a parameter (core.model.params)
 _SPLIT = {  # the experts' gate_up_proj (and gpt-oss's bias)
     "ffn_gate_up_exps": ("ffn_gate_exps", "ffn_up_exps"),
     "ffn_gate_up_exps_bias": ("ffn_gate_exps_bias", "ffn_up_exps_bias"),
@@ -147,10 +168,18 @@ def kvscope_tensors(model: str, ftype: str) -> dict[str, tuple[str, int]]:
     count = count_params(model_from_config(MODELS[model], model))
     split = _SPLIT | _SPLIT_IN.get(model, {})
     out = {}
-    for (t, size), ggml in zip(tensor_bytes(count, ftype, 2), gguf_types(count, ftype), strict=True):
-        for role in split.get(t.role, (t.role,)):
-            out[gguf_name(model, replace(t, role=role))] = (ggml, size // len(split.get(t.role, (t.role,))))
+    for _, t, ggml, size in gguf_tensors(count, ftype):
+        halves = split.get(t.role, (t.role,))
+        out |= {gguf_name(model, replace(t, role=role)): (ggml, size // len(halves)) for role in halves}
     return out
+
+
+def llamacpp_tensors(results: dict, model: str, ftype: str) -> dict[str, tuple[str, int]] | None:
+    """The GGUF's (type, bytes) per tensor, less the buffers kvscope does not count as parameters (_BUFFERS)."""
+    real = results[model][ftype]
+    if real is None:
+        return None
+    return {name: (kind, size) for name, (kind, size) in real.items() if not name.endswith(_BUFFERS)}
 
 
 @pytest.fixture(scope="session")
@@ -182,9 +211,9 @@ def write_table(results: dict[str, dict[str, dict[str, list] | None]], seconds: 
         "",
         "Written by tests/engines/test_llamacpp_quantize.py: tiny random checkpoints converted by llama.cpp's",
         "convert_hf_to_gguf.py (F16), quantised by libllama's llama_model_quantize (llama-cpp-python 0.3.36) and read",
-        "back with gguf-py; kvscope's from core.memory.quant.gguf_types and tensor_bytes on the same config. The last",
-        "column counts the GGUF's tensors whose ggml type kvscope gets wrong. `refused`: llama-quantize stops (Q1_0",
-        "has no fallback for a row that is no multiple of 128), and kvscope raises an InputError.",
+        "back with gguf-py; kvscope's from core.memory.quant.gguf_tensors and tensor_bytes on the same config. The",
+        "last column counts the GGUF's tensors whose ggml type kvscope gets wrong. `refused`: llama-quantize stops",
+        "(Q1_0 has no fallback for a row that is no multiple of 128), and kvscope raises an InputError.",
         "",
         "| ftype | model | kvscope bytes | llama.cpp bytes | equal | tensors typed otherwise |",
         "|---|---|---:|---:|---|---:|",
@@ -193,7 +222,7 @@ def write_table(results: dict[str, dict[str, dict[str, list] | None]], seconds: 
         for model in MODELS:
             if ftype not in FTYPES_OF[model]:
                 continue
-            real = results[model][ftype]
+            real = llamacpp_tensors(results, model, ftype)
             if real is None:
                 lines.append(
                     f"| {ftype} | {model} | refused | refused | {'yes' if refuses(model, ftype) else 'NO'} | |"
@@ -220,16 +249,18 @@ def refuses(model: str, ftype: str) -> bool:
 
 @pytest.mark.parametrize(("model", "ftype"), CASES, ids=[f"{m}-{f}" for m, f in CASES])
 def test_every_tensor_type_and_byte_equals_llama_quantize(referee, model, ftype):
-    real = referee[model][ftype]
+    real = llamacpp_tensors(referee, model, ftype)
     if real is None:  # llama-quantize refused this model in this ftype: kvscope must refuse it too
         with pytest.raises(InputError, match="llama-quantize cannot make"):
             kvscope_tensors(model, ftype)
         return
     ours = kvscope_tensors(model, ftype)
     assert sorted(ours) == sorted(real), "kvscope's tensor list differs from the GGUF's"
-    differ = {name: (ours[name], tuple(real[name])) for name in real if ours[name] != tuple(real[name])}
+    differ = {name: (ours[name], real[name]) for name in real if ours[name] != real[name]}
     assert not differ, f"(kvscope, llama.cpp) per tensor: {differ}"
-    assert sum(s for _, s in ours.values()) == sum(s for _, s in real.values())
+    # what the rest of kvscope reads: tensor_bytes, per kvscope tensor
+    count = count_params(model_from_config(MODELS[model], model))
+    assert sum(size for _, size in tensor_bytes(count, ftype, 2)) == sum(size for _, size in real.values())
 
 
 def test_every_ftype_is_refereed_and_every_type_is_sized():
