@@ -25,6 +25,9 @@ from core.speed.groups import ErrorBar, card_class, default_backend, error_bar, 
 from core.speed.work import PassWork, Weights, decode_work, prefill_work
 
 FP8_FORMATS = frozenset({"fp8", "fp8_block"})
+# Without flash attention llama.cpp stores the scores: KQ in F32 written by the mul_mat and read by soft_max, the
+# soft_max's F32 result written and read by the KQV mul_mat (llama-graph.cpp build_attn_mha, non-flash branch)
+KQ_BYTES = 16
 PREFILL_SPANS = 16  # prefill chunks are grouped into at most this many spans, each timed as one roofline
 # Spans × layers one prefill is timed over: models past 1,024 layers (only what-ifs and crafted configs) get fewer
 # spans, so a request's work stays bounded (each span is still a whole roofline; see prefill_spans).
@@ -269,6 +272,8 @@ def _part(
         + (work.head_bytes if share.head else 0.0)
     )
     cache_bytes = float(sum(w.cache_bytes for w in layers))
+    if not flash_attn(setup):  # the score matrices' round trips through memory (KQ_BYTES)
+        cache_bytes += KQ_BYTES * sum(w.scores for w in layers)
     matmul = (
         sum(w.matmul_flops + w.state_flops for w in layers)
         - sum(w.expert_flops for w in away)

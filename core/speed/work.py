@@ -56,6 +56,23 @@ def attention_flops_per_key(layer: LayerKind, q_heads: int) -> int:
     return total
 
 
+def score_heads(layer: LayerKind, q_heads: int) -> int:
+    """Attention score matrices per query-key pair: one per query head of each attention part."""
+    return q_heads * sum(isinstance(part, (MLA, FullAttention)) for part in layer.parts())
+
+
+def kv_window_pairs(start: int, end: int, size: int) -> int:
+    """Query-key pairs a prefill of [start, end) in passes of `size` scores without flash attention: each pass's
+    queries against every cell cached so far plus its own (llama-graph.cpp build_attn_mha, the non-flash branch:
+    ggml_mul_mat(k, q) over the whole KV view, the causal part masked, not skipped)."""
+    total, pos = 0, start
+    while pos < end:
+        n = min(size, end - pos)
+        total += n * (pos + n)
+        pos += n
+    return total
+
+
 def attention_cap(layer: LayerKind) -> int | None:
     """The window of the layer's attention in the model's own terms (None: the whole context)."""
     caps = [p.token_cap for p in layer.parts() if p.grows]
@@ -88,6 +105,7 @@ class LayerWork:
     expert_bytes: float = 0.0  # the routed experts' share of weight_bytes (llama.cpp --n-cpu-moe runs it in RAM)
     expert_flops: float = 0.0  # their share of matmul_flops
     routing: tuple[int, int] = (0, 0)  # (routed experts, top-k); (0, 0) for a dense layer
+    scores: int = 0  # attention score entries (heads × query-key pairs) an engine without flash attention stores
 
     @property
     def bytes(self) -> float:
@@ -186,6 +204,7 @@ class _Terms:
     per_token: int  # cache bytes per token
     fixed: int  # state bytes per sequence
     per_key: int  # attention FLOPs per key attended
+    heads: int  # score matrices per query-key pair
     state_flops: int  # per token
     cache_label: str
 
@@ -204,6 +223,7 @@ def _terms(model: ModelSpec, engine: Engine, kv_dtype: str) -> tuple[ModelSpec, 
             per_token=layer.bytes_per_token(rules),
             fixed=layer.fixed_bytes(rules),
             per_key=attention_flops_per_key(layer, heads),
+            heads=score_heads(layer, heads),
             state_flops=state_flops_per_token(layer, rules),
             cache_label=kind_label(layer) + _cap_label(layer),
         )
@@ -232,6 +252,7 @@ def decode_work(
                 expert_bytes=weights.expert_read(i, batch),
                 expert_flops=2.0 * weights.layer_expert_active_params[i] * batch,
                 routing=weights.layer_experts[i],
+                scores=t.heads * attended(context, t.cap) * batch if layer.grows else 0,
             )
         )
     return PassWork(tuple(layers), weights.head_bytes, 2.0 * weights.head_params * batch, batch)
@@ -253,9 +274,11 @@ def prefill_work(
     n = end - start
     size = n if chunk is None else min(chunk, n)
     passes = -(-n // size)
+    window = kv_window_pairs(start, end, size)
     layers = []
     for i, (layer, t) in enumerate(zip(seen.layers, terms, strict=True)):
         held_before = min(start, t.cap) if t.cap is not None else start
+        pairs = window if t.cap is None else attended_sum(end, t.cap) - attended_sum(start, t.cap)
         layers.append(
             LayerWork(
                 index=i,
@@ -272,6 +295,7 @@ def prefill_work(
                 expert_bytes=passes * weights.expert_read(i, size),
                 expert_flops=2.0 * weights.layer_expert_active_params[i] * n,
                 routing=weights.layer_experts[i],
+                scores=t.heads * pairs if layer.grows else 0,
             )
         )
     return PassWork(tuple(layers), weights.head_bytes * passes, 2.0 * weights.head_params * logits, n)

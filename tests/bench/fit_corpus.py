@@ -52,6 +52,9 @@ CORPUS = ROOT / "measurements" / "speed" / "corpus"
 CONFIGS = (ROOT.parent / "shared" / "reference", Path("/work/shared/reference"))
 LAMBDA = 2.0
 MIN_ROWS = 8
+OVERHEAD_STARTS = (1e-4, 5e-4, 2e-3)  # seconds per pass
+OLD_BUILD = 3000
+FLOORS = {"overhead_step_s": 1e-5, "old_overhead_s": 1e-5, "prefill_half_tokens": 1.0}
 DEEP = 4096  # runs with at least this many tokens cached time the attention kernels
 HOST = Hardware(ram_gb_s=50.0, threads=8)  # unused: every corpus layer is on the GPU (-ngl 99)
 RATE_KEYS = ("bandwidth", "decode_compute", "decode_attention", "prefill_compute", "prefill_attention")
@@ -226,6 +229,7 @@ class Terms:
     depth: int
     experts: float = 0.0  # the routed experts' share of `matmul` (unit seconds)
     routed_tokens: int = 1  # tokens each expert sees per pass (pass tokens × top-k ÷ experts)
+    old: bool = False  # a build before OLD_BUILD
 
     def tok_s(self, p: dict) -> float:
         pre = "prefill" if self.prefill else "decode"
@@ -237,7 +241,8 @@ class Terms:
             experts *= (self.routed_tokens + half) / self.routed_tokens
         attn = p[f"{pre}_attention"] * (1.0 if self.flash else p["flash_off"])
         t = max(self.weights / p["bandwidth"], (dense + experts) / rate)
-        t += max(self.cache / p["bandwidth"], self.attention / attn) + p["overhead_step_s"] * self.passes
+        overhead = p["overhead_step_s"] + (p.get("old_overhead_s", 0.0) if self.old else 0.0)
+        t += max(self.cache / p["bandwidth"], self.attention / attn) + overhead * self.passes
         return self.tokens / t
 
 
@@ -251,7 +256,16 @@ def terms(row: Row) -> Terms:
         sum(p.attention_s for p in t.parts), passes, row.kind == "prefill", row.setup.engine.options.flash_attn,
         row.family, tokens, r["tok_s"], math.ceil(tokens / passes), r.get("depth") or 0,
         sum(p.expert_flops / (p.peak_gflops * 1e9) for p in t.parts), routed_tokens(row, math.ceil(tokens / passes)),
+        old_build(r.get("build")),
     )  # fmt: skip
+
+
+def old_build(build: str | None) -> bool:
+    """Builds before OLD_BUILD ran each decode step without CUDA graphs (ggml-cuda: graphs since May 2024), so
+    their per-pass overhead is larger; kvscope predicts current builds, so this extra overhead is fitted as a
+    nuisance term on the rows it concerns and never written to fitted.json."""
+    m = re.match(r"b(\d+)", build or "")
+    return bool(m) and int(m.group(1)) < OLD_BUILD
 
 
 def routed_tokens(row: Row, pass_tokens: int) -> int:
@@ -266,8 +280,14 @@ def routed_tokens(row: Row, pass_tokens: int) -> int:
 def loss(rows: list[Terms], p: dict, parent: dict | None) -> float:
     total = sum(abs(math.log(t.tok_s(p) / t.measured)) for t in rows)
     if parent:
-        total += LAMBDA * sum(abs(math.log(p[k] / parent[k])) for k in p if k in parent and p[k] > 0)
+        pulled = (k for k in p if k in parent and k != "old_overhead_s")  # the nuisance term is free
+        total += LAMBDA * sum(abs(math.log(floored(k, p[k]) / floored(k, parent[k]))) for k in pulled)
     return total
+
+
+def floored(key: str, value: float) -> float:
+    """The smallest value a multiplicative step starts from (a parameter at 0 could never leave it)."""
+    return max(value, FLOORS.get(key, 1e-9))
 
 
 def descend(rows: list[Terms], start: dict, keys: Iterable[str], parent: dict | None, rounds: int = 400) -> dict:
@@ -279,7 +299,7 @@ def descend(rows: list[Terms], start: dict, keys: Iterable[str], parent: dict | 
         moved = False
         for key in keys:
             for sign in (1, -1):
-                trial = p | {key: max(p[key], 1e-9) * math.exp(sign * step)}
+                trial = p | {key: floored(key, p[key]) * math.exp(sign * step)}
                 value = loss(rows, trial, parent)
                 if value < best - 1e-12:
                     p, best, moved = trial, value, True
@@ -302,6 +322,8 @@ def fit_keys(rows: list[Terms], pooled: bool = False) -> list[str]:
     deep = [t for t in rows if t.depth >= DEEP]
     if pooled or len({t.flash for t in deep}) < 2:  # flash attention's effect shows only at depth, both ways
         keys.remove("flash_off")
+    if any(t.old for t in rows) and any(not t.old for t in rows):
+        keys.append("old_overhead_s")
     fams = {f"{t.family}:{'prefill' if t.prefill else 'decode'}" for t in rows if t.family != "float"}
     return keys + sorted(fams)
 
@@ -310,6 +332,7 @@ def start_params(prior: Efficiency) -> dict:
     p = {k: getattr(prior, k) for k in KEYS}
     p["overhead_step_s"] = max(p["overhead_step_s"], 1e-4)
     p["prefill_half_tokens"] = max(p["prefill_half_tokens"], 32.0)
+    p["old_overhead_s"] = 1e-3
     return p | {f"{f}:{k}": 1.0 for f in FAMILIES if f != "float" for k in ("decode", "prefill")}
 
 
@@ -338,7 +361,12 @@ def fit_all(rows: list[Row]) -> list[dict]:
         # pooled over backends: runs without a deep cache only (deep runs time each backend's own attention kernels,
         # whose slowdowns would otherwise land in the shared overhead)
         base = [t[id(r)] for r in erows if (r.raw.get("depth") or 0) < DEEP]
-        p0 = descend(base, start_params(efficiency_for(engine, "gpu")), fit_keys(base, pooled=True), None)
+        # a few starting overheads (the per-pass overhead and the bandwidth trade off against each other on a
+        # coordinate descent): the start whose fit has the least loss on the fit rows wins
+        prior = start_params(efficiency_for(engine, "gpu"))
+        keys = fit_keys(base, pooled=True)
+        fits = [descend(base, prior | {"overhead_step_s": o}, keys, None) for o in OVERHEAD_STARTS]
+        p0 = min(fits, key=lambda p: loss(base, p, None))
         by_backend: dict[str, list[Row]] = defaultdict(list)
         for r in erows:
             by_backend[r.backend].append(r)
