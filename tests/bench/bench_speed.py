@@ -95,8 +95,8 @@ def corpus() -> None:
     """The held-out table and the targets' verdicts."""
     rows, skipped = fit_corpus.load_rows()
     held = [r for r in rows if r.held_out]
-    print(f"{len(rows)} usable rows, {len(held)} held out; {sum(skipped.values())} skipped (no model_id, or a card "
-          "without bandwidth and peak)")  # fmt: skip
+    print(f"{len(rows)} usable rows, {len(held)} held out; {sum(skipped.values())} skipped (no model_id, a card "
+          "without bandwidth and peak, MLX, CPU rows without a RAM figure, SUSPECT)")  # fmt: skip
     stats = fit_corpus.error_groups(fit_corpus.ratios(held))
     print(fit_corpus.table(stats, "held-out error (predicted ÷ measured; core.speed.predict, core/speed/fitted.json)"))
     for e in fitted()["errors"]:
