@@ -189,8 +189,11 @@ def add_calibrate_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_calibrate(args: argparse.Namespace) -> dict:
     from core.speed.calibrate import calibrate  # numpy and subprocesses only for this command
 
+    load = os.getloadavg()[0]
     cal = calibrate(args.threads, args.kernel)
-    return cal.record() | {"stored": str(calibration.store(cal))}
+    busy = load >= (os.cpu_count() or 1)
+    warning = f"load average {load:.1f} on {os.cpu_count()} cores: other work slowed these timings" if busy else ""
+    return cal.record() | {"stored": str(calibration.store(cal)), "load_average": load, "warning": warning or None}
 
 
 def print_calibration(out: dict) -> None:
@@ -199,3 +202,5 @@ def print_calibration(out: dict) -> None:
     for name, dec, pre in out["rates"]:
         print(f"{name:>8} {'-' if dec is None else f'{dec:.1f}':>22} {'-' if pre is None else f'{pre:.1f}':>23}")
     print(f"stored in {out['stored']}; every CPU speed figure on this host now uses it")
+    if out["warning"]:
+        print(f"warning: {out['warning']}; calibrate again when the machine is idle")

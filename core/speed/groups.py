@@ -102,11 +102,14 @@ class ErrorBar:
 
     @property
     def label(self) -> str:
-        cal = f"{self.calibrated}; " if self.calibrated else ""
         if not self.checked:
-            return f"{cal}not checked: no held-out published {self.kind} runs of {self.group}"
-        assert self.median is not None
-        return f"{cal}±{self.median * 100:.0f} % typical, {self.rows} held-out {self.kind} runs of {self.group}"
+            text = f"not checked: no held-out published {self.kind} runs of {self.group}"
+        else:
+            assert self.median is not None
+            text = f"±{self.median * 100:.0f} % typical, {self.rows} held-out {self.kind} runs of {self.group}"
+        if self.calibrated:  # the group's error is that of uncalibrated constants on another CPU
+            return f"{self.calibrated}; not checked against other models on this host (uncalibrated: {text})"
+        return text
 
 
 def error_bar(engine: str, backend: str, klass: str, kind: str, calibrated: str = "") -> ErrorBar:
