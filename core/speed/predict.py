@@ -349,7 +349,8 @@ def error_bars(setup: Setup, hw: Hardware) -> tuple[ErrorBar, ErrorBar]:
     backend = "cpu" if device == "cpu" else backend_of(setup, hw)
     klass = card_class(setup.card, backend)
     cal = hw.calibration.label if hw.calibration and device == "cpu" else ""
-    return tuple(error_bar(setup.engine.name, backend, klass, kind, cal) for kind in ("decode", "prefill"))  # type: ignore[return-value]
+    engine = setup.engine.name
+    return error_bar(engine, backend, klass, "decode", cal), error_bar(engine, backend, klass, "prefill", cal)
 
 
 def prefill_chunk(setup: Setup, context: int) -> int:
