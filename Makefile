@@ -54,8 +54,9 @@ bench: setup
 	$(PY) tests/bench/bench_team.py
 	$(PY) tests/bench/bench_links.py
 
-# Predicted vs measured speed on this CPU (real llama.cpp and the transformers probe, a few minutes), then the
-# seeds' published GPU figures beside kvscope's prediction.
+# Held-out error on the published corpus per kind, backend and card class (and across CPUs) against issue 19's
+# targets; then predicted vs measured speed on this CPU (real llama.cpp and the transformers probe, a few minutes)
+# and the seeds' published GPU figures beside kvscope's prediction. Refit: tests/bench/fit_corpus.py, fit_cpu.py.
 bench-speed: setup engines
 	KVSCOPE_ENGINES_VENV=$(abspath $(ENGINES_VENV)) $(PY) tests/bench/bench_speed.py
 
