@@ -241,3 +241,31 @@ def test_bench_speed_corpus_section_runs():
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "held-out error" in out.stdout and "decode within ±20 %" in out.stdout
+
+
+def test_without_flash_attention_the_scores_go_through_memory():
+    """Decode at c tokens: each of Qwen3-8B's 36 layers stores 32 heads × c scores, F32 written and read twice."""
+    cfg = load_model(MODEL).config
+    layers, heads = cfg["num_hidden_layers"], cfg["num_attention_heads"]
+    hw, context = Hardware(50.0, 8), 8192
+    on = predict(setup_on("GeForce RTX 4090 24GB"), hw, context)
+    off = predict(setup_on("GeForce RTX 4090 24GB", flash_attn=False), hw, context)
+    extra = off.decode.parts[0].cache_bytes - on.decode.parts[0].cache_bytes
+    assert extra == 16 * layers * heads * context
+
+
+def test_routed_experts_fill_with_the_tokens_routed_to_each():
+    """Qwen3-30B-A3B (128 experts, top-8): a 512-token pass gives each expert 32 tokens on average."""
+    model = load_model("Qwen/Qwen3-30B-A3B")
+    setup = Setup(model, configured("llama.cpp"), card_named("GeForce RTX 4090 24GB"), weights="q4_k_m")
+    half = 64.0
+    eff = replace(efficiency_for("llama.cpp", "gpu", "cuda", "consumer"), prefill_half_tokens=half, families=())
+    s = predict(setup, Hardware(50.0, 8), 512, table={("llama.cpp", "gpu"): eff})
+    p = s.prefill.parts[0]
+    rate = p.peak_gflops * 1e9 * eff.prefill_compute
+    experts_per_token = model.config["num_experts_per_tok"] / model.config["num_local_experts"]
+    routed = 512 * experts_per_token
+    by_hand = (p.matmul_flops - p.expert_flops) / (rate * 512 / (512 + half)) + p.expert_flops / (
+        rate * routed / (routed + half)
+    )
+    assert 0 < p.expert_flops < p.matmul_flops and math.isclose(p.matmul_s, by_hand, rel_tol=1e-9)
