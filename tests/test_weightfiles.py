@@ -65,6 +65,27 @@ def test_gguf_tensor_table_sizes_are_exact(tmp_path):
     assert on_gpu == [0, 96 * 64 * 2, 64 * 96 * 2 + 96 * 64 * 2, 64 * 2 * 34 + 64 * 96 * 2 + 96 * 64 * 2]
 
 
+
+def test_a_tied_gguf_puts_a_copy_of_the_embedding_on_the_gpu_as_its_head(tmp_path):
+    """No output.weight: llama.cpp creates the head from token_embd (TENSOR_DUPLICATED) on the output layer's
+    device, so offloading the output layer costs the embedding's bytes there, while the file holds it once (the
+    Qwen3-4B log in measurements/gpu_logs: 304.28 MiB more on the GPU)."""
+    path = tmp_path / "tied.gguf"
+    writer = GGUFWriter(str(path), "qwen3")
+    writer.add_tensor("token_embd.weight", np.zeros((96, 64), dtype=np.float16))
+    writer.add_tensor("blk.0.ffn_down.weight", np.zeros((64, 96), dtype=np.float16))
+    writer.add_tensor("output_norm.weight", np.zeros(64, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    weights = read_weights(str(path))
+    assert weights.tied and weights.total_bytes == 96 * 64 * 2 + 64 * 96 * 2 + 64 * 4
+    everything, layer_only = Offload.of(None, 1), Offload.of(1, 1)
+    assert weights.bytes_on_gpu(everything.layers, everything.output) == 64 * 96 * 2 + 64 * 4 + 96 * 64 * 2
+    assert weights.bytes_on_gpu(layer_only.layers, layer_only.output) == 64 * 4 + 96 * 64 * 2  # the output layer
+
+
 def test_file_sizes_replace_the_estimate_in_a_fit(tmp_path):
     write_checkpoint(tmp_path, shards=1)
     weights = read_weights(str(tmp_path))

@@ -26,6 +26,7 @@ from core.files import open_regular
 
 _LAYER = re.compile(r"(?:^|\.)(?:layers|blk|h|block)\.(\d+)\.")
 _EMBEDDING = ("embed_tokens", "token_embd", "wte.", "word_embeddings")
+_HEADS = ("output.weight", "lm_head.weight")  # GGUF's and transformers' names of an untied output head
 
 
 @dataclass(frozen=True)
@@ -36,10 +37,13 @@ class WeightFile:
     layer_bytes: tuple[tuple[int, int], ...]  # (layer index, bytes), sorted
     embedding_bytes: int
     other_bytes: int  # outside any layer and not the embedding: output head, final norm
+    tied: bool = False  # no output head of its own: the embedding serves as one
 
     def bytes_on_gpu(self, layers: range, output: bool) -> int:
-        """The decoder layers in `layers` and, with `output`, the output head; never the embedding."""
-        return sum(b for i, b in self.layer_bytes if i in layers) + (self.other_bytes if output else 0)
+        """The decoder layers in `layers` and, with `output`, the output layer: its head, or with tied embeddings
+        the embedding that llama.cpp loads a second time as the head (TENSOR_DUPLICATED in src/models/*.cpp)."""
+        head = self.other_bytes + (self.embedding_bytes if self.tied else 0)
+        return sum(b for i, b in self.layer_bytes if i in layers) + (head if output else 0)
 
 
 def summarise(source: str, kind: str, sizes: dict[str, int]) -> WeightFile:
@@ -53,7 +57,8 @@ def summarise(source: str, kind: str, sizes: dict[str, int]) -> WeightFile:
             embedding += size
         else:
             other += size
-    return WeightFile(source, kind, sum(sizes.values()), tuple(sorted(per_layer.items())), embedding, other)
+    tied = not any(name == h or name.endswith("." + h) for name in sizes for h in _HEADS if not _LAYER.search(name))
+    return WeightFile(source, kind, sum(sizes.values()), tuple(sorted(per_layer.items())), embedding, other, tied)
 
 
 MAX_SAFETENSORS_HEADER = 100 << 20  # the safetensors library's own limit (MAX_HEADER_SIZE)
