@@ -20,7 +20,8 @@ st.title("Which card, which model")
 inputs, model, setup = sidebar()
 SPEED_NOTE = (
     " Decode tok/s and time to first token: one request at that context (core.speed's roofline, as on Fit a card); "
-    "“—” says why a row has none."
+    "“—” says why a row has none. How far off each card's figures can be (its backend and card class's error on "
+    "published runs held out of the fit) is under *Fit a card* and in `python -m core speed`."
 )
 
 
