@@ -152,6 +152,9 @@ def test_decode_time_is_the_bytes_left_in_ram_over_its_bandwidth_plus_the_gpu_pa
     head_dim = cfg["hidden_size"] // cfg["num_attention_heads"]
     kv_per_layer = 4096 * 2 * cfg["num_key_value_heads"] * head_dim * 2  # cells × (K + V) × heads × dim × f16
     in_ram += kept * kv_per_layer
+    # flash attention is off (OLLAMA_FLASH_ATTENTION unset): each block writes its f32 scores and reads them back,
+    # KQ then softmax, 4 × 4 B per head per cached token (llama-graph.cpp build_attn_mha, the non-flash branch)
+    in_ram += kept * 16 * cfg["num_attention_heads"] * 4096
     eff = efficiency_for("llama.cpp", "cpu").bandwidth
     gpu = next(p for p in r.speed.decode.parts if p.device == "gpu")
     cpu = next(p for p in r.speed.decode.parts if p.device == "cpu")
