@@ -132,6 +132,11 @@ def to_row(r: dict) -> Row:
         raise InputError("no model_id")
     if r.get("concurrency", 1) != 1:
         raise InputError("concurrency > 1")
+    if r.get("n_devices", 1) != 1 and r["kind"] == "prefill":
+        # llama.cpp's default -sm layer gives each card its layers; a decode step runs them in turn (each card reads
+        # its share: one card's roofline, kept), but a prompt's micro-batches are pipelined across the cards
+        # (llama-context.cpp: pipeline_parallel, the scheduler's n_copies), which a one-card roofline cannot time
+        raise InputError("prefill on several cards (llama.cpp's pipelined layer split is not modelled)")
     if "SUSPECT" in (r.get("notes") or ""):  # the corpus' own flag: a figure its source contradicts
         raise InputError("flagged SUSPECT in the corpus")
     card: Card = card_named(r["card"])
