@@ -19,6 +19,8 @@ from core.errors import InputError
 from core.model.loading import config_label
 from core.probe import RANDOM_LABEL, ProbeBusy, ProbeJob, ProbeRequest, active_job, load_results
 from core.probe.results import RESULTS_NAME, results_dir
+from core.speed import calibration
+from core.speed.calibrate_job import TIMEOUT_S, CalibrationBusy, CalibrationJob, active_calibration
 from core.units import GIB, format_bytes, format_tokens, parse_tokens
 from ui.charts import curves
 from ui.inputs import sidebar
@@ -184,6 +186,67 @@ if result is not None:
         )
         for note in result.notes:
             st.caption(note)
+
+
+st.subheader("Calibrate this machine")
+st.caption(
+    "Times this host's RAM bandwidth and llama.cpp's matmul rate per weight format (`python -m core calibrate`: "
+    "through llama.cpp when its venv is installed, else numpy) and stores them for this host; every later CPU speed "
+    f"figure here (layers in RAM, CPU-only runs) uses them. It takes minutes (stopped after {TIMEOUT_S / 60:.0f}); "
+    "the rest of the app keeps working meanwhile."
+)
+cal_job: CalibrationJob | None = st.session_state.get("calibration_job")
+calibrating = active_calibration()
+st.session_state["calibration_live"] = calibrating is not None
+# a probe and a calibration on the same cores would time each other
+why_not = (
+    "a calibration is running" if calibrating is not None else "a probe is running" if running is not None else ""
+)
+if st.button("Calibrate this machine", disabled=bool(why_not), help=f"Disabled: {why_not}." if why_not else None):
+    try:
+        cal_job = CalibrationJob()
+    except CalibrationBusy as err:
+        st.warning(str(err))
+    else:
+        st.session_state["calibration_job"] = cal_job
+        st.rerun()
+if why_not:
+    st.caption(f"Disabled while {why_not}.")
+
+
+def calibrating_live() -> None:
+    """The running calibration's elapsed time; once it has ended, one full redraw."""
+    job = active_calibration()
+    if job is None:
+        if st.session_state.get("calibration_live"):
+            st.session_state["calibration_live"] = False
+            st.rerun()
+        return
+    who = "" if job is cal_job else " (started from another session)"
+    st.status(f"Calibrating{who}… {time.time() - job.started:.0f} s", state="running")
+
+
+st.fragment(calibrating_live, run_every=1.0 if calibrating is not None else None)()
+
+outcome = cal_job.result if cal_job is not None and not cal_job.running else None
+if outcome is not None and outcome.status != "ok":
+    st.error(f"Calibration {outcome.status} after {outcome.elapsed_s:.0f} s: {outcome.error}")
+elif outcome is not None and outcome.record and outcome.record.get("warning"):
+    st.warning(f"{outcome.record['warning']}; calibrate again when the machine is idle.")
+stored = calibration.load()
+if stored is None:
+    st.caption("This host has not been calibrated: CPU speed figures use the fitted constants (their error shown).")
+else:
+    st.success(
+        f"{stored.host}: RAM {stored.ram_gb_s:.1f} GB/s, {stored.threads} threads — {stored.label}. "
+        "Later speed figures on this host use it."
+    )
+    st.dataframe(
+        pd.DataFrame(
+            [{"format": f, "decode GFLOP/s per thread": d, "prefill GFLOP/s per thread": p} for f, d, p in stored.rates]
+        ),
+        hide_index=True,
+    )
 
 
 def worst_ratio(measured: list[dict]) -> float | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -167,3 +168,35 @@ def test_the_page_icon_is_a_local_file_served_inline(monkeypatch, tmp_path):
     icon = seen["page_icon"]  # the last call: this page's
     assert os.path.isfile(icon)
     assert _get_favicon_string(icon).startswith("data:image/svg+xml;base64,")  # inline: nothing to fetch
+
+
+def test_calibrate_button_runs_in_the_background_and_later_figures_use_it(monkeypatch, tmp_path):
+    """The button starts the calibration (here a stand-in command that stores a calibration as `core calibrate`
+    does, after a pause); while it runs the button is disabled with its reason; afterwards the page shows the
+    stored rates, and the host's CPU speed figures carry its label."""
+    import core.speed.calibrate_job as job_module
+    from core.speed import calibration
+    from core.speed.calibrate_job import active_calibration
+
+    monkeypatch.setenv("KVSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    stand_in = (
+        "import json, time; time.sleep(2); from core.speed import calibration as c; "
+        "cal = c.Calibration(c.host_key(), '2026-01-01T00:00:00Z', 'stand-in', 9.5, 2, (('Q4_0', 3.0, 7.0),)); "
+        "print(json.dumps(cal.record() | {'stored': str(c.store(cal)), 'warning': None}))"
+    )
+    monkeypatch.setattr(job_module, "calibrate_command", lambda threads=None: [sys.executable, "-c", stand_in])
+    at = open_page(monkeypatch, tmp_path, tiny_raw("llama", layers=2))
+    assert any("not been calibrated" in c.value for c in at.caption)
+    button(at, "Calibrate this machine").click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    job = active_calibration()
+    assert job is not None, "the page should have started a calibration"
+    assert button(at, "Calibrate this machine").disabled
+    assert any("Disabled while a calibration is running" in c.value for c in at.caption)
+    assert job.wait(60).status == "ok"
+    at.run()
+    assert not button(at, "Calibrate this machine").disabled
+    assert any("Later speed figures on this host use it" in s.value for s in at.success)
+    stored = calibration.load()
+    assert stored is not None and stored.rate("Q4_0", prefill=True) == 7.0
