@@ -16,7 +16,7 @@ from core.errors import InputError
 from core.memory.gpus import Card
 from core.memory.llamacpp_compute import llamacpp_overhead
 from core.memory.overhead import Item, transformers_overhead, vllm_overhead
-from core.memory.quant import default_format
+from core.memory.quant import as_gguf, default_format
 from core.memory.weightfiles import WeightFile
 from core.model.params import ParamCount, count_params
 from core.model.spec import ModelSpec
@@ -96,6 +96,12 @@ def layer_bytes(count: ParamCount, fmt: str, dtype_bytes: int) -> tuple[list[int
     return per_count(count, ("layer_bytes", fmt, dtype_bytes), build)
 
 
+def setup_format(setup: Setup) -> str:
+    """The weight format the setup sizes: the one asked for, else the checkpoint's; as a GGUF on llama.cpp."""
+    fmt = setup.weights or default_format(setup.model)
+    return as_gguf(fmt) if isinstance(setup.engine, LlamaCppEngine) else fmt
+
+
 def default_split(engine: Engine, gpus: int, tp: int | None = None, pp: int | None = None) -> tuple[int, int]:
     """vLLM shards heads over GPUs (tensor parallel); transformers and llama.cpp split layers (pipeline-like)."""
     if tp is None and pp is None:
@@ -161,7 +167,7 @@ class Solver:
                 max_num_seqs=serve_defaults(setup.card).max_num_seqs,  # `vllm serve`'s pick, as on the cluster page
             )
         self.engine = engine
-        self.format = setup.weights or default_format(setup.model)
+        self.format = setup_format(setup)
         self.kernel: Kernel | None = None
         self.offload: Offload | None = None  # llama.cpp: where -ngl and --n-cpu-moe put the model
         self.cpu_weight = 0  # llama.cpp: the largest weight tensor left in RAM that op_offload copies to the GPU

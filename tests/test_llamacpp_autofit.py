@@ -89,12 +89,13 @@ def moe_used(s: Setup, slots: int, experts_in_ram: range, context: int = 4096) -
 
 
 # Qwen3-30B-A3B's config.json: hidden_size 2048, moe_intermediate_size 768, 128 experts; one fp16 projection of all
-# experts of a layer, and the router (ffn_gate_inp, 128 × 2048), in bytes
+# experts of a layer, and the router (ffn_gate_inp, 128 × 2048), in bytes. llama.cpp runs an F16 GGUF, whose router
+# stays F32 (the converter writes ffn_gate_inp F32, llama-quant.cpp never converts it)
 QWEN3_EXPERTS_PROJ = 128 * 768 * 2048 * 2
-QWEN3_ROUTER = 128 * 2048 * 2
+QWEN3_ROUTER = 128 * 2048 * 4
 # DeepSeek-V3's: hidden_size 7168, moe_intermediate_size 2048, 256 routed experts and 1 shared expert of 2048
 DSV3_EXPERTS_PROJ = 256 * 2048 * 7168 * 2
-DSV3_ROUTER = 256 * 7168 * 2
+DSV3_ROUTER = 256 * 7168 * 4
 DSV3_SHEXP_PROJ = 2048 * 7168 * 2
 
 

@@ -197,3 +197,21 @@ def test_rows_no_block_divides_fall_back_as_llama_quantize_does():
 def test_unknown_format_lists_the_valid_names(llama8b):
     with pytest.raises(InputError, match=r"unknown weight format 'int3'.*awq.*iq2_xxs.*q4_k_m.*gguf_bf16.*F16"):
         weights_bytes(llama8b, "int3", 2)
+
+
+def test_bf16_on_llama_cpp_is_the_bf16_gguf_it_loads():
+    """llama.cpp users type BF16 for the GGUF; llama.cpp loads nothing else, so on it the checkpoint's bf16 is that
+    GGUF too: Llama-3.1-8B's norm vectors (2 per layer + the final one) are F32, 2 B more a value. llama.cpp's GPU
+    holds everything but the token embedding (kept in RAM), vLLM's everything."""
+    from core.engines import engine_named
+    from core.fit import Setup, fit
+    from core.memory.gpus import Card
+
+    model = load_model("meta-llama/Llama-3.1-8B-Instruct")
+
+    def weights(engine: str, name: str) -> int:
+        return fit(Setup(model, engine_named(engine), Card.custom(80), weights=name), [4096]).weights_bytes
+
+    gguf = weights("vllm", "bf16") - 2 * EMBED + 2 * NORMS
+    assert weights("llama.cpp", "BF16") == weights("llama.cpp", "bf16") == gguf
+    assert weights("llama.cpp", "F16") == weights("llama.cpp", "fp16")

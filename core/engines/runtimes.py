@@ -35,6 +35,7 @@ from core.dtypes import dtype_named
 from core.engines.base import per_count, sized_tensors
 from core.engines.llamacpp import LlamaCppEngine, LlamaCppOptions
 from core.errors import InputError
+from core.memory.quant import as_gguf
 from core.model.layers import FullAttention
 from core.model.params import count_params
 from core.model.spec import ModelSpec
@@ -159,6 +160,7 @@ def gguf_blocks(model: ModelSpec, weights: str = "q4_k_m") -> tuple[tuple[int, .
     list and llama.cpp's quantisation mix."""
     count = count_params(model)
     dtype_bytes = dtype_named(model.dtype).block_bytes
+    weights = as_gguf(weights)
 
     def tally() -> tuple[tuple[int, ...], int, int]:
         blocks = [0] * len(model.layers)

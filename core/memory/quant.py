@@ -223,7 +223,8 @@ def format_named(name: str) -> WeightFormat:
 
     `bf16`, `fp16`, `fp32` are an HF checkpoint in that dtype, every tensor included. llama-quantize's F16 and F32
     (also spelt `gguf_f16`, `gguf_f32`) and `gguf_bf16` are GGUF files, whose norms, routers and conv kernels stay
-    F32; llama.cpp's own spelling `BF16` cannot be told from the checkpoint's `bf16`, which it keeps meaning.
+    F32; llama.cpp's own spelling `BF16` cannot be told from the checkpoint's `bf16`, which it keeps meaning except
+    on llama.cpp (`as_gguf`).
     """
     key = name.strip().lower().replace("-", "_")
     key = _ALIASES.get(key, key)
@@ -233,6 +234,16 @@ def format_named(name: str) -> WeightFormat:
             f"(or llama-quantize's {', '.join(a.upper() for a in _ALIASES if _ALIASES[a] in FTYPES)})"
         )
     return FORMATS[key]
+
+
+_AS_GGUF = {"bf16": "gguf_bf16", "fp16": "gguf_f16", "fp32": "gguf_f32"}
+
+
+def as_gguf(name: str) -> str:
+    """The format as llama.cpp holds it. It loads only GGUFs, so on it a 16/32-bit checkpoint (and llama.cpp's own
+    `BF16`) is the GGUF of that type, whose norms, routers and conv kernels stay F32."""
+    key = format_named(name).name
+    return _AS_GGUF.get(key, key)
 
 
 def default_format(spec: ModelSpec) -> str:

@@ -16,8 +16,7 @@ from core.engines.base import per_count, sized_tensors
 from core.engines.llamacpp import LlamaCppEngine, Offload
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
-from core.fit import Setup
-from core.memory.quant import default_format
+from core.fit import Setup, setup_format
 from core.model.params import count_params
 from core.speed.calibration import Calibration
 from core.speed.efficiency import Efficiency, efficiency_for
@@ -208,7 +207,7 @@ def device_kind(setup: Setup, hw: Hardware) -> str:
 def setup_weights(setup: Setup) -> Weights:
     model = setup.model
     count = count_params(model)
-    fmt = setup.weights or default_format(model)
+    fmt = setup_format(setup)
     dtype_bytes = dtype_named(model.dtype).block_bytes
     per_tensor = sized_tensors(count, fmt, dtype_bytes)
     tied = count.lm_head == 0
@@ -299,7 +298,7 @@ def _part(
     else:
         bw = hw.ram_gb_s
         peak = attention_peak = float(hw.threads)  # CPU figures are GFLOP/s per thread
-    fmt = setup.weights or default_format(setup.model)
+    fmt = setup_format(setup)
     family = format_family(fmt)
     measured = hw.calibration.rate(fmt, prefill) if hw.calibration and device == "cpu" else None
     if measured is not None:  # this host's own matmul rate for the format's kernels
