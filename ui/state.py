@@ -19,7 +19,7 @@ from core.engines.runtimes import OLLAMA_KV_TYPES
 from core.engines.vllm_engine import VERSIONS, VllmEngine, VllmOptions
 from core.errors import InputError
 from core.memory.gpus import card_named
-from core.memory.quant import FORMATS
+from core.memory.quant import format_named
 from core.model.config import parse_json
 from core.model.loading import DEFAULT_MODEL, presets
 from core.ollama_report import DEFAULT_CARDS, MEASURED, parse_free
@@ -190,9 +190,7 @@ def _check(key: str, value: str):
             raise InputError(f"{key} must be {lo:g} … {hi:g}")
         return number
     if key == "weights":
-        if value.lower() not in FORMATS:
-            raise InputError(f"unknown weight format {value!r}")
-        return value.lower()
+        return format_named(value).name  # any spelling the CLI takes (Q4_K, F16, iq2-xxs), as its canonical name
     if key == "engine":
         if value not in ENGINES:
             raise InputError(f"unknown engine {value!r}")
