@@ -44,7 +44,8 @@ from core.fit import Fit, Setup, Solver, fit
 from core.llamacpp_autofit import fit_params
 from core.memory.gpus import Card
 from core.model.spec import ModelSpec
-from core.speed.cli import hardware
+from core.speed import calibration
+from core.speed.cli import error_record, hardware
 from core.speed.predict import Hardware, Speed, predict
 from core.speed.report import speed_lines
 from core.units import digits_checked, format_bytes, format_tokens
@@ -76,7 +77,10 @@ def host(ram_gb_s: float | str | None = None, threads: int | None = None) -> tup
         raise InputError(f"threads must be at least 1, got {threads}")
     if ram_gb_s is None:
         return Hardware(ram_gb_s=TYPICAL_RAM_GB_S, threads=threads or TYPICAL_THREADS), TYPICAL_SOURCE
-    if ram_gb_s == MEASURED:
+    if ram_gb_s == MEASURED:  # this machine: its stored calibration (python -m core calibrate) where it has one
+        cal = calibration.load()
+        if cal is not None:
+            return Hardware(cal.ram_gb_s, threads or cal.threads, calibration=cal), cal.label
         return hardware(None, threads, cpu_only=False)
     if isinstance(ram_gb_s, str):
         try:
@@ -325,7 +329,15 @@ def row_record(row: OllamaRow) -> dict:
     out = {name: getattr(row, name) for name in OllamaRow.__dataclass_fields__ if name not in ("split", "fit", "speed")}
     out["offloaded"] = row.offloaded
     out["full_offload"] = row.full
+    # the held-out error of the speed figures' group (core.speed.groups), as `python -m core speed --json` gives it
+    out["decode_error"] = error_record(row.speed.decode_error)
+    out["prefill_error"] = error_record(row.speed.prefill_error)
     return out
+
+
+def error_short(e: dict | None) -> str:
+    """A figure's error bar in a table cell: '±8 %', or 'not checked' when its group has no held-out run."""
+    return "not checked" if e is None or e["median_abs_error"] is None else f"±{e['median_abs_error'] * 100:.0f} %"
 
 
 SPEED_AT = (
@@ -389,7 +401,7 @@ def print_report(out: dict) -> None:
     head = f"{'model':<34} {'card':<25} {'runner':<12} {'num_ctx':>7} {'KV':>4} {'layers':>6} {'Ollama VRAM':>11} "
     print(
         head + f"{'Ollama total':>12} {'kvscope GPU':>11} {'fits':>4} {'decode tok/s':>12} {'prefill tok/s':>13} "
-        f"{'fit layers':>10} {'fit tok/s':>9} {'Go engine':>9}  fit: experts in RAM"
+        f"{'±decode':>11} {'fit layers':>10} {'fit tok/s':>9} {'Go engine':>9}  fit: experts in RAM"
     )
     for r in out["rows"]:
         estimate = r["ollama_vram_bytes"] is not None
@@ -400,7 +412,7 @@ def print_report(out: dict) -> None:
             f"{format_bytes(r['ollama_vram_bytes']) if estimate else '-':>11} "
             f"{format_bytes(r['ollama_total_bytes']) if estimate else '-':>12} "
             f"{format_bytes(r['kvscope_gpu_bytes']):>11} {'yes' if r['kvscope_fits'] else 'no':>4} "
-            f"{r['decode_tok_s']:>12.1f} {r['prefill_tok_s']:>13.0f} "
+            f"{r['decode_tok_s']:>12.1f} {r['prefill_tok_s']:>13.0f} {error_short(r['decode_error']):>11} "
             + (
                 f"{r['fit_layers']:>4}/{r['blocks'] + 1:<5} {r['fit_decode_tok_s']:>9.1f} {go:>9}"
                 + (f"  layers {r['fit_cpu_experts'][0]}-{r['fit_cpu_experts'][1]}" if r["fit_cpu_experts"] else "")
@@ -408,6 +420,9 @@ def print_report(out: dict) -> None:
                 else f"{'-':>10} {'-':>9} {go:>9}"
             )
         )
+    bars = {(r["decode_error"]["label"], r["prefill_error"]["label"]) for r in out["rows"] if r["decode_error"]}
+    for decode, prefill in sorted(bars):
+        print(f"error bar: decode {decode}; prefill {prefill}")
     for model in dict.fromkeys(r["model"] for r in out["rows"]):
         r = next(r for r in out["rows"] if r["model"] == model)
         print(f"{model}: {r['runner']}: {r['runner_why']}. At {LAST_GO_ENGINE}: {r['go_runner_why']}.")

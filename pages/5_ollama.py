@@ -10,7 +10,17 @@ from core.engines.runtimes import ESTIMATOR_VERSION, OLLAMA_KV_TYPES, OLLAMA_VER
 from core.errors import InputError
 from core.memory.gpus import card_named, cards
 from core.model.loading import load_model, presets
-from core.ollama_report import MEASURED, SPEED_AT, TYPICAL_SOURCE, explain, host, ollama_grid, parse_free
+from core.ollama_report import (
+    MEASURED,
+    SPEED_AT,
+    TYPICAL_SOURCE,
+    error_short,
+    explain,
+    host,
+    ollama_grid,
+    parse_free,
+)
+from core.speed.cli import error_record
 from core.speed.predict import PREFILL_SPANS, prefill_spans
 from core.units import GIB, MIB, format_tokens, parse_tokens
 from ui.inputs import sidebar
@@ -22,7 +32,7 @@ mobile_css()
 st.title("Ollama on your card")
 inputs, model, setup = sidebar(model_only=True)  # card, engine and context are Ollama's own here
 RAM_CHOICES = {"typical": f"Typical desktop ({TYPICAL_SOURCE.split(': ', 1)[1]})", "given": "Enter a figure"}
-RAM_CHOICES[MEASURED] = "Measured on the server running kvscope"
+RAM_CHOICES[MEASURED] = "Measured on the server running kvscope (its calibration, once calibrated on Measure live)"
 
 
 def _on_list(widget: str, field: str) -> None:
@@ -105,7 +115,9 @@ table = pd.DataFrame(
         "KV": r.kv_type,
         "Ollama layers": r.offloaded,
         "decode tok/s": r.decode_tok_s,
+        "decode ±": error_short(error_record(r.speed.decode_error)),
         "prefill tok/s": r.prefill_tok_s,
+        "prefill ±": error_short(error_record(r.speed.prefill_error)),
         "split by": r.split_by,
         "Ollama VRAM (GiB)": None if r.ollama_vram_bytes is None else r.ollama_vram_bytes / GIB,
         "Ollama total (GiB)": None if r.ollama_total_bytes is None else r.ollama_total_bytes / GIB,
@@ -121,8 +133,14 @@ table = pd.DataFrame(
     }
     for r in rows
 )
+ERROR_HELP = (
+    "median error of kvscope's speed on published llama.cpp runs of this card group held out of the fit "
+    "(measurements/speed/corpus); the group is named below the table"
+)
 gib = {c: st.column_config.NumberColumn(c, format="%.2f") for c in table.columns if "GiB" in c}
-MAIN_COLUMNS = ["card", "Ollama layers", "decode tok/s", "num_ctx", "runner", "model", "KV", "TTFT (s)", "kvscope fits"]
+MAIN_COLUMNS = [
+    "card", "Ollama layers", "decode tok/s", "decode ±", "num_ctx", "runner", "model", "KV", "TTFT (s)", "kvscope fits"
+]  # fmt: skip
 every = st.toggle("Every column", key="ol_every", help="Ollama's memory figures, kvscope's account, llama-server's fit")
 st.dataframe(
     table,
@@ -140,6 +158,8 @@ st.dataframe(
         "kvscope fits": st.column_config.CheckboxColumn("kvscope fits", help="kvscope's llama.cpp account, this split"),
         "decode tok/s": st.column_config.NumberColumn("decode tok/s", format="%.1f", help="one request"),
         "prefill tok/s": st.column_config.NumberColumn("prefill tok/s", format="%.0f"),
+        "decode ±": st.column_config.TextColumn("decode ±", help=ERROR_HELP),
+        "prefill ±": st.column_config.TextColumn("prefill ±", help=ERROR_HELP),
         "TTFT (s)": st.column_config.NumberColumn("TTFT (s)", format="%.2f", help="prefill of a num_ctx prompt"),
         "llama-server fit layers": st.column_config.TextColumn(
             "llama-server fit layers",
@@ -160,6 +180,8 @@ st.caption(
     "Binary units: 1 GiB = 2³⁰ bytes. "
     + (f"Each card has {free_text.strip()} free." if free is not None else "Each card is taken as empty.")
 )
+for decode_bar, prefill_bar in sorted({(r.speed.decode_error.label, r.speed.prefill_error.label) for r in rows}):
+    st.caption(f"Error bar: decode {decode_bar}; prefill {prefill_bar}.")
 for spec in specs:
     row = next(r for r in rows if r.model == spec.name)
     st.caption(f"**{spec.name}**: {row.runner}, because {row.runner_why}. At {LAST_GO_ENGINE}: {row.go_runner_why}.")

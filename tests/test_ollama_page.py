@@ -10,6 +10,8 @@ from core.fit import Setup, fit
 from core.llamacpp_autofit import fit_params
 from core.memory.gpus import card_named
 from core.model.loading import load_model, presets
+from core.speed.efficiency import fitted
+from core.speed.groups import card_class
 from core.speed.predict import Hardware, predict
 from core.units import GIB, MIB, format_bytes, format_tokens
 from tests.test_app import app
@@ -47,7 +49,12 @@ def expected(name: str, card_name: str, settings: OllamaSettings, hw: Hardware, 
         .total
     )
     speed = predict(setup, hw, split.num_ctx, 1)
+    # the held-out error of the card's group, read from fitted.json itself (every layer's pass is driven by the GPU)
+    group = ("llama.cpp", "cuda", card_class(card, "cuda"))
+    bars = {e["kind"]: e for e in fitted()["errors"] if (e["engine"], e["backend"], e["card_class"]) == group}
     return {
+        "decode ±": f"±{bars['decode']['median'] * 100:.0f} %",
+        "prefill ±": f"±{bars['prefill']['median'] * 100:.0f} %",
         "num_ctx": format_tokens(split.num_ctx),
         "KV": split.kv_type,
         "Ollama layers": f"{split.layers}/{len(model.layers) + 1}",
@@ -86,6 +93,7 @@ def test_default_cards_show_cores_split_context_and_speed():
     # Ollama's default context by VRAM: 4K below 23 GiB, 32K on the 24 GB card
     assert list(table["num_ctx"]) == [format_tokens(default_num_ctx(card_named(c).memory_bytes)) for c in CARDS]
     assert "89.6 GB/s" in " ".join(c.value for c in at.caption)
+    assert any("held-out decode runs of llama.cpp CUDA on consumer cards" in c.value for c in at.caption)
 
 
 def test_settings_host_and_a_second_model_reach_the_table():

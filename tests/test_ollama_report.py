@@ -30,7 +30,9 @@ from core.memory.quant import tensor_bytes
 from core.model.loading import load_model, presets
 from core.model.params import count_params
 from core.ollama_report import TYPICAL_RAM_GB_S, host, ollama_row, parse_free
-from core.speed.efficiency import efficiency_for
+from core.speed import calibration
+from core.speed.calibration import Calibration, host_key
+from core.speed.efficiency import efficiency_for, fitted
 from core.speed.predict import Hardware, predict
 from core.units import GIB, MIB
 from tests.test_runtimes import CARDS, MODELS
@@ -182,10 +184,16 @@ def test_json_fields_and_the_stated_host(capsys):
                       "full_offload": bool, "kv_type": str, "flash_attention": bool}.items():  # fmt: skip
         assert isinstance(row[key], kind), key
     assert row["num_ctx"] == 4096  # an 8 GB card gets Ollama's smallest default
+    # each speed figure carries its group's held-out error, as fitted.json records it
+    (decode,) = [e for e in fitted()["errors"] if (e["engine"], e["backend"], e["card_class"], e["kind"])
+                 == ("llama.cpp", "cuda", "consumer", "decode")]  # fmt: skip
+    assert row["decode_error"]["median_abs_error"] == decode["median"]
+    assert row["decode_error"]["held_out_rows"] == decode["rows"] > 0
+    assert "consumer cards" in row["decode_error"]["label"] and "prefill" in row["prefill_error"]["label"]
     assert row["decode_tok_s"] > 0 and row["prefill_tok_s"] > 0
 
 
-def test_settings_and_host_reach_the_rows(capsys, monkeypatch):
+def test_settings_and_host_reach_the_rows(capsys, monkeypatch, tmp_path):
     out = cli_json(
         capsys, "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "RTX 4060 8GB", "--num-ctx", "32k", "--kv-cache-type",
         "q8_0", "--flash-attention", "on", "--gpu-overhead", "512MiB", "--ram-gbs", "40", "--threads", "12",
@@ -198,8 +206,15 @@ def test_settings_and_host_reach_the_rows(capsys, monkeypatch):
     assert (row["ram_gb_s"], row["threads"], out["settings"]["gpu_overhead"]) == (40.0, 12, 512 << 20)
     # "measured" asks core.speed.ram (stubbed here: a test must not time this machine's RAM)
     monkeypatch.setattr("core.speed.cli.ram_gb_s", lambda: (33.0, "measured (stub)"))
+    monkeypatch.setenv("KVSCOPE_CACHE_DIR", str(tmp_path))
     hw, source = host("measured")
-    assert (hw.ram_gb_s, source) == (33.0, "measured (stub)")
+    assert (hw.ram_gb_s, source, hw.calibration) == (33.0, "measured (stub)", None)
+    # once this host is calibrated (python -m core calibrate), "measured" is its calibration, rates and all
+    cal = Calibration(host_key(), "2026-01-01T00:00:00Z", "stand-in", 21.0, 4, (("Q4_K_M", 2.0, 9.0),))
+    calibration.store(cal)
+    hw, source = host("measured")
+    assert (hw.ram_gb_s, hw.threads, hw.calibration, source) == (21.0, 4, cal, cal.label)
+    assert host("measured", threads=12)[0].threads == 12
 
 
 @pytest.mark.parametrize(
@@ -241,6 +256,7 @@ def test_text_table_names_the_split_and_the_host(capsys):
     line = next(line for line in out.splitlines() if CARDS[0] in line)
     assert f"{split.layers}/{split.blocks + 1}" in line
     assert "89.6 GB/s" in out and "none checked against a running Ollama" in out
+    assert "error bar: decode ±" in out and "held-out decode runs of llama.cpp CUDA on consumer cards" in out
     assert sum(card in out for card in CARDS) == 4
 
 
