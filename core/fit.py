@@ -238,7 +238,10 @@ class Solver:
     def cache(self, context: int) -> int:
         return self.per_gpu(self.account(context))
 
-    def overhead(self, context: int) -> tuple[Item, ...]:
+    def overhead(self, context: int, sequences: int = 1) -> tuple[Item, ...]:
+        """Memory besides weights and cache with `sequences` of `context` tokens in flight. Only llama.cpp's graph
+        depends on the sequences (a unified cache's attention spans all of their cells); the others size theirs
+        for the engine's own maximum."""
         model, world = self.setup.model, self.setup.gpus
         if isinstance(self.engine, VllmEngine):
             options = self.engine.options
@@ -247,7 +250,7 @@ class Solver:
             options = self.engine.options
             return tuple(
                 llamacpp_overhead(
-                    self.engine, model, context, 1, world, self.offload, self.cpu_weight, options.n_outputs_max
+                    self.engine, model, context, sequences, world, self.offload, self.cpu_weight, options.n_outputs_max
                 )
             )
         if isinstance(self.engine, TransformersEngine):

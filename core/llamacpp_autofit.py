@@ -132,7 +132,7 @@ def projected(
     if solver.model.layers:
         cache = solver.engine.account(solver.model, per_sequence, sequences, setup.kv_dtype).total
     extra = partial_bytes(setup, cpu_experts.start, partial) if partial and cpu_experts else 0
-    return solver.weights + sum(i.bytes for i in solver.overhead(per_sequence)) + cache + extra
+    return solver.weights + sum(i.bytes for i in solver.overhead(per_sequence, sequences)) + cache + extra
 
 
 def fit_params(

@@ -208,7 +208,8 @@ def go_engine_layout(
     cache = cache_bytes(
         model.layers, gguf_arch(model), kv_type(model, settings), num_ctx, settings.num_parallel, batch
     )  # fmt: skip
-    graph = sum(item.bytes for item in Solver(llama_setup(model, card, settings, weights)).overhead(num_ctx))
+    solver = Solver(llama_setup(model, card, settings, weights))
+    graph = sum(item.bytes for item in solver.overhead(num_ctx, settings.num_parallel))
     return engine_layout(blocks, output, cache, card.memory_bytes, graph, settings.gpu_overhead)
 
 

@@ -50,9 +50,9 @@ def test_fit_a_card_shows_ollamas_split_and_speed():
         OllamaSettings(num_ctx=32768, kv_cache_type="q8_0"),
         "q4_k_m",
     )
-    # current Ollama (v0.30.0 on) leaves -ngl to llama-server's --fit, so its split is the fit's: 33 of 37 layers,
-    # as the Ollama page worked out for llama-server on these inputs
-    assert (row.layers, row.blocks, row.fit_layers) == (33, 36, 33)
+    # current Ollama (v0.30.0 on) leaves -ngl to llama-server's --fit, so its split is the fit's; Qwen3-8B has 36
+    # blocks, and at 32K on 8 GB some stay in RAM
+    assert row.layers == row.fit_layers and row.blocks == 36 and not row.full
     text = shown_text(at)
     assert f"offload {row.layers} of {row.blocks + 1} layers" in text
     assert f"~{row.decode_tok_s:.1f} tok/s" in text

@@ -145,7 +145,7 @@ def sized(row: dict) -> Sized:
     kv_gpu, rs_gpu = cache_bytes(solver, solver.model, row)
     kv_all, _ = cache_bytes(solver, model, row)
     context = row["n_ctx"] // row["n_seq"]
-    items = solver.overhead(context)
+    items = solver.overhead(context, row["n_seq"])
     # the CUDA context is no buffer llama.cpp prints; a host-side compute item names itself so
     runtime = sum(i.bytes for i in items if "context" in i.label.lower())
     host = sum(i.bytes for i in items if "host" in i.label.lower())
