@@ -1,12 +1,13 @@
-"""Reading a file a user names, safely: only regular files (a FIFO would block forever, /dev/zero never ends, a
-directory is not content), and never more bytes than the caller's limit."""
+"""Files: reading one a user names, safely (only regular files: a FIFO would block forever, /dev/zero never ends, a
+directory is not content; never more bytes than the caller's limit), and kvscope's own cache folder."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from core.errors import InputError
 from core.units import format_bytes
@@ -55,3 +56,22 @@ def read_regular_file(path: Path, limit: int, what: str) -> bytes:
     if len(data) > limit:
         raise InputError(f"{path} grew past {format_bytes(limit)} while it was read, too large to be {what}")
     return data
+
+
+def cache_dir() -> Path:
+    """kvscope's cache folder: $KVSCOPE_CACHE, else ~/.cache/kvscope (resolved configs, GGUF headers, this host's
+    RAM bandwidth and calibration). Read at each call, so a test's folder holds everything it writes."""
+    return Path(os.environ.get("KVSCOPE_CACHE") or Path.home() / ".cache" / "kvscope")
+
+
+def write_json_atomic(path: Path, value: Any) -> bool:
+    """Write `value` as JSON through a temporary file and a rename, so a reader never sees half a file. False when
+    the folder is not writable: a cache that cannot be written only costs the next use its work again."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(value))
+        os.replace(tmp, path)
+    except OSError:
+        return False
+    return True

@@ -178,7 +178,7 @@ def test_calibrate_button_runs_in_the_background_and_later_figures_use_it(monkey
     from core.speed import calibration
     from core.speed.calibrate_job import active_calibration
 
-    monkeypatch.setenv("KVSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("KVSCOPE_CACHE", str(tmp_path / "cache"))
     stand_in = (
         "import json, time; time.sleep(2); from core.speed import calibration as c; "
         "cal = c.Calibration(c.host_key(), '2026-01-01T00:00:00Z', 'stand-in', 9.5, 2, (('Q4_0', 3.0, 7.0),)); "

@@ -206,7 +206,7 @@ def test_settings_and_host_reach_the_rows(capsys, monkeypatch, tmp_path):
     assert (row["ram_gb_s"], row["threads"], out["settings"]["gpu_overhead"]) == (40.0, 12, 512 << 20)
     # "measured" asks core.speed.ram (stubbed here: a test must not time this machine's RAM)
     monkeypatch.setattr("core.speed.cli.ram_gb_s", lambda: (33.0, "measured (stub)"))
-    monkeypatch.setenv("KVSCOPE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("KVSCOPE_CACHE", str(tmp_path))
     hw, source = host("measured")
     assert (hw.ram_gb_s, source, hw.calibration) == (33.0, "measured (stub)", None)
     # once this host is calibrated (python -m core calibrate), "measured" is its calibration, rates and all

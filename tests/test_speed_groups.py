@@ -153,7 +153,7 @@ def cpu_setup(fmt: str) -> Setup:
 
 
 def test_calibration_is_stored_and_loaded_per_host(tmp_path, monkeypatch):
-    monkeypatch.setenv("KVSCOPE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("KVSCOPE_CACHE", str(tmp_path))
     assert cal_mod.load() is None
     cal = Calibration(host_key(), "2026-12-01 15:00 UTC", "test", 20.0, 2, (("Q8_0", 4.0, 40.0), ("Q4_K_M", 9.0, 30.0)))
     path = cal_mod.store(cal)
@@ -178,7 +178,7 @@ def test_calibrated_rates_set_each_formats_cpu_speed():
 
 
 def test_calibrate_command_numpy_stores_for_this_host(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("KVSCOPE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("KVSCOPE_CACHE", str(tmp_path))
     out = run_json(capsys, "calibrate", "--with", "numpy", "--threads", "1")
     assert out["host"] == host_key() and out["ram_gb_s"] > 0 and out["rates"][0][2] > 0
     loaded = cal_mod.load()

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InputError
+from core.files import cache_dir, write_json_atomic
 from core.memory.weightfiles import (
     GGUF_FIRST_READ,
     MAX_GGUF_HEADER,
@@ -36,10 +37,9 @@ from core.memory.weightfiles import (
     parse_gguf,
     summarise,
 )
-from core.model.config import _CACHE_DIR
 from core.units import format_bytes
 
-CACHE_DIR = _CACHE_DIR.parent / "gguf"
+CACHE_DIR = cache_dir() / "gguf"
 HUB_TIMEOUT_S = 10.0  # per request: past this the Hub counts as unreachable and the caches answer
 SHARD_FIRST_READ = 256 << 10  # a split model's later shards carry no vocabulary: their headers are tens of KiB
 HEADERS_BUDGET = 2 * MAX_GGUF_HEADER  # all shards' header reads together: a repo of many huge headers is refused
@@ -199,16 +199,6 @@ def _header_path(repo_id: str, sha: str, path: str) -> Path:
     return _repo_dir(repo_id) / sha / f"{hashlib.sha256(path.encode()).hexdigest()[:32]}.json"
 
 
-def _write_json(path: Path, value: Any) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(value))
-        os.replace(tmp, path)  # atomic: a reader never sees half a file
-    except OSError:
-        pass  # a read-only cache only costs the next use its reads
-
-
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
@@ -219,7 +209,7 @@ def _read_json(path: Path) -> Any:
 def _store_header(repo_id: str, sha: str, path: str, header: GGUFHeader) -> None:
     tensors = [[t.name, t.ggml_type, list(t.shape), t.n_bytes] for t in header.tensors]
     record = {"path": path, "header_bytes": header.header_bytes, "metadata": header.metadata, "tensors": tensors}
-    _write_json(_header_path(repo_id, sha, path), record)
+    write_json_atomic(_header_path(repo_id, sha, path), record)
 
 
 def _cached_header(repo_id: str, sha: str, path: str) -> GGUFHeader | None:
@@ -316,7 +306,7 @@ def list_repo(repo_id: str) -> Listing:
         except _unreachable() as err:
             reason = f"the Hub cannot be reached ({type(err).__name__})"
         else:
-            _write_json(saved, {"sha": listing.sha, "files": [list(f) for f in listing.files]})
+            write_json_atomic(saved, {"sha": listing.sha, "files": [list(f) for f in listing.files]})
             return listing
     record = _read_json(saved)
     try:

@@ -18,11 +18,11 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from core.errors import InputError
+from core.files import cache_dir, write_json_atomic
 
 MAX_CONFIG_BYTES = 4 << 20  # the largest real config.json (a VLM's, with label maps) is well under 1 MiB
 MAX_DEPTH = 32  # real configs nest 3 or 4 levels; copying or hashing a deeper one could exhaust the stack
@@ -207,7 +207,7 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-_CACHE_DIR = Path(os.environ.get("KVSCOPE_CACHE", Path.home() / ".cache" / "kvscope")) / "resolved"
+_CACHE_DIR = cache_dir() / "resolved"
 
 
 def cache_key(raw: dict[str, Any]) -> str:
@@ -232,14 +232,7 @@ def _cached(key: str) -> dict[str, Any] | None:
 
 
 def _store(key: str, out: dict[str, Any]) -> None:
-    path = _CACHE_DIR / f"{key}.json"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(out))
-        os.replace(tmp, path)  # atomic: a reader never sees half a file
-    except OSError:
-        pass  # a read-only home only costs the next run a re-resolution
+    write_json_atomic(_CACHE_DIR / f"{key}.json", out)  # a read-only home only costs the next run a re-resolution
 
 
 def resolve_cached(raw: dict[str, Any]) -> dict[str, Any]:

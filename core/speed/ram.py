@@ -8,13 +8,14 @@ import platform
 import time
 from pathlib import Path
 
+from core.files import cache_dir
+
 PROBE_BYTES = 256 * 1024 * 1024  # well past any L3, small enough to take ~0.1 s
 REPEATS = 5
 
 
 def cache_path() -> Path:
-    base = os.environ.get("KVSCOPE_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kvscope")
-    return Path(base) / "ram_bandwidth.json"
+    return cache_dir() / "ram_bandwidth.json"
 
 
 def cpu_name() -> str:
