@@ -100,7 +100,7 @@ def corpus() -> None:
     stats = fit_corpus.error_groups(fit_corpus.ratios(held))
     print(fit_corpus.table(stats, "held-out error (predicted ÷ measured; core.speed.predict, core/speed/fitted.json)"))
     for e in fitted()["errors"]:
-        if e["backend"] == "cpu":  # tests/bench/fit_cpu.py: each CPU predicted from a fit on the other
+        if e["backend"] == "cpu":  # tests/bench/fit_cpu.py: each CPU predicted from a fit on the others
             print(f"{e['kind']:<8} {'llama.cpp on a CPU it was not fitted on':<58} {e['rows']:>5} {e['median']:>12.1%} "
                   f"{e['within']:>6.0%} {e['ratio']:>6.2f}")  # fmt: skip
     dec, pre = stats.get(("decode", "*", "*", "*")), stats.get(("prefill", "*", "*", "*"))

@@ -84,12 +84,14 @@ def kvscope_format(printed: str, model_id: str) -> str:
 
 
 def config_for(model_id: str) -> str:
-    for base in CONFIGS:
-        for folder in ("configs", "configs-realworld"):
-            path = base / folder / f"{model_id.replace('/', '__')}.json"
-            if path.exists():
-                return str(path)
-    return model_id
+    """The config.json of a corpus model: the shared reference configs, else the corpus' own (models only the
+    corpus needs, e.g. the CPU runs' Llama 3.2 3B and TinyLlama), else the id itself (a bundled preset)."""
+    name = f"{model_id.replace('/', '__')}.json"
+    for path in [base / folder / name for base in CONFIGS for folder in ("configs", "configs-realworld")]:
+        if path.exists():
+            return str(path)
+    own = CORPUS / "configs" / name
+    return str(own) if own.exists() else model_id
 
 
 @cache
