@@ -55,7 +55,7 @@ MIN_ROWS = 8
 OVERHEAD_STARTS = (1e-4, 5e-4, 2e-3)  # seconds per pass
 OLD_BUILD = 3000
 FLOORS = {"overhead_step_s": 1e-5, "old_overhead_s": 1e-5, "prefill_half_tokens": 1.0}
-DEEP = 4096  # runs with at least this many tokens cached time the attention kernels
+DEEP = 4096  # runs whose context reaches this many tokens (cached + their own) time the attention kernels
 HOST = Hardware(ram_gb_s=50.0, threads=8)  # unused: every corpus layer is on the GPU (-ngl 99)
 RATE_KEYS = ("bandwidth", "decode_compute", "decode_attention", "prefill_compute", "prefill_attention")
 KEYS = (*RATE_KEYS, "overhead_step_s", "flash_off", "prefill_half_tokens")
@@ -233,7 +233,7 @@ class Terms:
     tokens: int
     measured: float
     pass_tokens: int
-    depth: int
+    reach: int  # the context the run ends at (core.speed.fit_corpus.reach)
     experts: float = 0.0  # the routed experts' share of `matmul` (unit seconds)
     routed_tokens: int = 1  # tokens each expert sees per pass (pass tokens × top-k ÷ experts)
     old: bool = False  # a build before OLD_BUILD
@@ -261,10 +261,17 @@ def terms(row: Row) -> Terms:
     return Terms(
         sum(p.weights_s for p in t.parts), sum(p.matmul_s for p in t.parts), sum(p.cache_s for p in t.parts),
         sum(p.attention_s for p in t.parts), passes, row.kind == "prefill", row.setup.engine.options.flash_attn,
-        row.family, tokens, r["tok_s"], math.ceil(tokens / passes), r.get("depth") or 0,
+        row.family, tokens, r["tok_s"], math.ceil(tokens / passes), reach(r),
         sum(p.expert_flops / (p.peak_gflops * 1e9) for p in t.parts), routed_tokens(row, math.ceil(tokens / passes)),
         old_build(r.get("build")),
     )  # fmt: skip
+
+
+def reach(r: dict) -> int:
+    """The context a run ends at: what was cached plus its own prompt or generated tokens. A pp4096 from an empty
+    cache attends to 2,048 keys per query on average, as much as a pp512 at depth 1,792: the attention kernels'
+    share of the time grows with this, not with the cached depth alone."""
+    return (r.get("depth") or 0) + (r["n_prompt"] if r["kind"] == "prefill" else r["n_gen"])
 
 
 def old_build(build: str | None) -> bool:
@@ -319,14 +326,14 @@ def descend(rows: list[Terms], start: dict, keys: Iterable[str], parent: dict | 
 
 def fit_keys(rows: list[Terms], pooled: bool = False) -> list[str]:
     """The parameters these rows can tell apart: bandwidth, matmul rates and overhead always; an attention rate (and
-    the flash-attention-off factor) only where runs at depth ≥ DEEP show it, and never pooled over backends (each
+    the flash-attention-off factor) only where runs reaching DEEP tokens show it, and never pooled over backends (each
     backend's attention kernels differ: a backend without deep runs keeps efficiencies.json's assumed rate); a
     family's factor only if its rows are here."""
     keys = [k for k in KEYS if not k.endswith("_attention")]
     for kind in ("decode", "prefill"):
-        if not pooled and any(t.depth >= DEEP and t.prefill == (kind == "prefill") for t in rows):
+        if not pooled and any(t.reach >= DEEP and t.prefill == (kind == "prefill") for t in rows):
             keys.append(f"{kind}_attention")
-    deep = [t for t in rows if t.depth >= DEEP]
+    deep = [t for t in rows if t.reach >= DEEP]
     if pooled or len({t.flash for t in deep}) < 2:  # flash attention's effect shows only at depth, both ways
         keys.remove("flash_off")
     if any(t.old for t in rows) and any(not t.old for t in rows):
@@ -367,7 +374,7 @@ def fit_all(rows: list[Row]) -> list[dict]:
     for engine, erows in by_engine.items():
         # pooled over backends: runs without a deep cache only (deep runs time each backend's own attention kernels,
         # whose slowdowns would otherwise land in the shared overhead)
-        base = [t[id(r)] for r in erows if (r.raw.get("depth") or 0) < DEEP]
+        base = [t[id(r)] for r in erows if reach(r.raw) < DEEP]
         # a few starting overheads (the per-pass overhead and the bandwidth trade off against each other on a
         # coordinate descent): the start whose fit has the least loss on the fit rows wins
         prior = start_params(efficiency_for(engine, "gpu"))
