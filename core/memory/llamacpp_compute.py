@@ -64,6 +64,17 @@ OP_OFFLOAD_MIN_BATCH = 32  # ggml-cuda.cu: op_offload_min_batch_size (GGML_OP_OF
 # on the referee's tiny models (models/mamba.cpp, graph-context-mamba.cpp, qwen35.cpp, lfm2.cpp give the rows;
 # their widths differ per kind), so an estimate, not a reading.
 REC_HALF_ROWS: dict[type, int] = {Mamba1: 11, Mamba2: 11, GatedDeltaNet: 10, ShortConv: 14}
+# Graphs with a multi-token-prediction head (models/qwen35.cpp, qwen35moe.cpp, qwen3next.cpp, openai-moe.cpp,
+# nemotron-h.cpp @ 0c1e57098) keep the final norm over all T rows as an output (res->t_h_nextn, which
+# llm_graph_result::set_outputs flags, so ggml-alloc never frees it) and pick the output rows after it: one more
+# [n_embd, T] row beside the logits. Builds before it (the published b8571 Qwen3.5-9B log) do not.
+# Qwen3.5's full-attention layers (models/qwen35.cpp, build_layer_attn @ 0c1e57098): q_proj emits the query and an
+# output gate; the gate is made contiguous (ggml_cont_2d, [n_head × head_dim, T] f32) before attention and multiplied
+# in after it, so one more query-wide row is live across the attention.
+GATED_QUERY = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
+NEXTN_HEAD = frozenset(
+    {"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next", "gpt_oss", "nemotron_h"}
+)
 
 
 @dataclass(frozen=True)
@@ -84,6 +95,8 @@ class Widths:
     rec_half_rows: int  # its [T, n_rec] f32 rows at its peak, in halves (REC_HALF_ROWS)
     rec_state: int  # bytes of one sequence's state in the widest recurrent layer (f32 conv + ssm)
     n_latent: int = 0  # MLA's kv_lora_rank: without flash attention V is a transposed f16 copy of the latent
+    out_rows: int = 2  # [n_embd, T] rows live beside the logits (3 with a kept t_h_nextn: NEXTN_HEAD)
+    n_gate: int = 0  # attention output gate held across the attention (GATED_QUERY: n_q)
 
 
 @dataclass(frozen=True)
@@ -152,6 +165,8 @@ def widths(model: ModelSpec) -> Widths:
         rec_half_rows=rec_half_rows,
         rec_state=rec_state,
         n_latent=n_latent,
+        out_rows=3 if model.model_type in NEXTN_HEAD else 2,
+        n_gate=n_head * head_q if model.model_type in GATED_QUERY else 0,
     )
 
 
@@ -214,28 +229,30 @@ def inputs(w: Widths, u: Ubatch, flash_attn: bool, attention: bool = True) -> It
 
 
 def output_body(w: Widths, u: Ubatch) -> Item:
-    """After the last layer the inputs are freed (bar the output ids): the logits beside two [n_embd, T] rows."""
-    size = F32 * u.outputs * w.n_vocab + F32 * u.tokens * 2 * w.n_embd + pad(I32 * u.outputs, ALIGN)
+    """After the last layer the inputs are freed (bar the output ids): the logits beside two [n_embd, T] rows
+    (three with a kept t_h_nextn, NEXTN_HEAD)."""
+    size = F32 * u.outputs * w.n_vocab + F32 * u.tokens * w.out_rows * w.n_embd + pad(I32 * u.outputs, ALIGN)
     return Item(
         "logits",
         size,
-        f"4 B × ({u.outputs} outputs × ({w.n_vocab:,} vocab + 1 id) + {u.tokens} tokens × 2·{w.n_embd})",
+        f"4 B × ({u.outputs} outputs × ({w.n_vocab:,} vocab + 1 id) + {u.tokens} tokens × {w.out_rows}·{w.n_embd})",
     )
 
 
 def attention_body(w: Widths, u: Ubatch, flash_attn: bool) -> Item:
     """One attention layer at its peak. n_kv is cells per stream; the streams split T, so kq is n_kv × T × n_head.
     MLA adds its latent-space output [kv_lora_rank, n_head, T] (before v_mla) and, without flash attention, the
-    transposed latent copy per stream."""
+    transposed latent copy per stream; a gated query (GATED_QUERY) its gate row."""
     t = u.tokens
-    latent_out = w.n_head * w.n_latent
+    extra = w.n_head * w.n_latent + w.n_gate
     mla = f" + {w.n_head}·{w.n_latent}" if w.n_latent else ""
+    mla += f" + {w.n_gate} gate" if w.n_gate else ""
     if flash_attn:  # no n_kv-sized tensor: q and k before and after rope, v, the output
-        size = F32 * t * (2 * w.n_q + 2 * w.n_k + 2 * w.n_v + latent_out)
+        size = F32 * t * (2 * w.n_q + 2 * w.n_k + 2 * w.n_v + extra)
         return Item("attention (flash)", size, f"{t} tokens × 4 B × (2·{w.n_q} + 2·{w.n_k} + 2·{w.n_v}{mla})")
     n_kv = max(u.cells, u.window_cells)
     copy = F16 * n_kv * u.streams * w.n_latent
-    size = F32 * t * (w.n_head * n_kv + 3 * w.n_embd + 2 * w.n_q + latent_out) + copy
+    size = F32 * t * (w.n_head * n_kv + 3 * w.n_embd + 2 * w.n_q + extra) + copy
     latent = f" + 2 B × {n_kv:,} cells × {u.streams} streams × {w.n_latent} latent (MLA's V)" if copy else ""
     return Item(
         "attention KQ (no flash)",

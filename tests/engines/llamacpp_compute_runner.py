@@ -33,6 +33,7 @@ LIB = llama_cpp.llama_cpp._lib
 GGML_BASE = ctypes.CDLL(str(Path(llama_cpp.llama_cpp.__file__).parent / "lib" / "libggml-base.so"))
 GGML_BASE.ggml_backend_buft_name.restype = ctypes.c_char_p
 GGML_BASE.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
+KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0}
 FLASH = {"on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED, "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED}
 
 BREAKDOWN = LIB["_Z26llama_get_memory_breakdownPK13llama_context"]
@@ -73,7 +74,8 @@ def q4_0(rows: int, cols: int, lead: tuple[int, ...] = ()):
 
 
 def write_wide(name: str, cfg: dict, out_dir: Path) -> str:
-    """A GGUF of `cfg`'s shapes as llama.cpp's converter names them (conversion/llama.py, qwen.py: Qwen3MoE)."""
+    """A GGUF of `cfg`'s shapes as llama.cpp's converter names them (conversion/llama.py, qwen.py: Qwen3MoE,
+    Qwen3.5; gpt_oss.py), read back against a tiny converted model of each architecture."""
     import gguf
     import numpy as np
 
@@ -84,46 +86,83 @@ def write_wide(name: str, cfg: dict, out_dir: Path) -> str:
     q, kv = cfg["heads"] * hd, cfg["kv_heads"] * hd
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(cfg["layers"])
-    w.add_context_length(131072)
+    w.add_context_length(262144)
     w.add_embedding_length(hidden)
     w.add_feed_forward_length(cfg["ffn"])
     w.add_head_count(cfg["heads"])
     w.add_head_count_kv(cfg["kv_heads"])
     w.add_key_length(hd)
     w.add_value_length(hd)
-    w.add_rope_dimension_count(hd)
+    w.add_rope_dimension_count(cfg.get("rope_dim") or hd)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_tokenizer_model("none")
     w.add_vocab_size(cfg["vocab"])
     quant = gguf.GGMLQuantizationType.Q4_0
-    norm = lambda n: np.ones(n, dtype=np.float32)  # noqa: E731
-    w.add_tensor("token_embd.weight", q4_0(cfg["vocab"], hidden), raw_dtype=quant)
+    norm = lambda *n: np.ones(n, dtype=np.float32)  # noqa: E731
+
+    def matrix(tensor: str, rows: int, cols: int, lead: tuple[int, ...] = ()) -> None:
+        w.add_tensor(tensor, q4_0(rows, cols, lead), raw_dtype=quant)
+
+    matrix("token_embd.weight", cfg["vocab"], hidden)
     w.add_tensor("output_norm.weight", norm(hidden))
-    w.add_tensor("output.weight", q4_0(cfg["vocab"], hidden), raw_dtype=quant)
+    matrix("output.weight", cfg["vocab"], hidden)
     if cfg.get("experts"):
         w.add_expert_count(cfg["experts"])
         w.add_expert_used_count(cfg["experts_used"])
         w.add_expert_feed_forward_length(cfg["expert_ffn"])
+    if arch == "gpt-oss":
+        w.add_sliding_window(cfg["sliding_window"])
+    if arch == "qwen35":  # the Gated DeltaNet hyperparameters (conversion/qwen.py, Qwen3.5)
+        w.add_ssm_conv_kernel(cfg["conv_kernel"])
+        w.add_ssm_state_size(cfg["state_size"])
+        w.add_ssm_group_count(cfg["group_count"])
+        w.add_ssm_time_step_rank(cfg["time_step_rank"])
+        w.add_ssm_inner_size(cfg["inner_size"])
+        w.add_uint32(f"{arch}.full_attention_interval", cfg["full_attention_interval"])
+        w.add_array(f"{arch}.rope.dimension_sections", [11, 11, 10, 0])
     for il in range(cfg["layers"]):
         b = f"blk.{il}."
         w.add_tensor(b + "attn_norm.weight", norm(hidden))
-        w.add_tensor(b + "attn_q.weight", q4_0(q, hidden), raw_dtype=quant)
-        w.add_tensor(b + "attn_k.weight", q4_0(kv, hidden), raw_dtype=quant)
-        w.add_tensor(b + "attn_v.weight", q4_0(kv, hidden), raw_dtype=quant)
-        w.add_tensor(b + "attn_output.weight", q4_0(hidden, q), raw_dtype=quant)
-        w.add_tensor(b + "ffn_norm.weight", norm(hidden))
-        if arch == "qwen3moe":
+        recurrent = arch == "qwen35" and (il + 1) % cfg["full_attention_interval"] != 0
+        if recurrent:  # models/qwen35.cpp, load_block_trunk: the linear-attention tensors
+            key, value, heads = cfg["state_size"] * cfg["group_count"], cfg["inner_size"], cfg["time_step_rank"]
+            matrix(b + "attn_qkv.weight", 2 * key + value, hidden)
+            matrix(b + "attn_gate.weight", value, hidden)
+            w.add_tensor(b + "ssm_conv1d.weight", norm(2 * key + value, cfg["conv_kernel"]))
+            w.add_tensor(b + "ssm_dt.bias", norm(heads))
+            w.add_tensor(b + "ssm_a", norm(heads))
+            matrix(b + "ssm_beta.weight", heads, hidden)
+            matrix(b + "ssm_alpha.weight", heads, hidden)
+            w.add_tensor(b + "ssm_norm.weight", norm(cfg["state_size"]))
+            matrix(b + "ssm_out.weight", hidden, value)
+        else:
+            matrix(b + "attn_q.weight", 2 * q if arch == "qwen35" else q, hidden)  # Qwen3.5: query and gate
+            matrix(b + "attn_k.weight", kv, hidden)
+            matrix(b + "attn_v.weight", kv, hidden)
+            matrix(b + "attn_output.weight", hidden, q)
+        if arch in ("qwen3moe", "qwen35") and not recurrent:
             w.add_tensor(b + "attn_q_norm.weight", norm(hd))
             w.add_tensor(b + "attn_k_norm.weight", norm(hd))
+        if arch == "gpt-oss":
+            for part, width in (("q", q), ("k", kv), ("v", kv), ("output", hidden)):
+                w.add_tensor(b + f"attn_{part}.bias", np.zeros(width, dtype=np.float32))
+            w.add_tensor(b + "attn_sinks.weight", np.zeros(cfg["heads"], dtype=np.float32))
+        post = "post_attention_norm" if arch in ("qwen35", "gpt-oss") else "ffn_norm"
+        w.add_tensor(b + f"{post}.weight", norm(hidden))
+        if cfg.get("experts"):
             n, f = cfg["experts"], cfg["expert_ffn"]
             w.add_tensor(b + "ffn_gate_inp.weight", np.zeros((n, hidden), dtype=np.float32))
-            w.add_tensor(b + "ffn_gate_exps.weight", q4_0(f, hidden, (n,)), raw_dtype=quant)
-            w.add_tensor(b + "ffn_up_exps.weight", q4_0(f, hidden, (n,)), raw_dtype=quant)
-            w.add_tensor(b + "ffn_down_exps.weight", q4_0(hidden, f, (n,)), raw_dtype=quant)
+            matrix(b + "ffn_gate_exps.weight", f, hidden, (n,))
+            matrix(b + "ffn_up_exps.weight", f, hidden, (n,))
+            matrix(b + "ffn_down_exps.weight", hidden, f, (n,))
+            if arch == "gpt-oss":
+                w.add_tensor(b + "ffn_gate_inp.bias", np.zeros(n, dtype=np.float32))
+                for part, width in (("gate", f), ("up", f), ("down", hidden)):
+                    w.add_tensor(b + f"ffn_{part}_exps.bias", np.zeros((n, width), dtype=np.float32))
         else:
-            w.add_tensor(b + "ffn_gate.weight", q4_0(cfg["ffn"], hidden), raw_dtype=quant)
-            w.add_tensor(b + "ffn_up.weight", q4_0(cfg["ffn"], hidden), raw_dtype=quant)
-            w.add_tensor(b + "ffn_down.weight", q4_0(hidden, cfg["ffn"]), raw_dtype=quant)
+            matrix(b + "ffn_gate.weight", cfg["ffn"], hidden)
+            matrix(b + "ffn_up.weight", cfg["ffn"], hidden)
+            matrix(b + "ffn_down.weight", hidden, cfg["ffn"])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -141,6 +180,8 @@ def run_case(model, case: dict) -> dict:
     params.kv_unified = case.get("kv_unified", False)
     params.swa_full = case.get("swa_full", False)  # the library default is true; llama-cli and llama-server pass false
     params.n_outputs_max = case.get("n_outputs_max", 0)  # 0: n_batch; llama-server passes its slots
+    params.type_k = KV_TYPES[case.get("type_k", "f16")]
+    params.type_v = KV_TYPES[case.get("type_v", "f16")]
     params.n_threads = params.n_threads_batch = 1
     LOG.clear()
     ctx = llama_cpp.llama_init_from_model(model, params)
