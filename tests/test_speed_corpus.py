@@ -47,6 +47,9 @@ FIELDS = {
     "tok_s_std": (float, type(None)),
     "notes": str,
 }
+# CPU rows may add the machine's RAM copy bandwidth (tests/bench/fit_cpu.py: one thread's copy, read + written bytes
+# per second, as core.speed.ram measures it) and where that figure comes from
+CPU_FIELDS = {"ram_copy_gb_s": float, "ram_source": str}
 ENGINES = {"llama.cpp", "vllm", "mlx", "ollama"}
 BACKENDS = {"cuda", "rocm", "vulkan", "metal", "cpu", "sycl"}
 URL = re.compile(r"^https://[\w.-]+\.[a-z]{2,}/\S+$")
@@ -75,8 +78,9 @@ def _config_params(model_id: str) -> int:
     if preset_path(model_id) is not None:
         return count_params(load_model(model_id)).total
     name = model_id.replace("/", "__", 1) + ".json"
-    found = sorted(REFERENCE.glob(f"configs*/{name}"))
-    assert found, f"{model_id}: neither a bundled preset nor {REFERENCE}/configs*/{name}"
+    # the shared reference copy, else the corpus' own (configs only the corpus needs)
+    found = sorted(REFERENCE.glob(f"configs*/{name}")) or sorted(CORPUS.glob(f"configs/{name}"))
+    assert found, f"{model_id}: neither a bundled preset nor {REFERENCE}/configs*/{name} nor {CORPUS}/configs/{name}"
     return count_params(model_from_config(json.loads(found[0].read_text()), model_id)).total
 
 
@@ -84,8 +88,9 @@ def test_every_row_has_the_schema_fields_and_types():
     assert ROWS, f"no rows under {CORPUS}"
     for file, line, row in ROWS:
         where = _where(file, line)
-        assert set(row) == set(FIELDS), f"{where}: fields differ: {set(row) ^ set(FIELDS)}"
-        for key, kind in FIELDS.items():
+        extra = set(CPU_FIELDS) if row.get("backend") == "cpu" and "ram_copy_gb_s" in row else set()
+        assert set(row) == set(FIELDS) | extra, f"{where}: fields differ: {set(row) ^ (set(FIELDS) | extra)}"
+        for key, kind in (FIELDS | {k: CPU_FIELDS[k] for k in extra}).items():
             assert isinstance(row[key], kind), f"{where}: {key}={row[key]!r} is not {kind}"
             assert not (kind is int and isinstance(row[key], bool)), f"{where}: {key} is a bool"
         assert row["engine"] in ENGINES, where
