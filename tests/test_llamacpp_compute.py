@@ -12,13 +12,22 @@ from dataclasses import replace
 import pytest
 
 from core.engines import configured
-from core.engines.llamacpp import LlamaCppEngine, Offload
+from core.engines.llamacpp import LlamaCppBuild, LlamaCppEngine, Offload
 from core.errors import InputError
 from core.fit import Setup, Solver
 from core.memory.gpus import card_named
-from core.memory.llamacpp_compute import compute_buffers, cpu_only, llamacpp_overhead, ubatch, widths
+from core.memory.llamacpp_compute import (
+    F16_MASK,
+    compute_buffers,
+    cpu_only,
+    has_change,
+    llamacpp_overhead,
+    ubatch,
+    widths,
+)
 from core.model.loading import load_model
 from core.units import MIB
+from tests.test_gpu_logs import ROWS, setup_of
 
 LLAMA = load_model("meta-llama/Llama-3.1-8B-Instruct")  # 32 layers, hidden 4096, 32 heads, 8 KV heads, vocab 128256
 MOE = load_model("Qwen/Qwen3-30B-A3B")  # hidden 2048, 128 experts of 768, top 8, 32 heads × 128, vocab 151936
@@ -149,3 +158,66 @@ def test_fit_copies_the_largest_expert_tensor_kept_in_ram():
     assert solver.cpu_weight == 128 * 768 * 2048 * 2
     assert compute == compute_buffers(CLI, MOE, 4096, 1, solver.offload, solver.cpu_weight).gpu.bytes
     assert compute > 128 * 768 * 2048 * 2
+
+
+QWEN35 = load_model("Qwen/Qwen3.5-9B")  # 8 of 32 layers full attention: 16 heads × 256 (+ gate), 4 KV heads; 248K vocab
+
+
+def _log(row_id: str) -> tuple[dict, Solver]:
+    """A published log's row (tests/test_gpu_logs.py) and kvscope's solver for it under the row's own build."""
+    row = next(r for r in ROWS if r["id"] == row_id)
+    setup = setup_of(row)
+    build = LlamaCppBuild.parse(row["engine_version"].split()[1])
+    return row, Solver(replace(setup, engine=setup.engine.with_options(build=build)))
+
+
+def test_builds_before_the_f16_mask_cast_an_f32_mask_copy_on_the_gpu():
+    """llama-server b8571, Qwen3.5-9B at 262,144 unified cells × 2 slots, q8_0, flash attention (808.02 MiB logged,
+    −38 % for a graph with only f16 masks). The first attention layer holds the f32 mask copy and its f16 cast
+    beside its q, k, v, gate and the residual: by hand from the shapes, and the log's own MiB."""
+    row, solver = _log("llamaserver-qwen35-9b-q4km-262k-q8kv-rtx4070")
+    cells = 262_144
+    ids = 3 * 4 * T + 8 * T + 8 * T  # token ids, positions, output ids; K and V set_rows indices
+    masks = 4 * T * cells + 2 * T * cells  # the f32 copy and its cast
+    layer = 4 * T * (2 * 16 * 256 + 2 * 1024 + 2 * 1024 + 16 * 256) + 4 * T * 4096  # q, k, v twice; gate; residual
+    engine, outputs = solver.engine, solver.engine.options.n_outputs_max
+    got = compute_buffers(engine, QWEN35, cells // 2, 2, solver.offload, solver.cpu_weight, outputs)
+    assert got.gpu.bytes == ids + masks + layer
+    assert got.gpu.label.startswith("f32 masks cast to f16")
+    assert got.gpu.bytes / MIB == pytest.approx(row["buffers_mib"]["compute"]["CUDA0"], abs=0.02)
+    # the bundled build (PR #23764 in) makes the mask f16 up front: the logits are the peak again
+    bundled = compute_buffers(engine.with_options(build=LlamaCppBuild()), QWEN35, cells // 2, 2, solver.offload)
+    assert bundled.gpu.label == "logits" and bundled.gpu.bytes < got.gpu.bytes
+
+
+def test_builds_before_the_f16_mask_hold_f32_masks_in_the_host_buffer():
+    """gpt-oss-20b b6699 at 131,072 cells (+ 768 SWA cells): the CUDA_Host compute buffer is the f32 masks, the ids
+    and the input embeddings, to the printed 0.01 MiB."""
+    row, solver = _log("llamaserver-b6699-gpt-oss-20b-mxfp4-cpumoe-128k-rtx3070")
+    engine = solver.engine
+    host = compute_buffers(engine, solver.model, 131_072, 1, solver.offload, solver.cpu_weight).host
+    assert host.bytes == 3 * 4 * T + 4 * T * (131_072 + 768) + 2 * (8 * T + 8 * T) + 4 * T * 2880
+    assert host.bytes / MIB == pytest.approx(row["buffers_mib"]["compute"]["CUDA_Host"], abs=0.01)
+
+
+@pytest.mark.parametrize(
+    ("spec", "carries"),
+    [("b9293", False), ("b9592", True), ("2026-05-26", False), ("2026-05-27", True), ("b6699", False)],
+)
+def test_the_f16_mask_change_is_placed_by_build(spec, carries):
+    assert has_change(LlamaCppBuild.parse(spec), F16_MASK) is carries
+    assert has_change(LlamaCppBuild(), F16_MASK)  # the bundled build carries it
+
+
+def test_a_build_number_between_the_known_ones_asks_for_a_date():
+    with pytest.raises(InputError, match="23764"):
+        has_change(LlamaCppBuild.parse("b9400"), F16_MASK)
+
+
+def test_nextn_graphs_keep_one_more_row_beside_the_logits():
+    """Qwen3.5 keeps its final norm over all T rows (t_h_nextn, a graph output) and picks the output rows after it:
+    three [4096, T] rows beside the [248320, T] logits; libllama's own count for the same shapes is 533,727,232 B
+    (tests/engines/test_llamacpp_compute.py, qwen35_9b_8l at 262,144 cells × 2 unified, q8_0)."""
+    item = compute_buffers(CLI.with_options(kv_unified=True), QWEN35, 131_072, 2).gpu
+    assert item.label == "logits"
+    assert item.bytes == 4 * T * 248_320 + 3 * 4 * T * 4096 + 4 * T == 533_727_232

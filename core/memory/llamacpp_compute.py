@@ -21,22 +21,30 @@ Read in llama.cpp 0c1e57098 (the source llama-cpp-python 0.3.36 vendors):
   attention, V is ggml_cont of the transposed latent, an f16 [n_kv, kv_lora_rank] copy per stream that does not
   scale with T.
 - The output: inp_out_ids (i32) picks n_outputs rows, the final norm, then the [n_vocab, n_outputs] f32 logits
-  beside the two [n_embd, T] tensors still live (the last residual and the normed rows).
+  beside the two [n_embd, T] tensors still live (the last residual and the normed rows); graphs with an MTP head
+  keep the normed rows as an output and pick after them, one row more (NEXTN_HEAD).
+- Nothing else grows with the context: on Qwen3.5-9B's shapes (q8_0 cache, flash attention, 2 unified slots) libllama
+  's buffer grows from 32K to 262K cells by exactly the f16 mask, 2 B × n_kv × T; the Gated DeltaNet intermediates,
+  the q8_0 K/V views (read as they are by flash attention; only f32 K/V are cast) and the output ids do not.
 
 Which tensors make each phase was read from the graph; how many [n_embd, T]-sized rows sit beside them (the
 residual, norms) was then set from libllama's own buffer size (`llama_get_memory_breakdown`) on models of realistic
-widths, tests/engines/test_llamacpp_compute.py (table in tests/artifacts/llamacpp_compute_referee.md). The bound it
-enforces: at realistic widths (Llama-3.1-8B and Qwen3-30B-A3B shapes, dense, MHA, MoE) kvscope is never under
-libllama and at most 10 % over, and the logits and no-flash-attention kq peaks are exact to the byte; at the tiny
-referee widths, where each architecture's own small tensors weigh as much as the modelled rows, −10 % .. +15 %.
+widths, tests/engines/test_llamacpp_compute.py (table in tests/artifacts/llamacpp_compute_referee.md). The bounds it
+enforces: at Llama-3.1-8B and Qwen3-30B-A3B widths (dense, MHA, MoE) kvscope is never under libllama and at most 8 %
+over, and the logits and no-flash-attention kq peaks are exact to the byte; at Qwen3.5-9B (hybrid) and gpt-oss-20b
+(iSWA MoE) widths from 32K to 262K cells −2 % .. +7 %, the flash-attention logits exact; at the tiny referee widths,
+where each architecture's own small tensors weigh as much as the modelled rows, −10 % .. +13 %.
 
 Offload (-ngl, --n-cpu-moe) is read from source, not refereed (there is no GPU here):
 - Graph inputs (ids, masks, set_rows indices) are placed on the CPU backend (ggml-backend.cpp,
   ggml_backend_sched_backend_id_from_cur) and copied to the GPU that uses them; the token embedding stays in system
   RAM (llama-model.cpp: the input layer is always on the CPU), so its get_rows runs on the CPU. The host buffer
-  (CUDA_Host) therefore holds the inputs and the [n_embd, T] embeddings: published CUDA logs of older builds, whose
-  masks were f32 even with flash attention, match this to the printed 0.01 MiB (Llama-3.1-8B 8K 4 seqs 24.01 MiB,
-  Qwen2.5-Coder-7B 15.01, gpt-oss-20b 128K 263.15, Qwen3-235B-A22B 32K 72.01).
+  (CUDA_Host) therefore holds the inputs and the [n_embd, T] embeddings: published CUDA logs of builds before
+  F16_MASK (PR #23764), whose masks were f32 even with flash attention, match this to the printed 0.01 MiB
+  (Llama-3.1-8B 8K 4 seqs 24.01 MiB, Qwen2.5-Coder-7B 15.01, gpt-oss-20b 128K 263.15, Qwen3-235B-A22B 32K 72.01).
+- In those builds the GPU gets the f32 mask copies and casts them to f16 at the first attention layer: for a moment
+  both stand beside that layer's q/k/v (mask_cast). At long contexts that moment is the GPU's peak: Qwen3.5-9B,
+  b8571, 262,144 cells × 2 slots logs 808.02 MiB, kvscope 808.01 (the logits alone, 501, are the peak at 32K).
 - Layers left on the CPU run there (ggml-backend.cpp, ggml_backend_sched_split_graph: a node goes where its weights
   are), so the host buffer holds their phases; the GPU keeps the phases of its own layers and the output layer.
 - op_offload (on by default): a matmul whose weight is in host memory runs on the GPU once the batch is ≥ 32 rows
@@ -50,7 +58,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from core.engines.llamacpp import LlamaCppEngine, Offload, as_llamacpp_sees, pad
+from core.engines.llamacpp import Change, LlamaCppBuild, LlamaCppEngine, Offload, _by_number, as_llamacpp_sees, pad
 from core.errors import InputError
 from core.memory.overhead import CUDA_CONTEXT, Item, parallel_items
 from core.model.layers import MLA, FullAttention, GatedDeltaNet, LayerKind, Mamba1, Mamba2, ShortConv
@@ -68,6 +76,18 @@ REC_HALF_ROWS: dict[type, int] = {Mamba1: 11, Mamba2: 11, GatedDeltaNet: 10, Sho
 # nemotron-h.cpp @ 0c1e57098) keep the final norm over all T rows as an output (res->t_h_nextn, which
 # llm_graph_result::set_outputs flags, so ggml-alloc never frees it) and pick the output rows after it: one more
 # [n_embd, T] row beside the logits. Builds before it (the published b8571 Qwen3.5-9B log) do not.
+# Before this change the KQ masks were f32 inputs even with flash attention and the graph cast them to f16
+# (llm_graph_input_attn_kv::self_kq_mask_cnv = ggml_cast(mask, F16)): the host buffer holds the f32 masks, and the
+# GPU its copy of them beside the cast while the first attention layer's q/k/v are live.
+F16_MASK = Change(
+    23764,
+    "llama: use f16 mask for FA to save VRAM",
+    "2026-05-27",
+    9293,
+    9592,
+    "merged 2026-05-27 (github.com/ggml-org/llama.cpp/pull/23764); b9293 is issue #23546's version (2026-05-22); "
+    "b9592 is the latest tag ollama PR #16671 bumped to (2026-06-11)",
+)
 # Qwen3.5's full-attention layers (models/qwen35.cpp, build_layer_attn @ 0c1e57098): q_proj emits the query and an
 # output gate; the gate is made contiguous (ggml_cont_2d, [n_head × head_dim, T] f32) before attention and multiplied
 # in after it, so one more query-wide row is live across the attention.
@@ -125,6 +145,15 @@ def _cfg_int(model: ModelSpec, *keys: str) -> int:
         if isinstance(value, int) and value > 0:
             return value
     return 0
+
+
+def has_change(build: LlamaCppBuild, change: Change) -> bool:
+    """Whether `build` carries `change`, by LlamaCppBuild.parse's rule (build number or release date)."""
+    if build.bundled:
+        return True
+    if build.spec.startswith("b"):
+        return _by_number(change, int(build.spec[1:]))
+    return build.spec >= change.merged
 
 
 def widths(model: ModelSpec) -> Widths:
@@ -206,15 +235,16 @@ def ubatch(engine: LlamaCppEngine, model: ModelSpec, context: int, n_seq: int, n
     return Ubatch(tokens, outputs, cells, window, engine.streams(n_seq), n_seq)
 
 
-def inputs(w: Widths, u: Ubatch, flash_attn: bool, attention: bool = True) -> Item:
+def inputs(w: Widths, u: Ubatch, flash_attn: bool, attention: bool = True, f32_mask: bool = False) -> Item:
     """The graph's inputs, live from the first layer to the last (llama-graph.cpp, llm_graph_input_*): token ids,
     positions and output ids (i32), and per attention cache its mask (f16 with flash attention, else f32) and its
     K and V set_rows indices (i64; V's per element when V is stored transposed, i.e. without flash attention). Each
     is rounded up to 128 B, the widest tensor alignment of ggml's backends (CUDA's; the CPU's is 32), which matters
-    only when T is not a multiple of 32. `attention`: the graph part has attention layers (else ids only)."""
+    only when T is not a multiple of 32. `attention`: the graph part has attention layers (else ids only);
+    `f32_mask`: the masks are f32 with flash attention too (builds before F16_MASK)."""
     t = u.tokens
     caches = [c for c in (u.cells, u.window_cells) if c] if attention else []
-    mask_bytes = F16 if flash_attn else F32
+    mask_bytes = F16 if flash_attn and not f32_mask else F32
     v_index = 1 if flash_attn else w.n_v
     tensors = [I32 * t] * 3 + [b for c in caches for b in (mask_bytes * t * c, I64 * t, I64 * t * v_index)]
     cells = " + ".join(f"{c:,}" for c in caches)
@@ -298,6 +328,22 @@ def ffn_bodies(w: Widths, u: Ubatch) -> list[Item]:
     return out
 
 
+def mask_cast(w: Widths, u: Ubatch) -> Item:
+    """Builds before F16_MASK, flash attention, on the GPU: the first attention layer casts the f32 mask copies to
+    f16 while its q/k/v and the residual are live, so the copies, the casts and that layer stand together once (the
+    copies are freed after, and later layers reuse their room)."""
+    live = inputs(w, u, True, True, f32_mask=True)
+    casts = F16 * u.tokens * (u.cells + u.window_cells)
+    body = attention_body(w, u, True)
+    residual = F32 * u.tokens * w.n_embd
+    return Item(
+        "f32 masks cast to f16 + graph inputs",
+        live.bytes + casts + body.bytes + residual,
+        f"{live.formula} + 2 B × {u.tokens} tokens × {u.cells + u.window_cells:,} cells (the casts) + "
+        f"{body.formula} + {u.tokens} tokens × 4 B × {w.n_embd} (residual)",
+    )
+
+
 def peak(w: Widths, u: Ubatch, flash_attn: bool, output: bool, attention: bool, weight_copy: int = 0) -> Item:
     """The graph's peak: its inputs plus the largest layer body, or the output (logits) if that is larger.
     `output`: this part holds the output layer; `attention`: it holds an attention layer; `weight_copy`: a weight
@@ -339,14 +385,18 @@ def compute_buffers(
     gpu_layers = [model.layers[i] for i in where.layers]
     cpu_layers = [model.layers[i] for i in where.on_cpu]
     copy = cpu_weight if (cpu_layers or where.cpu_experts) and u.tokens >= OP_OFFLOAD_MIN_BATCH else 0
+    f32_mask = flash and not has_change(engine.options.build, F16_MASK)
+    gpu_attention = any(layer.grows for layer in gpu_layers)
     if gpu_layers or where.output or copy:  # with -ngl 0 the GPU still runs the big matmuls (op_offload)
-        gpu = peak(w, u, flash, where.output, any(layer.grows for layer in gpu_layers), copy)
+        gpu = peak(w, u, flash, where.output, gpu_attention, copy)
+        if f32_mask and gpu_attention and (u.cells or u.window_cells):
+            gpu = max(gpu, mask_cast(w, u), key=lambda item: item.bytes)
     else:
         gpu = Item("nothing offloaded", 0, "0")
     # The graph's inputs live in the host buffer whatever is offloaded (ggml-backend.cpp,
     # ggml_backend_sched_backend_id_from_cur: an input tensor goes to the last backend, the CPU; the GPU gets
     # copies), beside the token embeddings' get_rows, or the CPU layers' own peak when layers stay on the CPU.
-    ids = inputs(w, u, flash, any(layer.grows for layer in model.layers))
+    ids = inputs(w, u, flash, any(layer.grows for layer in model.layers), f32_mask)
     embd = F32 * u.tokens * w.n_embd
     host = Item(
         "graph inputs + input embeddings",
