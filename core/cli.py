@@ -15,6 +15,7 @@ from core.argtypes import (
     byte_count,
     byte_size,
     finite_float,
+    float_range,
     gb_per_s,
     gpu_gib,
     int32,
@@ -35,7 +36,7 @@ from core.finders import COST_BASIS, DEFAULT_CONTEXT, card_record, model_record,
 from core.fit import Setup, default_split, fit
 from core.llamacpp_autofit import autofit_record, fit_params, print_autofit
 from core.memory.gguf_hub import gguf_name
-from core.memory.gpus import Card, card_named
+from core.memory.gpus import MAX_GB_S, MAX_TFLOPS, Card, card_named, cards, with_figures
 from core.memory.quant import format_named
 from core.memory.weightfiles import read_weights
 from core.model.config import MAX_CONFIG_BYTES, parse_json, resolve
@@ -145,10 +146,29 @@ def engine_options(engine: Engine) -> dict:
     return asdict(options) if options is not None else {}
 
 
+gpu_gb_s = float_range(0, MAX_GB_S, " GB/s")
+gpu_tflops = float_range(0, MAX_TFLOPS, " TFLOPS")
+
+
+def add_card_figures(p: argparse.ArgumentParser, whose: str) -> None:
+    """--gpu-gbs and --gpu-tflops: a card's speed figures, for a --gpu-mem-gib card or over a --gpu card's own."""
+    p.add_argument(
+        "--gpu-gbs", type=gpu_gb_s, help=f"memory bandwidth of {whose} in GB/s (with --gpu: instead of the card's)"
+    )
+    p.add_argument(
+        "--gpu-tflops",
+        type=gpu_tflops,
+        help=f"dense 16-bit (BF16, else FP16) tensor TFLOPS of {whose}, no sparsity (with --gpu: instead of the "
+        "card's; its FP8 peak stays)",
+    )
+
+
 def add_card_options(p: argparse.ArgumentParser, gpu_help: str, split: bool) -> None:
-    """--gpu or --gpu-mem-gib, and with `split` how many GPUs and how the model is split over them."""
+    """--gpu or --gpu-mem-gib (with --gpu-gbs and --gpu-tflops to time it), and with `split` how many GPUs and how
+    the model is split over them."""
     p.add_argument("--gpu", help=gpu_help)
     p.add_argument("--gpu-mem-gib", type=gpu_gib, help="memory of one GPU in GiB, instead of --gpu")
+    add_card_figures(p, "one GPU")
     if split:
         p.add_argument("--gpus", type=positive_int, default=1)
         p.add_argument("--tp", type=positive_int, help="tensor parallel size (vLLM)")
@@ -203,10 +223,21 @@ def add_build_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> No
     )
 
 
+def figures_given(args: argparse.Namespace) -> bool:
+    return args.gpu_gbs is not None or args.gpu_tflops is not None
+
+
 def card_from(args: argparse.Namespace) -> Card:
+    if args.gpu is None and args.gpu_mem_gib is None and figures_given(args):
+        raise InputError(
+            "--gpu-gbs / --gpu-tflops are a card's speed figures: give its memory too (--gpu-mem-gib 16), or name "
+            "the card whose figures they replace (--gpu T4)"
+        )
     if (args.gpu is None) == (args.gpu_mem_gib is None):
         raise InputError("give the card either by name (--gpu 'RTX 4090') or by memory (--gpu-mem-gib 24)")
-    return card_named(args.gpu) if args.gpu is not None else Card.custom(args.gpu_mem_gib)
+    if args.gpu is not None:
+        return with_figures(card_named(args.gpu), args.gpu_gbs, args.gpu_tflops)
+    return Card.custom(args.gpu_mem_gib, args.gpu_gbs, args.gpu_tflops)
 
 
 def add_cpu_moe_options(p: argparse.ArgumentParser) -> None:
@@ -322,7 +353,14 @@ def cmd_cards(args: argparse.Namespace) -> dict:
     engine = build_engine(args)
     if args.weights is not None:
         format_named(args.weights)  # an unknown name is one error, not every card refused with it
-    answers = rank_cards(model, engine, args.context, args.weights, checked_kv_dtype(engine, args.kv_dtype))
+    table = None
+    if args.gpu_mem_gib is not None:  # one card by its figures, ranked among the listed ones
+        custom = Card.custom(args.gpu_mem_gib, args.gpu_gbs, args.gpu_tflops)
+        table = cards() | {custom.name: custom}
+    elif figures_given(args):
+        raise InputError("--gpu-gbs / --gpu-tflops are the figures of a card to rank with the rest: give --gpu-mem-gib")
+    kv_dtype = checked_kv_dtype(engine, args.kv_dtype)
+    answers = rank_cards(model, engine, args.context, args.weights, kv_dtype, table)
     return {
         "model": model.name,
         "engine": answers[0].result.setup.engine.name if answers[0].result else args.engine,
@@ -385,12 +423,17 @@ def cmd_ollama(args: argparse.Namespace) -> dict:
         flash_attention=None if args.flash_attention is None else args.flash_attention == "on",
         gpu_overhead=args.gpu_overhead,
     )
-    cards = [card_named(name) for name in (args.gpu or DEFAULT_CARDS)]
-    if args.gpu_mem_gib is not None:  # the named card's speed, this total memory (e.g. a 16 GB 4060 Ti)
-        if not args.gpu:
-            raise InputError("--gpu-mem-gib sets the total memory of the card named by --gpu, which gives its speed")
-        total = Card.custom(args.gpu_mem_gib)
-        cards = [replace(card, memory_bytes=total.memory_bytes, basis=total.basis) for card in cards]
+    if args.gpu:
+        cards = [with_figures(card_named(name), args.gpu_gbs, args.gpu_tflops) for name in args.gpu]
+        if args.gpu_mem_gib is not None:  # the named card's speed, this total memory (e.g. a 16 GB 4060 Ti)
+            total = Card.custom(args.gpu_mem_gib)
+            cards = [replace(card, memory_bytes=total.memory_bytes, basis=total.basis) for card in cards]
+    elif args.gpu_mem_gib is not None:  # a card by its figures; its speed says which one is missing
+        cards = [Card.custom(args.gpu_mem_gib, args.gpu_gbs, args.gpu_tflops)]
+    elif figures_given(args):
+        raise InputError("--gpu-gbs / --gpu-tflops are a card's figures: name it (--gpu) or give --gpu-mem-gib too")
+    else:
+        cards = [card_named(name) for name in DEFAULT_CARDS]
     hw, source = host(args.ram_gbs, args.threads)
     free = parse_free(args.free)
     return report([load_model(m) for m in args.models], cards, settings, args.weights, hw, source, free)
@@ -398,8 +441,11 @@ def cmd_ollama(args: argparse.Namespace) -> dict:
 
 def cmd_speed(args: argparse.Namespace) -> dict:
     cpu_only = args.device == "cpu" or args.backend == "cpu"
-    if cpu_only and (args.gpu is not None or args.gpu_mem_gib is not None):
-        raise InputError("--device cpu (--backend cpu) runs everything in system RAM; drop --gpu / --gpu-mem-gib")
+    if cpu_only and (args.gpu is not None or args.gpu_mem_gib is not None or figures_given(args)):
+        raise InputError(
+            "--device cpu (--backend cpu) runs everything in system RAM; drop --gpu / --gpu-mem-gib / --gpu-gbs / "
+            "--gpu-tflops"
+        )
     if cpu_only:
         args.gpu_mem_gib = 1.0  # the Setup needs a card; with --device cpu nothing is placed on it
     for value in args.batch or ():
@@ -504,6 +550,8 @@ def build_parser() -> argparse.ArgumentParser:
     cardsp.add_argument("--context", type=tokens, default=DEFAULT_CONTEXT, help="tokens per request (default 8K)")
     cardsp.add_argument("--weights", help="weight format (default: the checkpoint's)")
     cardsp.add_argument("--kv-dtype", default="auto")
+    cardsp.add_argument("--gpu-mem-gib", type=gpu_gib, help="also rank a card of this memory in GiB")
+    add_card_figures(cardsp, "that card")
     add_engine_options(cardsp)
     cardsp.add_argument("--json", action="store_true")
     cardsp.set_defaults(run=cmd_cards, show=print_cards)
@@ -519,7 +567,11 @@ def build_parser() -> argparse.ArgumentParser:
     ollamap = sub.add_parser("ollama", help="Ollama's layer split and num_ctx per card, kvscope's account, the speed")
     ollamap.add_argument("models", nargs="+", metavar="MODEL", help="repo ids, presets or config paths")
     ollamap.add_argument("--gpu", action="append", help=f"card name (repeatable; default: {', '.join(DEFAULT_CARDS)})")
-    ollamap.add_argument("--gpu-mem-gib", type=gpu_gib, help="total memory in GiB of the --gpu card(s)")
+    ollamap.add_argument(
+        "--gpu-mem-gib", type=gpu_gib, help="total memory in GiB of the --gpu card(s), or of a card by --gpu-gbs and "
+        "--gpu-tflops without --gpu",
+    )  # fmt: skip
+    add_card_figures(ollamap, "the card(s)")
     ollamap.add_argument("--free", help="free GPU memory as Ollama logs it, e.g. 7.1GiB (default: the whole card)")
     ollamap.add_argument("--num-ctx", type=tokens, help="num_ctx per request, e.g. 32k (default: Ollama's by VRAM)")
     ollamap.add_argument("--num-parallel", type=positive_int, default=1, help="OLLAMA_NUM_PARALLEL (default 1)")

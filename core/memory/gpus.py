@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -25,19 +25,72 @@ class Card:
     fp8_tflops: float | None = None  # dense; None where the card has no FP8 tensor cores
     unified_memory: bool = False
     basis: str = ""  # where memory_bytes comes from, shown to the user
+    fp16_tflops: float | None = None  # dense FP16 matrix peak (FP32 accumulate where the vendor tells them apart)
 
     @property
     def hopper(self) -> bool:
         """SM90 parts, where some engines pick other kernels (vLLM's FlashInfer GDN prefill)."""
         return any(tag in self.name for tag in ("H100", "H200", "GH200"))
 
+    @property
+    def dense_tflops(self) -> float | None:
+        """The dense 16-bit peak the speed model times matmuls and attention by: BF16 where the card has it, else
+        FP16. Every listed card with both runs them at the same dense rate, and llama.cpp runs F16 and quantized
+        weights as FP16 MMA or INT8 MMQ rather than BF16 anyway; cards without BF16 units still have FP16 ones,
+        which llama.cpp's CUDA/HIP kernels use (ggml-cuda/common.cuh fp16_mma_hardware_available from Volta,
+        bf16_mma_hardware_available only from Ampere and RDNA3 @ 0c1e57098), and vLLM runs them in FP16 since BF16
+        needs compute capability 8.0 (vllm/platforms/cuda.py check_if_supports_dtype @ 0.32)."""
+        return self.bf16_tflops or self.fp16_tflops
+
+    def timing_figures(self) -> tuple[float, float]:
+        """Bandwidth (GB/s) and dense peak (TFLOPS) to time the card by; an InputError names what is missing."""
+        bandwidth, peak = self.bandwidth_gb_s, self.dense_tflops
+        if bandwidth and peak:
+            return bandwidth, peak
+        missing = ["bandwidth (--gpu-gbs GB/s)"] if not bandwidth else []
+        missing += [] if peak else ["dense 16-bit peak (--gpu-tflops TFLOPS)"]
+        raise InputError(
+            f"{self.name}: no bandwidth or peak figure to time it by: give its {' and '.join(missing)}, choose a "
+            "listed card, or run on the CPU"
+        )
+
     @classmethod
-    def custom(cls, gib: float) -> Card:
+    def custom(cls, gib: float, gb_s: float | None = None, tflops: float | None = None) -> Card:
+        """A card by its figures: memory in GiB, and optionally bandwidth (GB/s) and dense 16-bit TFLOPS to time
+        it by."""
         if not gib > 0:
             raise InputError(f"GPU memory must be positive, got {gib} GiB")
         if gib > 100_000:
             raise InputError(f"{gib} GiB per GPU is not a real card; give the memory of one GPU in GiB")
-        return cls(f"{gib:g} GiB GPU", "custom", int(gib * GIB), None, basis=f"{gib:g} GiB as given")
+        card = cls(f"{gib:g} GiB GPU", "custom", int(gib * GIB), None, basis=f"{gib:g} GiB as given")
+        return with_figures(card, gb_s, tflops)
+
+
+MAX_GB_S = 100_000  # far past any memory (HBM3e is about 8,000 GB/s per GPU)
+MAX_TFLOPS = 100_000  # far past any one GPU's dense 16-bit peak (B200: 2,250)
+
+
+def checked_figures(gb_s: float | None, tflops: float | None) -> dict[str, float]:
+    """The given speed figures as Card fields; a non-positive, infinite or absurd one is refused."""
+    out = {}
+    for field, flag, value, top in (
+        ("bandwidth_gb_s", "--gpu-gbs (GB/s)", gb_s, MAX_GB_S),
+        ("fp16_tflops", "--gpu-tflops (dense 16-bit TFLOPS)", tflops, MAX_TFLOPS),
+    ):
+        if value is None:
+            continue
+        if not 0 < value <= top:  # NaN fails too
+            raise InputError(f"{flag} must be positive and at most {top:,}, got {value}")
+        out[field] = float(value)
+    return out
+
+
+def with_figures(card: Card, gb_s: float | None, tflops: float | None) -> Card:
+    """A listed card with its bandwidth and/or dense peak replaced by the given ones (the one that times it)."""
+    speed = checked_figures(gb_s, tflops)
+    if "fp16_tflops" in speed:  # the given peak is the one dense_tflops returns, whatever the card's BF16 was
+        speed["bf16_tflops"] = None
+    return replace(card, **speed) if speed else card
 
 
 def _card(row: dict[str, str]) -> Card:
@@ -60,6 +113,7 @@ def _card(row: dict[str, str]) -> Card:
         fp8_tflops=float(row["fp8_tflops"]) if row["fp8_tflops"] else None,
         unified_memory=unified,
         basis=basis,
+        fp16_tflops=float(row["fp16_tflops"]) if row["fp16_tflops"] else None,
     )
 
 
@@ -101,6 +155,8 @@ ALIASES = {
     "l40": "L40 48GB",
     "a40": "A40 48GB",
     "rtx6000": "RTX 6000 Ada Generation 48GB",
+    "v100": "V100 16GB SXM2",  # the cloud V100 (AWS p3, GCP, Colab)
+    "v100s": "V100S 32GB PCIe",
 }
 
 

@@ -285,15 +285,12 @@ def _part(
     n_experts, top_k = next((w.routing for w in work.layers if w.routing[0]), (1, 1))
     if device == "gpu":
         card = setup.card
-        if not card.bandwidth_gb_s or not card.bf16_tflops:
-            raise InputError(
-                f"{card.name}: no bandwidth or peak figure to time it by; choose a listed card (or run on the CPU)"
-            )
+        card_gb_s, dense_tflops = card.timing_figures()  # BF16's peak, else FP16's (Card.dense_tflops says why)
         share = setup.tp  # tensor parallel: each GPU reads and computes its share, in parallel
-        bw = card.bandwidth_gb_s * share
+        bw = card_gb_s * share
         # FP8 checkpoints run their matmuls on FP8 tensor cores where the card has them (vLLM's W8A8 path)
         fp8 = setup.weights in FP8_FORMATS and card.fp8_tflops and isinstance(setup.engine, VllmEngine)
-        attention_peak = card.bf16_tflops * 1e3 * share
+        attention_peak = dense_tflops * 1e3 * share
         peak = card.fp8_tflops * 1e3 * share if fp8 else attention_peak
     else:
         bw = hw.ram_gb_s
