@@ -249,7 +249,7 @@ def answer_speeds(answers: Sequence[CardAnswer | ModelAnswer], hw: Hardware = HO
             out.append(AnswerSpeed(None, None, "does not fit"))
             continue
         setup = a.result.setup
-        if not setup.card.bandwidth_gb_s or not setup.card.bf16_tflops:  # predict refuses it, after the work
+        if not setup.card.bandwidth_gb_s or not setup.card.dense_tflops:  # predict refuses it, after the work
             out.append(AnswerSpeed(None, None, "no bandwidth or peak figure for this card"))
             continue
         cost = speed_cost(setup, a.context)

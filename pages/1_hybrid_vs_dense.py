@@ -55,7 +55,7 @@ def compute(_setup: Setup, comparators: tuple[str, ...], key: str):
 def speed_curves(_setup: Setup, comparators: tuple[str, ...], key: str):
     """Decode tok/s and time to first token over context for the same models, each to its own limit; None when
     the card has no figures."""
-    if not _setup.card.bandwidth_gb_s or not _setup.card.bf16_tflops:
+    if not _setup.card.bandwidth_gb_s or not _setup.card.dense_tflops:
         return None
     setups = _setups(_setup, comparators)
     grid = context_grid(shown_limit(setups))

@@ -60,7 +60,7 @@ summary = (
 )
 with st.expander(f"Ollama settings and host: {summary}"):  # every control is bound to a link field (in_o…)
     c1, c2, c3 = st.columns(3)
-    listed = [name for name, card in cards().items() if card.bandwidth_gb_s and card.bf16_tflops]
+    listed = [name for name, card in cards().items() if card.bandwidth_gb_s and card.dense_tflops]
     chosen = c1.multiselect(
         "Cards", listed, key="ol_cards", max_selections=MAX_OLLAMA_CARDS, on_change=_on_list,
         args=("ol_cards", "in_ocards"),

@@ -142,7 +142,7 @@ def to_row(r: dict) -> Row:
     if "SUSPECT" in (r.get("notes") or ""):  # the corpus' own flag: a figure its source contradicts
         raise InputError("flagged SUSPECT in the corpus")
     card: Card = card_named(r["card"])
-    if not card.bandwidth_gb_s or not card.bf16_tflops:
+    if not card.bandwidth_gb_s or not card.dense_tflops:
         raise InputError(f"no bandwidth or peak for {card.name} in gpus.csv")
     fmt = kvscope_format(r["weights"], r["model_id"])
     ub = r.get("n_ubatch") or 512
