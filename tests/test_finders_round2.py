@@ -32,7 +32,7 @@ def expected_speed(setup: Setup, context: int, fits: bool) -> tuple[str, str]:
     """(decode tok/s, time to first token) cells: core.speed at the row's context, one request, or why not."""
     if not fits:
         return "— (does not fit)", "— (does not fit)"
-    if not setup.card.bandwidth_gb_s or not setup.card.bf16_tflops:
+    if not setup.card.bandwidth_gb_s or not setup.card.dense_tflops:
         why = "— (no bandwidth or peak figure for this card)"
         return why, why
     s = predict(setup, ANY_HOST, context, 1)
