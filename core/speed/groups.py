@@ -2,7 +2,8 @@
 
 A figure's group is (engine, backend, card class): the backend the card runs (llama.cpp's ggml backends; default
 from the card's vendor), the class of card (HBM datacenter parts, GDDR consumer and workstation cards, Apple
-silicon, other unified-memory APUs, CPUs). fitted.json (tests/bench/fit_corpus.py) holds each group's held-out
+silicon, other unified-memory APUs, CPUs; on CUDA, Turing and pre-Turing NVIDIA cards apart, and on Vulkan the
+class is the matrix-core path llama.cpp takes). fitted.json (tests/bench/fit_corpus.py) holds each group's held-out
 error; a group with none says so.
 """
 
@@ -24,12 +25,31 @@ CLASSES = {
     "apple": "Apple silicon",
     "apu": "APUs with unified memory",
     "cpu": "CPUs",
+    "turing": "NVIDIA Turing GeForce cards (RTX 20x0, GTX 16x0)",
+    "turing-pro": "NVIDIA Turing workstation and datacenter cards (T4, Quadro RTX)",
+    "pre-turing": "NVIDIA Volta and Pascal cards (V100, TITAN V, GTX 10x0, P40)",
+    "coopmat2": "NVIDIA cards (cooperative matrix 2)",
+    "coopmat": "cards with cooperative-matrix cores (Intel Arc B, Radeon RX 7000/9000)",
+    "no-coopmat": "cards without cooperative-matrix cores (Intel Arc A, Radeon RX 6000 and older)",
 }
 # HBM parts: the cards llama.cpp reaches the smallest share of the bandwidth of at one sequence
 _HBM = ("A100", "H100", "H200", "H20 ", "GH200", "B200", "GB200", "A30 ", "V100", "MI210", "MI250", "MI300", "MI325")
 # Professional NVIDIA parts run tensor cores at full rate with FP32 accumulation, where GeForce halves it: against
 # the datasheet BF16 peak, llama.cpp's int8 (MMQ) kernels reach a different share on them
 _PRO = re.compile(r"^(RTX (A\d|PRO|\d+ Ada)|Quadro|L40|L4 |A40|A10|A16|A2 |T4|Tesla)")
+# llama.cpp's CUDA matmul path by architecture (ggml-cuda/mmq.cu ggml_cuda_should_use_mmq, common.cuh @ 0c1e570):
+# Turing (cc 7.5) runs quantised matmuls as MMQ on INT8 MMA (turing_mma_available) but without Ampere's cp.async
+# loads (cp_async_available) and with a smaller FP16-accumulate peak than the one the MMQ rate was fitted against;
+# Volta and Pascal have no INT8 MMA: dp4a MMQ below MMQ_DP4A_MAX_BATCH_SIZE (64) tokens, and for longer prompt
+# batches on Volta the weights are dequantised to FP16 for cuBLAS (fp16_mma_hardware_available). Neither runs at
+# the share of the peak fitted on Ampere and newer, so each is its own class on CUDA.
+_TURING = re.compile(r"RTX 20\d0|TITAN RTX|Quadro RTX|^T4 |GTX 16\d0")
+_PRE_TURING = re.compile(r"V100|TITAN V\b|TITAN Xp?\b|GTX 10\d0|^Tesla P|^Quadro P|P100|P40")
+# llama.cpp's Vulkan matmuls by matrix-core path (ggml-vulkan.cpp @ 0c1e570): NVIDIA drivers get the
+# NV_cooperative_matrix2 shaders (coopmat2), other cards VK_KHR_cooperative_matrix (coopmat) only where
+# ggml_vk_khr_cooperative_matrix_support allows it: not on Intel Xe1 discrete cards (Arc A: "performance
+# regressions") nor on AMD before RDNA3 under AMD's drivers; those run the plain shader matmuls (no-coopmat).
+_NO_COOPMAT = re.compile(r"Arc A\d|Arc Pro A\d|RX [56]\d\d0|Vega|RX [45]\d0")
 # ggml kernel families: llama.cpp's quantised matmuls (mmq/mmvq, ggml-cpu's vec_dot) differ per block layout
 FAMILIES = ("float", "legacy", "k-quant", "i-quant", "mxfp4", "other")
 _LEGACY = frozenset({"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1"})
@@ -58,6 +78,14 @@ def card_class(card: Card | None, backend: str) -> str:
         return "apple"
     if card.unified_memory:
         return "apu"
+    if backend == "vulkan":
+        if _NO_COOPMAT.search(card.name) or _PRE_TURING.search(card.name):  # Pascal/Volta: no coopmat2 either
+            return "no-coopmat"
+        return "coopmat2" if vendor_of(card) == "NVIDIA" else "coopmat"
+    if backend == "cuda" and _TURING.search(card.name):  # the peak's basis differs as for _PRO below
+        return "turing-pro" if _PRO.match(card.name) else "turing"
+    if backend == "cuda" and _PRE_TURING.search(card.name):
+        return "pre-turing"
     if any(tag in card.name for tag in _HBM):
         return "datacenter"
     return "workstation" if _PRO.match(card.name) else "consumer"

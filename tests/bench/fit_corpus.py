@@ -46,6 +46,7 @@ from core.speed import efficiency as eff_module
 from core.speed.efficiency import FITTED, Efficiency, efficiency_for
 from core.speed.groups import ERROR_BAND, FAMILIES, card_class, format_family, group_label
 from core.speed.predict import Hardware, Timing, predict, setup_weights
+from tests.bench.speed_fit import descend as coordinate_descent
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "measurements" / "speed" / "corpus"
@@ -305,23 +306,8 @@ def floored(key: str, value: float) -> float:
 
 
 def descend(rows: list[Terms], start: dict, keys: Iterable[str], parent: dict | None, rounds: int = 400) -> dict:
-    p = dict(start)
-    keys = [k for k in keys if k in p]
-    best = loss(rows, p, parent)
-    step = 1.0  # natural-log units: ×e per move, halved when no move helps
-    for _ in range(rounds):
-        moved = False
-        for key in keys:
-            for sign in (1, -1):
-                trial = p | {key: floored(key, p[key]) * math.exp(sign * step)}
-                value = loss(rows, trial, parent)
-                if value < best - 1e-12:
-                    p, best, moved = trial, value, True
-        if not moved:
-            step /= 2
-            if step < 2e-3:
-                break
-    return p
+    keys = [k for k in keys if k in start]
+    return coordinate_descent(lambda p: loss(rows, p, parent), start, keys, rounds, 2e-3, floored)[0]
 
 
 def fit_keys(rows: list[Terms], pooled: bool = False) -> list[str]:

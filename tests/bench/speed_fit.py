@@ -7,6 +7,7 @@ logarithms of the parameters (no scipy here); it is small and deterministic.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from functools import cache
 from typing import Any
@@ -68,22 +69,40 @@ def log_loss(rows, engine: str, ram_gb_s: float, eff: Efficiency) -> float:
     return total
 
 
-def fit(rows, engine: str, ram_gb_s: float, rounds: int = 40) -> tuple[Efficiency, float]:
-    eff = replace(efficiency_for(engine, "cpu"), **START[engine])
-    keys = FIT_KEYS[engine]
-    best = log_loss(rows, engine, ram_gb_s, eff)
-    step = 1.0  # in natural log units: ×e per move, halved when no move helps
+def descend(
+    loss: Callable[[dict[str, float]], float],
+    start: dict[str, float],
+    keys: Iterable[str],
+    rounds: int,
+    min_step: float,
+    floor: Callable[[str, float], float] = lambda _key, value: max(value, 1e-9),
+) -> tuple[dict[str, float], float]:
+    """Coordinate descent on the logarithms of `keys` (the others stay as in `start`): each round tries ×e^±step on
+    every key in turn and keeps what lowers `loss`; the step halves when no move helps, down to `min_step`. `floor`
+    gives the value a step starts from (a parameter at 0 could never leave it). Returns (parameters, loss)."""
+    p = dict(start)
+    best = loss(p)
+    step = 1.0  # natural-log units
     for _ in range(rounds):
         moved = False
         for key in keys:
             for sign in (1, -1):
-                value = getattr(eff, key)
-                trial = replace(eff, **{key: max(value, 1e-9) * math.exp(sign * step)})
-                loss = log_loss(rows, engine, ram_gb_s, trial)
-                if loss < best - 1e-12:
-                    eff, best, moved = trial, loss, True
+                trial = p | {key: floor(key, p[key]) * math.exp(sign * step)}
+                value = loss(trial)
+                if value < best - 1e-12:
+                    p, best, moved = trial, value, True
         if not moved:
             step /= 2
-            if step < 1e-3:
+            if step < min_step:
                 break
-    return eff, best
+    return p, best
+
+
+def fit(rows, engine: str, ram_gb_s: float, rounds: int = 40) -> tuple[Efficiency, float]:
+    eff = replace(efficiency_for(engine, "cpu"), **START[engine])
+    keys = FIT_KEYS[engine]
+    p, best = descend(
+        lambda q: log_loss(rows, engine, ram_gb_s, replace(eff, **q)),
+        {k: getattr(eff, k) for k in keys}, keys, rounds, 1e-3,
+    )  # fmt: skip
+    return replace(eff, **p), best
