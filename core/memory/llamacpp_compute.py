@@ -31,8 +31,8 @@ Which tensors make each phase was read from the graph; how many [n_embd, T]-size
 residual, norms) was then set from libllama's own buffer size (`llama_get_memory_breakdown`) on models of realistic
 widths, tests/engines/test_llamacpp_compute.py (table in tests/artifacts/llamacpp_compute_referee.md). The bounds it
 enforces: at Llama-3.1-8B and Qwen3-30B-A3B widths (dense, MHA, MoE) kvscope is never under libllama and at most 8 %
-over, and the logits and no-flash-attention kq peaks are exact to the byte; at Qwen3.5-9B (hybrid) and gpt-oss-20b
-(iSWA MoE) widths from 32K to 262K cells −2 % .. +7 %, the flash-attention logits exact; at the tiny referee widths,
+over, and the logits and no-flash-attention kq peaks are exact to the byte; at Qwen3.5-9B and Nemotron-H-8B (hybrid)
+and gpt-oss-20b (iSWA MoE) widths to 262K cells −2 % .. +7 %, the flash-attention logits exact; at the tiny widths,
 where each architecture's own small tensors weigh as much as the modelled rows, −10 % .. +13 %.
 
 Offload (-ngl, --n-cpu-moe) is read from source, not refereed (there is no GPU here):

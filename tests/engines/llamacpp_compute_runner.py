@@ -88,9 +88,15 @@ def write_wide(name: str, cfg: dict, out_dir: Path) -> str:
     w.add_block_count(cfg["layers"])
     w.add_context_length(262144)
     w.add_embedding_length(hidden)
-    w.add_feed_forward_length(cfg["ffn"])
+    pattern = cfg.get("pattern")  # Nemotron-H: M (Mamba2), - (MLP), * (attention) per layer
+    if pattern:  # conversion/nemotron.py: per-layer arrays, 0 where a layer has no FFN / no KV heads
+        w.add_feed_forward_length([cfg["ffn"] if kind == "-" else 0 for kind in pattern])
+        w.add_head_count_kv([cfg["kv_heads"] if kind == "*" else 0 for kind in pattern])
+        w.add_layer_norm_eps(1e-5)
+    else:
+        w.add_feed_forward_length(cfg["ffn"])
+        w.add_head_count_kv(cfg["kv_heads"])
     w.add_head_count(cfg["heads"])
-    w.add_head_count_kv(cfg["kv_heads"])
     w.add_key_length(hd)
     w.add_value_length(hd)
     w.add_rope_dimension_count(cfg.get("rope_dim") or hd)
@@ -112,17 +118,21 @@ def write_wide(name: str, cfg: dict, out_dir: Path) -> str:
         w.add_expert_feed_forward_length(cfg["expert_ffn"])
     if arch == "gpt-oss":
         w.add_sliding_window(cfg["sliding_window"])
-    if arch == "qwen35":  # the Gated DeltaNet hyperparameters (conversion/qwen.py, Qwen3.5)
+    if arch in ("qwen35", "nemotron_h"):  # the recurrent layers' hyperparameters (conversion/qwen.py, nemotron.py)
         w.add_ssm_conv_kernel(cfg["conv_kernel"])
         w.add_ssm_state_size(cfg["state_size"])
         w.add_ssm_group_count(cfg["group_count"])
         w.add_ssm_time_step_rank(cfg["time_step_rank"])
         w.add_ssm_inner_size(cfg["inner_size"])
+    if arch == "qwen35":
         w.add_uint32(f"{arch}.full_attention_interval", cfg["full_attention_interval"])
         w.add_array(f"{arch}.rope.dimension_sections", [11, 11, 10, 0])
     for il in range(cfg["layers"]):
         b = f"blk.{il}."
         w.add_tensor(b + "attn_norm.weight", norm(hidden))
+        if pattern:  # models/nemotron-h.cpp, load_arch_tensors: one mixer per layer
+            nemotron_block(w, b, pattern[il], cfg, matrix, norm)
+            continue
         recurrent = arch == "qwen35" and (il + 1) % cfg["full_attention_interval"] != 0
         if recurrent:  # models/qwen35.cpp, load_block_trunk: the linear-attention tensors
             key, value, heads = cfg["state_size"] * cfg["group_count"], cfg["inner_size"], cfg["time_step_rank"]
@@ -168,6 +178,32 @@ def write_wide(name: str, cfg: dict, out_dir: Path) -> str:
     w.write_tensors_to_file()
     w.close()
     return str(path)
+
+
+def nemotron_block(w, b: str, kind: str, cfg: dict, matrix, norm) -> None:
+    """One Nemotron-H block: Mamba2 (M), a squared-ReLU MLP (-) or attention (*), after its norm."""
+    import numpy as np
+
+    hidden, inner, groups, state = cfg["hidden"], cfg["inner_size"], cfg["group_count"], cfg["state_size"]
+    heads, conv = cfg["time_step_rank"], cfg["inner_size"] + 2 * cfg["group_count"] * cfg["state_size"]
+    if kind == "M":
+        matrix(b + "ssm_in.weight", 2 * inner + 2 * groups * state + heads, hidden)
+        w.add_tensor(b + "ssm_conv1d.weight", norm(conv, cfg["conv_kernel"]))
+        w.add_tensor(b + "ssm_conv1d.bias", np.zeros(conv, dtype=np.float32))
+        w.add_tensor(b + "ssm_dt.bias", norm(heads))
+        w.add_tensor(b + "ssm_a", norm(heads, 1))
+        w.add_tensor(b + "ssm_d", norm(heads, 1))
+        w.add_tensor(b + "ssm_norm.weight", norm(groups, inner // groups))
+        matrix(b + "ssm_out.weight", hidden, inner)
+    elif kind == "-":
+        matrix(b + "ffn_up.weight", cfg["ffn"], hidden)
+        matrix(b + "ffn_down.weight", hidden, cfg["ffn"])
+    else:
+        q, kv = cfg["heads"] * cfg["head_dim"], cfg["kv_heads"] * cfg["head_dim"]
+        matrix(b + "attn_q.weight", q, hidden)
+        matrix(b + "attn_k.weight", kv, hidden)
+        matrix(b + "attn_v.weight", kv, hidden)
+        matrix(b + "attn_output.weight", hidden, q)
 
 
 def run_case(model, case: dict) -> dict:
