@@ -50,26 +50,32 @@ def test_backend_defaults_from_the_cards_vendor():
     assert default_backend(card_named("AMD Ryzen AI Max+ 395 (Strix Halo, Radeon 8060S) 128GB")) == "rocm"
 
 
-def test_card_classes():
-    assert card_class(card_named("H100 80GB SXM5"), "cuda") == "datacenter"
-    assert card_class(card_named("GeForce RTX 4090 24GB"), "cuda") == "consumer"
-    assert card_class(card_named("RTX 6000 Ada Generation 48GB"), "cuda") == "workstation"
-    assert card_class(card_named("Apple M4 Max 128GB (16C CPU / 40C GPU)"), "metal") == "apple"
-    assert card_class(card_named("AMD Ryzen AI Max+ 395 (Strix Halo, Radeon 8060S) 128GB"), "rocm") == "apu"
-    assert card_class(card_named("GeForce RTX 4090 24GB"), "cpu") == "cpu"
-    # llama.cpp's kernel path (ggml-cuda/mmq.cu ggml_cuda_should_use_mmq; ggml-vulkan.cpp
-    # ggml_vk_khr_cooperative_matrix_support): Turing's INT8 MMA, Volta's dp4a/cuBLAS, Vulkan's matrix-core shaders
-    assert card_class(card_named("GeForce RTX 2080 Ti 11GB"), "cuda") == "turing"
-    assert card_class(card_named("T4 16GB"), "cuda") == card_class(card_named("Quadro RTX 6000 24GB"), "cuda")
-    assert card_class(card_named("T4 16GB"), "cuda") == "turing-pro"
-    assert card_class(card_named("TITAN V 12GB"), "cuda") == card_class(card_named("V100 32GB SXM2"), "cuda")
-    assert card_class(card_named("V100 32GB SXM2"), "cuda") == "pre-turing"
-    assert card_class(card_named("GeForce RTX 4070 12GB"), "vulkan") == "coopmat2"
-    assert card_class(card_named("Intel Arc B580 12GB"), "vulkan") == "coopmat"
-    assert card_class(card_named("Intel Arc A750 8GB"), "vulkan") == "no-coopmat"
-    assert card_class(card_named("Radeon RX 6700 XT 12GB"), "vulkan") == "no-coopmat"
-    # on ROCm RDNA2 runs dp4a MMQ (no WMMA), but no RDNA2 ROCm run is in the fit: it stays with the consumer cards
-    assert card_class(card_named("Radeon RX 6700 XT 12GB"), "rocm") == "consumer"
+@pytest.mark.parametrize(
+    ("card", "backend", "klass"),
+    [
+        ("H100 80GB SXM5", "cuda", "datacenter"),
+        ("GeForce RTX 4090 24GB", "cuda", "consumer"),
+        ("RTX 6000 Ada Generation 48GB", "cuda", "workstation"),
+        ("Apple M4 Max 128GB (16C CPU / 40C GPU)", "metal", "apple"),
+        ("AMD Ryzen AI Max+ 395 (Strix Halo, Radeon 8060S) 128GB", "rocm", "apu"),
+        ("GeForce RTX 4090 24GB", "cpu", "cpu"),
+        # llama.cpp's kernel path (ggml-cuda/mmq.cu ggml_cuda_should_use_mmq; ggml-vulkan.cpp
+        # ggml_vk_khr_cooperative_matrix_support): Turing's INT8 MMA, Volta's dp4a/cuBLAS, Vulkan's matrix cores
+        ("GeForce RTX 2080 Ti 11GB", "cuda", "turing"),
+        ("T4 16GB", "cuda", "turing-pro"),
+        ("Quadro RTX 6000 24GB", "cuda", "turing-pro"),
+        ("TITAN V 12GB", "cuda", "pre-turing"),
+        ("V100 32GB SXM2", "cuda", "pre-turing"),
+        ("GeForce RTX 4070 12GB", "vulkan", "coopmat2"),
+        ("Intel Arc B580 12GB", "vulkan", "coopmat"),
+        ("Intel Arc A750 8GB", "vulkan", "no-coopmat"),
+        ("Radeon RX 6700 XT 12GB", "vulkan", "no-coopmat"),
+        # on ROCm RDNA2 runs dp4a MMQ (no WMMA), but no RDNA2 ROCm run is in the fit: it stays with the consumer cards
+        ("Radeon RX 6700 XT 12GB", "rocm", "consumer"),
+    ],
+)
+def test_card_classes(card, backend, klass):
+    assert card_class(card_named(card), backend) == klass
 
 
 def test_a_backend_that_cannot_drive_the_card_is_refused():
