@@ -256,6 +256,16 @@ def test_held_out_split_is_by_source_and_card():
     assert kvscope_format("F16", "openai/gpt-oss-20b") == "mxfp4_moe"
 
 
+def test_old_builds_are_build_numbers_not_commit_hashes():
+    sys.path.insert(0, str(ROOT))
+    from tests.bench.fit_corpus import OLD_BUILD, old_build
+
+    assert old_build(f"b{OLD_BUILD - 1} (4426e298)") and old_build(f"b{OLD_BUILD - 1}")
+    assert not old_build(f"b{OLD_BUILD}") and not old_build(None)
+    # llama-bench prints a commit hash when built outside a release: 'b8e09f0' is not build 8
+    assert not old_build("b8e09f0") and not old_build("b43556e")
+
+
 def test_bench_speed_corpus_section_runs():
     out = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "bench" / "bench_speed.py"), "--corpus"],

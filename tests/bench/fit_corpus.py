@@ -279,7 +279,7 @@ def old_build(build: str | None) -> bool:
     """Builds before OLD_BUILD ran each decode step without CUDA graphs (ggml-cuda: graphs since May 2024), so
     their per-pass overhead is larger; kvscope predicts current builds, so this extra overhead is fitted as a
     nuisance term on the rows it concerns and never written to fitted.json."""
-    m = re.match(r"b(\d+)", build or "")
+    m = re.match(r"b(\d+)(?:\s|$)", build or "")  # 'b6077 (83bc2f28)', not a commit hash like 'b8e09f0'
     return bool(m) and int(m.group(1)) < OLD_BUILD
 
 
