@@ -449,7 +449,8 @@ def test_free_memory_is_what_the_split_goes_into(capsys):
         (["Qwen/Qwen3-8B", "--free", "9GiB", "--gpu", "RTX 4060 8GB"], "at most the card's 8.00 GiB"),
         (["Qwen/Qwen3-8B", "--free", "7.1GB"], "cannot read free memory"),
         (["Qwen/Qwen3-8B", "--free", "0"], "must be positive"),
-        (["Qwen/Qwen3-8B", "--gpu-mem-gib", "16"], "--gpu-mem-gib sets the total memory of the card named by --gpu"),
+        # a card by its memory alone cannot be timed: the message names the two figures to add
+        (["Qwen/Qwen3-8B", "--gpu-mem-gib", "16"], "give its bandwidth (--gpu-gbs GB/s) and dense 16-bit peak"),
     ],
 )
 def test_bad_free_memory_is_a_clean_message(capsys, argv, message):
