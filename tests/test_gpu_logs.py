@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from core.dtypes import dtype_named
-from core.engines.llamacpp import LlamaCppEngine, LlamaCppOptions
+from core.engines.llamacpp import LlamaCppBuild, LlamaCppEngine, LlamaCppOptions
 from core.errors import InputError
-from core.fit import Setup, Solver, layer_bytes
+from core.fit import Setup, Solver
 from core.memory.gpus import Card, card_named
 from core.memory.quant import format_named, weights_bytes
 from core.model.loading import load_model
@@ -101,6 +101,7 @@ def setup_of(row: dict) -> Setup:
         flash_attn=row["flash_attn"] is not False,  # "auto" resolves to on with CUDA; None: not logged
         kv_unified=row["kv_unified"],
         n_outputs_max=row.get("n_outputs_max", 0),  # set where the row says llama-server capped the logits rows
+        build=LlamaCppBuild.parse(row["llamacpp_build"]) if row.get("llamacpp_build") else LlamaCppBuild(),
     )
     card = card_named(row["kvscope_card"]) if row.get("kvscope_card") else Card.custom(row["kvscope_card_gib"])
     moe = row["cpu_moe_layers"]
@@ -110,7 +111,7 @@ def setup_of(row: dict) -> Setup:
         card,
         weights=weights_format(row),
         kv_dtype=row["type_k"],
-        gpu_layers=row["gpu_layers_kvscope"] or row["gpu_layers"],
+        gpu_layers=row["gpu_layers"],
         cpu_experts=range(*moe) if moe else range(0),
     )
 
@@ -133,13 +134,7 @@ def sized(row: dict) -> Sized:
     # a tied head is the embedding loaded a second time on the output layer's device (TENSOR_DUPLICATED): the file,
     # and so RAM, holds it once
     tied = not any(t.role == "output" for t in count.tensors)
-    whole = sizes.total + (sizes.embedding if tied and solver.offload.output and not row["output_on_host"] else 0)
-    if row["output_on_host"]:
-        # Builds of 2025 and before put the last -ngl decoder layers on the GPU and the output layer only for
-        # -ngl > n_layer (their log: "offloading N repeating layers", no "offloading output layer" line); kvscope
-        # follows today's rule (core.engines.llamacpp.Offload), so the row asks for one more layer and the output
-        # layer is counted where that build kept it.
-        on_gpu -= layer_bytes(count, solver.format, dtype_bytes)[2]
+    whole = sizes.total + (sizes.embedding if tied and solver.offload.output else 0)
     parts: dict[str, int | None] = dict.fromkeys(COMPONENTS)
     parts["model GPU"] = on_gpu
     parts["model RAM"] = whole - on_gpu
