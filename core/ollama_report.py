@@ -41,7 +41,7 @@ from core.engines.runtimes import (
 )
 from core.errors import InputError
 from core.fit import Fit, Setup, Solver, fit
-from core.llamacpp_autofit import fit_params
+from core.llamacpp_autofit import FitChoice, fit_params
 from core.memory.gpus import Card
 from core.model.spec import ModelSpec
 from core.speed import calibration
@@ -106,12 +106,14 @@ class OllamaRow:
     num_parallel: int
     kv_type: str  # what the cache is sized in
     flash_attention: bool
-    # The split the row's account and speed use: v0.12.10's estimate where it applied (the llama.cpp runner's loads)
-    # and kvscope models it (attention-only models), else current Ollama's own (llama-server's --fit)
-    split_by: str
+    # Current Ollama passes no -ngl, so llama-server's own fit (core.llamacpp_autofit) picks the layers the row's
+    # account and speed use, and for MoE models which layers keep their experts in RAM
     layers: int  # on the GPU, the output layer counted as one
     blocks: int
+    fit_note: str  # the fit's steps
+    fit_cpu_experts: tuple[int, int] | None  # MoE: [first, last] layer whose routed experts the fit keeps in RAM
     # v0.12.10's estimateGPULayers; None where the Go engine loaded the model instead, or kvscope does not model it
+    estimate_layers: int | None
     ollama_vram_bytes: int | None
     ollama_total_bytes: int | None
     ollama_kv_bytes: int | None
@@ -127,12 +129,6 @@ class OllamaRow:
     threads: int
     weights: str
     gpu_overhead: int  # OLLAMA_GPU_OVERHEAD, bytes
-    # Current Ollama passes no -ngl, so llama-server's own fit picks the layers (core.llamacpp_autofit), and for MoE
-    # models which layers keep their experts in RAM; None where kvscope cannot model it, with the reason in fit_note
-    fit_layers: int | None
-    fit_decode_tok_s: float | None
-    fit_note: str
-    fit_cpu_experts: tuple[int, int] | None  # MoE: [first, last] layer whose routed experts the fit keeps in RAM
     # Ollama v0.24.0, the last release with its own Go engine: the runner it chose, and where that is the Go engine,
     # its layout (core.engines.ollama_engine; the graph a stand-in)
     go_runner: str
@@ -227,21 +223,15 @@ def ollama_row(
     num_ctx = request_ctx(model, settings, card.memory_bytes)
     arch = gguf_arch(model)
     now, then = runner(arch), runner(arch, LAST_GO_ENGINE)
-    fit_layers, fit_speed, fit_note, fit_ram = _llama_server_fit(model, placed, settings, num_ctx, weights, hw)
+    # Current Ollama passes llama-server no -ngl, so its --fit places the layers (and routed experts) of every model.
+    choice = _llama_server_fit(model, placed, settings, num_ctx, weights)
+    # v0.12.10's estimateGPULayers, shown beside: it sized only the llama.cpp runner's loads (the Go engine measured)
     split = None
-    # estimateGPULayers sized only the llama.cpp runner's loads; at v0.12.10 the Go engine measured its own
     if runner(arch, ESTIMATOR_VERSION).name == LLAMA_RUNNER and estimator_covers(model):
         split = ollama_layers(model, placed.memory_bytes, settings, weights, total_bytes=card.memory_bytes)
-        gpu_layers, split_by = split.gpu_layers, f"{ESTIMATOR_VERSION} estimate"
-    elif fit_layers is not None:
-        gpu_layers, split_by = fit_layers, "llama-server --fit"
-    else:
-        raise InputError(f"{model.name} on {card.name}: llama-server's fit is not modelled here: {fit_note}")
     blocks = len(model.layers)
-    layers = split.layers if split else gpu_layers
-    setup = llama_setup(model, placed, settings, weights, None if layers > blocks else layers)
-    if split is None and fit_ram:  # the fit's split: its routed experts in RAM too
-        setup = replace(setup, cpu_experts=range(fit_ram[0], fit_ram[1] + 1))
+    layers = choice.n_layers + 1 if choice.gpu_layers is None else choice.gpu_layers
+    setup = replace(llama_setup(model, placed, settings, weights, choice.gpu_layers), cpu_experts=choice.cpu_experts)
     # llama-server gets -c num_ctx × np -np np with kv_unified off: np streams of num_ctx cells each, which is
     # kvscope's per-sequence cache num_parallel times over (core.engines.llamacpp, the "ollama" front end).
     result = fit(setup, [num_ctx])
@@ -260,9 +250,11 @@ def ollama_row(
         num_parallel=settings.num_parallel,
         kv_type=kv_type(model, settings),
         flash_attention=uses_flash_attention(model, settings),
-        split_by=split_by,
         layers=layers,
         blocks=blocks,
+        fit_note="; ".join(choice.steps),
+        fit_cpu_experts=(choice.cpu_experts.start, choice.cpu_experts.stop - 1) if choice.cpu_experts else None,
+        estimate_layers=split.layers if split else None,
         ollama_vram_bytes=split.vram_bytes if split else None,
         ollama_total_bytes=split.total_bytes if split else None,
         ollama_kv_bytes=split.kv_bytes if split else None,
@@ -278,10 +270,6 @@ def ollama_row(
         threads=hw.threads,
         weights=weights,
         gpu_overhead=settings.gpu_overhead,
-        fit_layers=fit_layers,
-        fit_decode_tok_s=fit_speed,
-        fit_note=fit_note,
-        fit_cpu_experts=fit_ram,
         go_runner=then.name,
         go_runner_why=then.why,
         go_layers=go.layers if go else None,
@@ -295,20 +283,15 @@ def ollama_row(
 
 
 def _llama_server_fit(
-    model: ModelSpec, card: Card, settings: OllamaSettings, num_ctx: int, weights: str, hw: Hardware
-) -> tuple[int | None, float | None, str, tuple[int, int] | None]:
+    model: ModelSpec, card: Card, settings: OllamaSettings, num_ctx: int, weights: str
+) -> FitChoice:
     """-ngl as current Ollama gets it: -c num_ctx × np -np np and no -ngl (llm/llama_server.go), so llama-server's
-    --fit chooses, with its default 1 GiB margin (and for MoE models which layers keep their experts in RAM); and
-    the decode speed of that split."""
-    setup = llama_setup(model, card, settings, weights)
+    --fit chooses, with its default 1 GiB margin (and for MoE models which layers keep their experts in RAM)."""
+    np = settings.num_parallel
     try:
-        choice = fit_params(setup, num_ctx * settings.num_parallel, settings.num_parallel)
+        return fit_params(llama_setup(model, card, settings, weights), num_ctx * np, np)
     except InputError as err:
-        return None, None, str(err), None
-    layers = choice.n_layers + 1 if choice.gpu_layers is None else choice.gpu_layers
-    speed = predict(replace(setup, gpu_layers=choice.gpu_layers, cpu_experts=choice.cpu_experts), hw, num_ctx, 1)
-    ram = (choice.cpu_experts.start, choice.cpu_experts.stop - 1) if choice.cpu_experts else None
-    return layers, speed.decode_tok_s, "; ".join(choice.steps), ram
+        raise InputError(f"{model.name} on {card.name}: llama-server's fit is not modelled here: {err}") from None
 
 
 def ollama_grid(
@@ -346,11 +329,10 @@ SPEED_AT = (
     "num_ctx-token prompt"
 )
 UNCHECKED = (
-    f"Ollama {OLLAMA_VERSION} runs every model on llama-server and passes no -ngl, so 'fit' (llama-server's --fit, "
-    f"common/fit.cpp) is what it gets; 'layers' is its {ESTIMATOR_VERSION} estimateGPULayers where that sized the "
-    f"load (the llama.cpp runner's attention-only models), else the fit; 'Go engine' is {LAST_GO_ENGINE}'s own "
-    "engine, its graph a stand-in (kvscope's llama.cpp compute buffers); all read from source, none checked against "
-    "a running Ollama"
+    f"Ollama {OLLAMA_VERSION} runs every model on llama-server and passes no -ngl, so 'layers' is llama-server's "
+    f"--fit (common/fit.cpp); '{ESTIMATOR_VERSION}' is that release's estimateGPULayers where it sized the load (the "
+    f"llama.cpp runner's attention-only models); 'Go engine' is {LAST_GO_ENGINE}'s own engine, its graph a stand-in "
+    "(kvscope's llama.cpp compute buffers); all read from source, none checked against a running Ollama"
 )
 
 
@@ -399,27 +381,22 @@ def print_report(out: dict) -> None:
     print(f"host RAM {out['ram_gb_s']:.1f} GB/s ({out['ram_source']}), {out['threads']} threads")
     print(f"speed: {out['speed_at']}")
     print(f"note: {out['note']}")
-    head = f"{'model':<34} {'card':<25} {'runner':<12} {'num_ctx':>7} {'KV':>4} {'layers':>6} {'Ollama VRAM':>11} "
+    head = f"{'model':<34} {'card':<25} {'runner':<12} {'num_ctx':>7} {'KV':>4} {'layers':>6} "
     print(
-        head + f"{'Ollama total':>12} {'kvscope GPU':>11} {'fits':>4} {'decode tok/s':>12} {'prefill tok/s':>13} "
-        f"{'±decode':>11} {'fit layers':>10} {'fit tok/s':>9} {'Go engine':>9}  fit: experts in RAM"
+        head + f"{'kvscope GPU':>11} {'fits':>4} {'decode tok/s':>12} {'prefill tok/s':>13} {'±decode':>11} "
+        f"{ESTIMATOR_VERSION:>8} {'its VRAM':>9} {'Go engine':>9}  experts in RAM"
     )
     for r in out["rows"]:
-        estimate = r["ollama_vram_bytes"] is not None
-        go = f"{r['go_layers']}/{r['blocks'] + 1}" if r["go_layers"] is not None else "-"
+        estimate, blocks = r["estimate_layers"], r["blocks"] + 1
+        go = f"{r['go_layers']}/{blocks}" if r["go_layers"] is not None else "-"
         print(
             f"{r['model'][:34]:<34} {r['card'][:25]:<25} {r['runner']:<12} {format_tokens(r['num_ctx']):>7} "
             f"{r['kv_type']:>4} {r['offloaded']:>6} "
-            f"{format_bytes(r['ollama_vram_bytes']) if estimate else '-':>11} "
-            f"{format_bytes(r['ollama_total_bytes']) if estimate else '-':>12} "
             f"{format_bytes(r['kvscope_gpu_bytes']):>11} {'yes' if r['kvscope_fits'] else 'no':>4} "
             f"{r['decode_tok_s']:>12.1f} {r['prefill_tok_s']:>13.0f} {error_short(r['decode_error']):>11} "
-            + (
-                f"{r['fit_layers']:>4}/{r['blocks'] + 1:<5} {r['fit_decode_tok_s']:>9.1f} {go:>9}"
-                + (f"  layers {r['fit_cpu_experts'][0]}-{r['fit_cpu_experts'][1]}" if r["fit_cpu_experts"] else "")
-                if r["fit_layers"] is not None
-                else f"{'-':>10} {'-':>9} {go:>9}"
-            )
+            f"{f'{estimate}/{blocks}' if estimate is not None else '-':>8} "
+            f"{format_bytes(r['ollama_vram_bytes']) if estimate is not None else '-':>9} {go:>9}"
+            + (f"  layers {r['fit_cpu_experts'][0]}-{r['fit_cpu_experts'][1]}" if r["fit_cpu_experts"] else "")
         )
     bars = {(r["decode_error"]["label"], r["prefill_error"]["label"]) for r in out["rows"] if r["decode_error"]}
     for decode, prefill in sorted(bars):
@@ -434,19 +411,14 @@ def explain(row: OllamaRow, model: ModelSpec) -> list[str]:
     n = row.blocks
     fit_row = row.fit.rows[0]
     ngl = "all" if row.full else row.layers
-    current = (
-        f"{row.fit_note}; -ngl {row.fit_layers} of {n + 1}, decode {row.fit_decode_tok_s:.1f} tok/s"
-        if row.fit_layers is not None
-        else f"not modelled here: {row.fit_note}"
-    )
     return [
         f"### {row.model} on {row.card} ({format_bytes(row.free_bytes)} free of "
         f"{format_bytes(row.card_memory_bytes)})",
         f"**Runner**: {row.runner}, because {row.runner_why}.",
         f"**Current Ollama** passes -c num_ctx × np -np np and no -ngl (llm/llama_server.go @{OLLAMA_VERSION}), so "
-        f"llama-server's --fit chooses (common/fit.cpp, 1 GiB left free): {current}",
+        f"llama-server's --fit chooses (common/fit.cpp, 1 GiB left free): {row.fit_note}; -ngl {ngl} of {n + 1}",
         *(_estimate_lines(row, model) if row.split else []),
-        f"**kvscope's llama.cpp account of the split** ({row.split_by}: -ngl {ngl}, -c "
+        f"**kvscope's llama.cpp account of that split** (-ngl {ngl}, -c "
         f"{row.num_ctx * row.num_parallel:,} -np {row.num_parallel}, cache {row.kv_type}):",
         f"- weights on the GPU {format_bytes(fit_row.weights_bytes)} + compute buffers "
         f"{format_bytes(fit_row.overhead_bytes)} + {row.num_parallel} × cache {format_bytes(fit_row.cache_bytes)} = "
@@ -540,18 +512,16 @@ def fit_card_row(setup: Setup, context: int, hw: Hardware | None = None) -> Olla
 
 
 def runtime_line(row: OllamaRow) -> str:
-    """One sentence for Fit a card: Ollama's split and speed, and current Ollama's (llama-server's --fit)."""
+    """One sentence for Fit a card: the split current Ollama gets (llama-server's --fit) and its speed."""
     total = row.blocks + 1
     placed = f"all {total} layers" if row.full else f"{row.layers} of {total} layers"
     line = (
         f"Ollama would offload {placed} to the GPU (its log: offloaded {row.offloaded}; num_ctx "
-        f"{format_tokens(row.num_ctx)}, KV {row.kv_type}), decode ~{row.decode_tok_s:.1f} tok/s"
+        f"{format_tokens(row.num_ctx)}, KV {row.kv_type}: it leaves -ngl to llama-server's --fit), decode "
+        f"~{row.decode_tok_s:.1f} tok/s"
     )
-    if row.fit_layers is not None and row.fit_decode_tok_s is not None:
-        line += (
-            f"; current Ollama leaves -ngl to llama-server's --fit: {row.fit_layers} of {total} layers, "
-            f"~{row.fit_decode_tok_s:.1f} tok/s"
-        )
+    if row.fit_cpu_experts:
+        line += f", the routed experts of layers {row.fit_cpu_experts[0]}-{row.fit_cpu_experts[1]} in system RAM"
     if not row.kvscope_fits:
         line += "; kvscope's llama.cpp account of that split does not fit the card"
     return line + f" (layers in RAM at {row.ram_gb_s:.1f} GB/s, {row.threads} threads)."

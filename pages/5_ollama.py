@@ -118,15 +118,13 @@ table = pd.DataFrame(
         "decode ±": error_short(error_record(r.speed.decode_error)),
         "prefill tok/s": r.prefill_tok_s,
         "prefill ±": error_short(error_record(r.speed.prefill_error)),
-        "split by": r.split_by,
+        "fit: experts in RAM": f"layers {r.fit_cpu_experts[0]}-{r.fit_cpu_experts[1]}" if r.fit_cpu_experts else "",
+        f"{ESTIMATOR_VERSION} layers": "" if r.estimate_layers is None else f"{r.estimate_layers}/{r.blocks + 1}",
         "Ollama VRAM (GiB)": None if r.ollama_vram_bytes is None else r.ollama_vram_bytes / GIB,
         "Ollama total (GiB)": None if r.ollama_total_bytes is None else r.ollama_total_bytes / GIB,
         "kvscope GPU (GiB)": r.kvscope_gpu_bytes / GIB,
         "kvscope fits": r.kvscope_fits,
         "TTFT (s)": r.ttft_s,
-        "llama-server fit layers": f"{r.fit_layers}/{r.blocks + 1}" if r.fit_layers is not None else "not modelled",
-        "fit decode tok/s": r.fit_decode_tok_s,
-        "fit: experts in RAM": f"layers {r.fit_cpu_experts[0]}-{r.fit_cpu_experts[1]}" if r.fit_cpu_experts else "",
         f"{LAST_GO_ENGINE} runner": r.go_runner,
         "Go engine layers": f"{r.go_layers}/{r.blocks + 1}" if r.go_layers is not None else "",
         "Go engine KV (GiB)": None if r.go_kv_bytes is None else r.go_kv_bytes / GIB,
@@ -151,8 +149,8 @@ st.dataframe(
         "card": st.column_config.TextColumn("card", pinned=True),
         "Ollama layers": st.column_config.TextColumn(
             "Ollama layers",
-            help="as Ollama logs 'offloaded N/M layers to GPU': blocks, plus the output layer; from the column "
-            "'split by' (its v0.12.10 estimate where modelled, else llama-server's --fit)",
+            help="as Ollama logs 'offloaded N/M layers to GPU': blocks, plus the output layer; current Ollama "
+            "passes no -ngl, so llama-server's --fit chooses",
         ),
         **gib,
         "kvscope fits": st.column_config.CheckboxColumn("kvscope fits", help="kvscope's llama.cpp account, this split"),
@@ -161,12 +159,11 @@ st.dataframe(
         "decode ±": st.column_config.TextColumn("decode ±", help=ERROR_HELP),
         "prefill ±": st.column_config.TextColumn("prefill ±", help=ERROR_HELP),
         "TTFT (s)": st.column_config.NumberColumn("TTFT (s)", format="%.2f", help="prefill of a num_ctx prompt"),
-        "llama-server fit layers": st.column_config.TextColumn(
-            "llama-server fit layers",
-            help="current Ollama passes no -ngl: llama-server's --fit picks the layers (and, for MoE models, which "
-            "keep their experts in RAM), leaving 1 GiB free",
+        f"{ESTIMATOR_VERSION} layers": st.column_config.TextColumn(
+            f"{ESTIMATOR_VERSION} layers",
+            help="what Ollama {ESTIMATOR_VERSION}'s estimateGPULayers chose, where it sized the load (the llama.cpp "
+            "runner's attention-only models); its VRAM and total estimates beside",
         ),
-        "fit decode tok/s": st.column_config.NumberColumn("fit decode tok/s", format="%.1f", help="one request"),
     },
 )
 for spec in specs:

@@ -3,6 +3,8 @@ the same inputs, computed here from core (ollama_layers, fit, predict, default_n
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from core.engines.runtimes import MINIMUM_MEMORY, OllamaSettings, default_num_ctx, llama_engine, ollama_layers
@@ -34,14 +36,12 @@ def ollama_page(params: dict[str, str]):
 def expected(name: str, card_name: str, settings: OllamaSettings, hw: Hardware, weights: str = "q4_k_m") -> dict:
     model, card = load_model(name), card_named(card_name)
     split = ollama_layers(model, card.memory_bytes, settings, weights)
-    setup = Setup(
-        model=model,
-        engine=llama_engine(model, settings),
-        card=card,
-        weights=weights,
-        kv_dtype=split.kv_type,
-        gpu_layers=split.gpu_layers,
-    )
+    setup = Setup(model=model, engine=llama_engine(model, settings), card=card, weights=weights, kv_dtype=split.kv_type)
+    # current Ollama: -c num_ctx × np -np np and no -ngl, so llama-server's --fit places the layers
+    np = settings.num_parallel
+    choice = fit_params(setup, split.num_ctx * np, np)
+    setup = replace(setup, gpu_layers=choice.gpu_layers, cpu_experts=choice.cpu_experts)
+    slots = len(model.layers) + 1
     row = fit(setup, [split.num_ctx]).rows[0]
     cache = (
         llama_engine(model, settings)
@@ -57,7 +57,8 @@ def expected(name: str, card_name: str, settings: OllamaSettings, hw: Hardware, 
         "prefill ±": f"±{bars['prefill']['median'] * 100:.0f} %",
         "num_ctx": format_tokens(split.num_ctx),
         "KV": split.kv_type,
-        "Ollama layers": f"{split.layers}/{len(model.layers) + 1}",
+        "Ollama layers": f"{slots if choice.gpu_layers is None else choice.gpu_layers}/{slots}",
+        "v0.12.10 layers": f"{split.layers}/{slots}",  # the estimate, beside
         "Ollama VRAM (GiB)": split.vram_bytes / GIB,
         "kvscope GPU (GiB)": (row.weights_bytes + row.overhead_bytes + cache) / GIB,
         "decode tok/s": speed.decode_tok_s,
@@ -166,7 +167,7 @@ def test_the_apps_default_hybrid_answers_on_every_card_with_its_runner():
     assert list(table["card"]) == CARDS
     for card_name in CARDS:
         got = table[table["card"] == card_name].iloc[0]
-        assert got["runner"] == "llama-server" and got["split by"] == "llama-server --fit"
+        assert got["runner"] == "llama-server" and got["v0.12.10 layers"] == ""  # the Go engine's, then
         assert got["Ollama layers"] == fit_split("Qwen/Qwen3.5-9B", card_name)
         assert got["v0.24.0 runner"] == "Ollama engine" and got["Go engine KV (GiB)"] > 0
     why = " ".join(c.value for c in at.caption)
@@ -189,8 +190,10 @@ def test_free_memory_travels_in_the_link_and_reaches_the_split():
     free = int(5.5 * GIB)
     total = card_named("GeForce RTX 4060 8GB").memory_bytes
     split = ollama_layers(load_model(LLAMA), free, OllamaSettings(), total_bytes=total)
-    assert got["Ollama layers"] == f"{split.layers}/{split.blocks + 1}"
+    assert got["v0.12.10 layers"] == f"{split.layers}/{split.blocks + 1}"
     assert split.layers < ollama_layers(load_model(LLAMA), 8 * GIB).layers  # less free memory, fewer layers
+    # current Ollama's split: llama-server's fit into the 5.5 GiB free (less its CUDA context), fewer layers too
+    assert int(got["Ollama layers"].split("/")[0]) < int(fit_split(LLAMA, "GeForce RTX 4060 8GB").split("/")[0])
     inputs, ignored = from_query({"model": LLAMA, "ofree": "5.5GiB"})
     assert inputs.ofree == "5.5GiB" and not ignored and to_query(inputs)["ofree"] == "5.5GiB"
     _, ignored = from_query({"ofree": "lots"})
