@@ -23,7 +23,7 @@ from core.speed.ram import ram_gb_s
 from core.speed.report import speed_lines, speed_or_none
 from core.units import format_bytes, format_tokens
 from ui.inputs import downloads, sidebar
-from ui.layout import FAVICON, mobile_css
+from ui.layout import FAVICON, after_first_paint, mobile_css
 
 st.set_page_config(page_title="kvscope — fit a card", page_icon=FAVICON, layout="wide")
 mobile_css()
@@ -190,8 +190,17 @@ def speed_text(_setup: Setup, ram: float, threads: int, context: int, key: str) 
     return "\n\n".join(speed_lines(predict(_setup, hw, context)))
 
 
+@st.fragment
+def memory_chart(result, key: str) -> None:
+    """The chart after the verdict and the table are on screen, by a rerun of this fragment alone."""
+    if after_first_paint("kv_painted_fit"):
+        st.plotly_chart(breakdown_chart(result, key), width="stretch")
+    else:
+        st.caption("Drawing the chart…")
+
+
 st.subheader("Where the memory goes")
-st.plotly_chart(breakdown_chart(result, result_key), width="stretch")
+memory_chart(result, result_key)
 
 with st.expander("How is this computed?"):
     st.markdown(usable_line(result))

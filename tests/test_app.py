@@ -81,6 +81,22 @@ def test_default_view_shows_cores_numbers():
     assert list(table["context"]) == [format_tokens(r.context) for r in result.rows]
 
 
+def test_the_chart_comes_after_the_verdict_and_the_table_reach_the_browser():
+    """Issue 20 item 13: the first run draws the verdict, the metrics and the table, and only a placeholder for the
+    chart; once the browser reports the page drawn (the component's state), the chart's fragment draws it."""
+    at = app()
+    result, _ = expected(DEFAULTS)
+    assert metrics(at) and at.dataframe and not at.get("plotly_chart")
+    assert "Drawing the chart…" in [c.value for c in at.caption]
+    at.session_state["kv_painted_fit"] = {"painted": True}  # what the component sends from the browser
+    at.run()
+    assert not at.exception and "Drawing the chart…" not in [c.value for c in at.caption]
+    (chart,) = at.get("plotly_chart")
+    figure = json.loads(chart.proto.spec)
+    assert [s["y0"] for s in figure["layout"]["shapes"]] == [pytest.approx(result.usable_bytes / 2**30)]
+    assert {len(bar["x"]) for bar in figure["data"]} == {len(result.rows)}  # one bar per row of the table
+
+
 def test_driving_widgets_changes_the_answer_to_cores():
     at = app()
     at.selectbox(key="in_card").set_value("GeForce RTX 4090 24GB")

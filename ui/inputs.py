@@ -59,10 +59,11 @@ def _spec(source: str, packed: str, hub: bool) -> tuple[ModelSpec, str]:
 def _init_from_url() -> None:
     if st.session_state.get("_kv_init"):
         # Re-commit widget values so that switching pages does not reset them (Streamlit drops widget state
-        # that the previous page owned unless it is written back).
-        for key in list(st.session_state):
-            if isinstance(key, str) and key.startswith("in_"):
-                st.session_state[key] = st.session_state[key]
+        # that the previous page owned unless it is written back). After a fragment's rerun (Fit a card's chart)
+        # a page switch arrives with none of them (streamlit 1.67): those come back from `sidebar`'s copy.
+        kept = st.session_state.get("_kv_widgets", {})
+        for key in {*kept, *(k for k in st.session_state if isinstance(k, str) and k.startswith("in_"))}:
+            st.session_state[key] = st.session_state[key] if key in st.session_state else kept[key]
         return
     inputs, ignored = from_query(dict(st.query_params))
     for key, value in asdict(inputs).items():
@@ -298,6 +299,7 @@ def sidebar(*, model_only: bool = False, context: bool | None = None) -> tuple[I
     if context and ctx_problem:
         problems.append(ctx_problem)
     inputs = _current()
+    st.session_state["_kv_widgets"] = {k: v for k, v in st.session_state.items() if str(k).startswith("in_")}
     # A context box that cannot be read travels as typed (bounded), not as its last valid value.
     typed = {"ctx": st.session_state.get("in_ctx_text", "").strip()[:40]} if context and ctx_problem else {}
     st.query_params.from_dict(to_query(inputs) | typed)

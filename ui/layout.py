@@ -43,6 +43,24 @@ def fold_sidebar_on_phones(key: str) -> None:
     st.iframe(_FOLD_SIDEBAR % key.replace("-", ""), height=1)
 
 
+# No markup: once the browser has mounted it, it reports `painted`, which reruns the fragment it sits in. Our own
+# constant script (components v2 code runs unsandboxed in the page).
+_PAINTED_JS = """
+export default function ({ data, setStateValue }) {
+  if (!data) setStateValue("painted", true);
+}
+"""
+_painted = st.components.v2.component("kvscope_painted", js=_PAINTED_JS)
+
+
+def after_first_paint(key: str) -> bool:
+    """False on a page's first run in a session, True once the browser has drawn that run. Behind it, in an
+    `st.fragment`, goes what can wait: a plotly chart costs a fresh browser tab ~0.6 s of main thread (plotly.js),
+    which otherwise delays the verdict and the table above it; the fragment alone reruns to draw it."""
+    seen = bool((st.session_state.get(key) or {}).get("painted"))
+    return bool(_painted(key=key, data=seen, on_painted_change=lambda: None, width="content", height=0).painted)
+
+
 PAGES = (
     ("app.py", "Fit a card", ":material/calculate:"),
     ("pages/1_hybrid_vs_dense.py", "Hybrid vs full attention", ":material/show_chart:"),
