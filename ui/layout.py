@@ -43,11 +43,12 @@ def fold_sidebar_on_phones(key: str) -> None:
     st.iframe(_FOLD_SIDEBAR % key.replace("-", ""), height=1)
 
 
-# No markup: once the browser has mounted it, it reports `painted`, which reruns the fragment it sits in. Our own
-# constant script (components v2 code runs unsandboxed in the page).
+# No markup: once the page's main thread is idle after mounting it (what the run drew is on screen; at most 2 s
+# later), it reports `painted`, which reruns the fragment it sits in. Our own constant script (components v2 code
+# runs unsandboxed in the page).
 _PAINTED_JS = """
 export default function ({ data, setStateValue }) {
-  if (!data) setStateValue("painted", true);
+  if (!data) requestIdleCallback(() => setStateValue("painted", true), { timeout: 2000 });
 }
 """
 _painted = st.components.v2.component("kvscope_painted", js=_PAINTED_JS)
