@@ -5,6 +5,7 @@ The referee tests fail, never skip, when it is missing: a skipped referee would 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -34,3 +35,15 @@ def run_in_engines(args: list[str], timeout: float, env: dict[str, str] | None =
         output = f"{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
         pytest.fail(f"{' '.join(args[:2])} failed (exit {proc.returncode}):\n{output}")
     return proc
+
+
+def convert_tiny(folder: Path, models: dict[str, dict], timeout: float = 300) -> dict[str, str]:
+    """Tiny random-weight checkpoints of `models` (name: raw config.json) converted by llama.cpp's own converter
+    (llamacpp_gguf.py) into `folder`: {name: gguf path}."""
+    (folder / "build.json").write_text(
+        json.dumps({"tree": str(LLAMACPP_TREE), "out_dir": str(folder), "models": models})
+    )
+    built = run_in_engines([str(Path(__file__).parent / "llamacpp_gguf.py"), str(folder / "build.json")], timeout)
+    ggufs = json.loads(built.stdout.strip().splitlines()[-1])
+    assert set(ggufs) == set(models), sorted(set(models) - set(ggufs))
+    return ggufs

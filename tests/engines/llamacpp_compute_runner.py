@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 import llama_cpp
+from llamacpp_runner import run_models  # this folder: the script's own
 
 LIB = llama_cpp.llama_cpp._lib
 GGML_BASE = ctypes.CDLL(str(Path(llama_cpp.llama_cpp.__file__).parent / "lib" / "libggml-base.so"))
@@ -240,22 +241,7 @@ def main() -> None:
         job["models"] |= {name: write_wide(name, cfg, out_dir) for name, cfg in job["wide"].items()}
     llama_cpp.llama_log_set(capture, ctypes.c_void_p(0))
     llama_cpp.llama_backend_init()
-    results = []
-    for name, path in job["models"].items():
-        mparams = llama_cpp.llama_model_default_params()
-        mparams.use_extra_bufts = False  # as in llamacpp_runner.py: an AMX CPU aborts otherwise
-        model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
-        mine = [case for case in job["cases"] if case["model"] == name]
-        if not model:
-            results += [
-                {"id": c["id"], "error": f"libllama could not load {path}", "log": "".join(LOG)[-3000:]} for c in mine
-            ]
-            continue
-        try:
-            results += [run_case(model, case) for case in mine]
-        finally:
-            llama_cpp.llama_model_free(model)
-    print(json.dumps({"cases": results}))
+    print(json.dumps({"cases": run_models(job, run_case, LOG)}))
 
 
 if __name__ == "__main__":

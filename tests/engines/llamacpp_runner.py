@@ -166,28 +166,34 @@ def run_case(model, case: dict) -> dict:
         llama_cpp.llama_free(ctx)
 
 
-def main() -> None:
-    job = json.loads(Path(sys.argv[1]).read_text() if len(sys.argv) > 1 else sys.stdin.read())
-    llama_cpp.llama_log_set(capture, ctypes.c_void_p(0))
-    llama_cpp.llama_backend_init()
+def run_models(job: dict, run_case, log: list[str]) -> list[dict]:
+    """Load each of the job's models once and run its cases; a model libllama cannot load fails its cases with the
+    tail of `log` (what the caller's log callback collected)."""
     results = []
     for name, path in job["models"].items():
         mparams = llama_cpp.llama_model_default_params()
         # No CPU "extra" weight buffers (AMX, repacked): on a CPU with AMX, libllama 0.3.36 placed a DeepSeek-V3
         # op on no backend and aborted (GGML_ASSERT(*cur_backend_id != -1), ggml-backend.cpp:1294) while building
-        # the context. Where weights live does not change what the cache holds, which is what is asked here.
+        # the context. Where weights live does not change what the caches and graph hold, which is what is asked.
         mparams.use_extra_bufts = False
         model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
         mine = [case for case in job["cases"] if case["model"] == name]
         if not model:
             error = f"libllama could not load {path}"
-            results += [{"id": case["id"], "error": error, "log": "".join(LOG)[-3000:]} for case in mine]
+            results += [{"id": case["id"], "error": error, "log": "".join(log)[-3000:]} for case in mine]
             continue
         try:
             results += [run_case(model, case) for case in mine]
         finally:
             llama_cpp.llama_model_free(model)
-    print(json.dumps({"cases": results}))
+    return results
+
+
+def main() -> None:
+    job = json.loads(Path(sys.argv[1]).read_text() if len(sys.argv) > 1 else sys.stdin.read())
+    llama_cpp.llama_log_set(capture, ctypes.c_void_p(0))
+    llama_cpp.llama_backend_init()
+    print(json.dumps({"cases": run_models(job, run_case, LOG)}))
 
 
 if __name__ == "__main__":

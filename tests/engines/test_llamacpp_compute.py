@@ -40,7 +40,7 @@ import pytest
 from core.engines.llamacpp import LlamaCppEngine, LlamaCppOptions
 from core.memory.llamacpp_compute import cpu_only, ubatch
 from core.model.loading import model_from_config
-from tests.engines.engine_env import LLAMACPP_TREE, ROOT, run_in_engines
+from tests.engines.engine_env import LLAMACPP_TREE, ROOT, convert_tiny, run_in_engines
 from tests.engines.llamacpp_models import MODELS
 
 HERE = Path(__file__).resolve().parent
@@ -257,11 +257,7 @@ def kvscope(case: Case):
 def referee(tmp_path_factory) -> dict[str, dict]:
     started = time.monotonic()
     folder = tmp_path_factory.mktemp("llamacpp-compute")
-    (folder / "build.json").write_text(
-        json.dumps({"tree": str(LLAMACPP_TREE), "out_dir": str(folder), "models": MODELS})
-    )
-    built = run_in_engines([str(HERE / "llamacpp_gguf.py"), str(folder / "build.json")], timeout=600)
-    ggufs = json.loads(built.stdout.strip().splitlines()[-1])
+    ggufs = convert_tiny(folder, MODELS, timeout=600)
     job = {
         "models": ggufs,
         "wide": {name: gguf_spec(raw) for name, raw in WIDE.items()},

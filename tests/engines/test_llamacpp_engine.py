@@ -19,7 +19,7 @@ import pytest
 
 from core.engines.llamacpp import FRONTENDS, LlamaCppEngine, LlamaCppOptions
 from core.model.loading import model_from_config
-from tests.engines.engine_env import LLAMACPP_TREE, ROOT, run_in_engines
+from tests.engines.engine_env import ROOT, convert_tiny, run_in_engines
 from tests.engines.llamacpp_models import MODELS
 
 HERE = Path(__file__).resolve().parent
@@ -122,12 +122,7 @@ def engine_caches(result: dict) -> dict[str, dict[str, int]]:
 def referee(tmp_path_factory) -> dict[str, dict]:
     started = time.monotonic()
     folder = tmp_path_factory.mktemp("llamacpp-gguf")
-    (folder / "build.json").write_text(
-        json.dumps({"tree": str(LLAMACPP_TREE), "out_dir": str(folder), "models": MODELS})
-    )
-    built = run_in_engines([str(HERE / "llamacpp_gguf.py"), str(folder / "build.json")], timeout=300)
-    ggufs = json.loads(built.stdout.strip().splitlines()[-1])
-    assert set(ggufs) == set(MODELS)
+    ggufs = convert_tiny(folder, MODELS, timeout=300)
     (folder / "cases.json").write_text(json.dumps({"models": ggufs, "cases": [c.request() for c in CASES]}))
     ran = run_in_engines([str(HERE / "llamacpp_runner.py"), str(folder / "cases.json")], timeout=300)
     results = {r["id"]: r for r in json.loads(ran.stdout.strip().splitlines()[-1])["cases"]}

@@ -32,7 +32,7 @@ from core.errors import InputError
 from core.memory.quant import FTYPES, GGML, gguf_tensors, tensor_bytes
 from core.model.loading import model_from_config
 from core.model.params import Tensor, count_params
-from tests.engines.engine_env import LLAMACPP_TREE, ROOT, run_in_engines
+from tests.engines.engine_env import LLAMACPP_TREE, ROOT, convert_tiny, run_in_engines
 from tests.engines.llamacpp_models import MODELS as LLAMACPP_MODELS
 from tests.tiny_configs import tiny_raw
 
@@ -194,11 +194,7 @@ def llamacpp_tensors(results: dict, model: str, ftype: str) -> dict[str, tuple[s
 def referee(tmp_path_factory) -> dict[str, dict[str, dict[str, list]]]:
     started = time.monotonic()
     folder = tmp_path_factory.mktemp("llamacpp-quantize")
-    (folder / "build.json").write_text(
-        json.dumps({"tree": str(LLAMACPP_TREE), "out_dir": str(folder), "models": CONFIGS})
-    )
-    built = run_in_engines([str(HERE / "llamacpp_gguf.py"), str(folder / "build.json")], timeout=300)
-    ggufs = json.loads(built.stdout.strip().splitlines()[-1])
+    ggufs = convert_tiny(folder, CONFIGS, timeout=300)
     job = {
         "tree": str(LLAMACPP_TREE),
         "out_dir": str(folder),
