@@ -12,15 +12,17 @@ from core.engines.llamacpp import FRONTENDS
 from core.engines.vllm_engine import VERSIONS
 from core.errors import InputError
 from core.fit import Setup, default_split
+from core.memory.gguf_hub import read_hub_gguf
 from core.memory.gpus import Card, card_named, cards
 from core.memory.quant import FORMATS
+from core.memory.weightfiles import WeightFile
 from core.model.config import parse_json
 from core.model.loading import DEFAULT_MODEL, load_raw, model_from_config, presets
 from core.model.resolver import RESOLVER
 from core.model.spec import ModelSpec
 from core.model.whatif import edited
 from core.report import check, engine_format_warning, gpu_counts
-from core.units import format_tokens, parse_tokens
+from core.units import format_bytes, format_tokens, parse_tokens
 from ui.layout import fold_sidebar_on_phones, nav, share_box
 from ui.state import (
     BOUNDS,
@@ -28,11 +30,12 @@ from ui.state import (
     DEFAULTS,
     PAGE_FIELDS,
     PLATFORMS,
-    REPO_ID,
     SOURCES,
     SWITCH,
     Inputs,
     from_query,
+    hub_gguf,
+    model_problem,
     pack_config,
     share_query,
     to_query,
@@ -50,10 +53,33 @@ def _spec(source: str, packed: str, hub: bool) -> tuple[ModelSpec, str]:
     fallback when it cannot be reached."""
     if packed:
         return model_from_config(unpack_config(packed), "uploaded config.json", isolated=True), "uploaded config.json"
-    if source not in presets() and not REPO_ID.match(source):  # never a path: this runs on the server
+    if model_problem(source):  # never a path: this runs on the server
         raise InputError(f"{source[:80]!r} is not a bundled preset or a Hub repo id (org/name)")
     name, raw, origin = load_raw(source, prefer_hub=hub, local_files=False)  # an org/name is asked of the Hub only
     return model_from_config(raw, name, isolated=True), origin
+
+
+@st.cache_data(show_spinner="Reading the GGUF's header…", max_entries=64, ttl=3600)  # a new upload moves main
+def _gguf_weights(name: str) -> tuple[WeightFile, str]:
+    """The exact weights of the GGUF a Hub name selects, from its header only (core.memory.gguf_hub: a ranged read,
+    then its disk cache), and the caption that names the file, its commit and its bytes per ggml type."""
+    found = read_hub_gguf(hub_gguf(name))
+    weights = found.weights()
+    file = found.files[0] if len(found.files) == 1 else f"{found.files[0]} (+{len(found.files) - 1} shards)"
+    mix = ", ".join(f"{kind} {format_bytes(n)}" for kind, n in found.type_bytes().items())
+    caption = (
+        f"Weights from the GGUF's header: `{file}` of {found.name.repo_id} at commit {found.sha[:8]}, "
+        f"{len(found.tensors):,} tensors, {format_bytes(weights.total_bytes)}: {mix}."
+    )
+    return weights, caption
+
+
+def _gguf_in_box(inputs: Inputs) -> str | None:
+    """The model box's text when it names a Hub GGUF (whose header then sizes the weights), else None."""
+    if inputs.config or st.session_state.get("in_source") == "Upload":
+        return None
+    name = inputs.model.strip()
+    return name if hub_gguf(name) is not None else None
 
 
 def _init_from_url() -> None:
@@ -134,11 +160,8 @@ def _model_inputs() -> list[str]:
         repo = st.session_state.get("in_model", "").strip()
         if not repo:
             problems.append("Enter a Hugging Face repo id, written org/name (e.g. Qwen/Qwen3-8B).")
-        elif repo not in presets() and not REPO_ID.match(repo):
-            problems.append(
-                f"{repo[:80]!r} is not a Hugging Face repo id: write org/name with letters, digits, '-', '_' or "
-                "'.' (e.g. Qwen/Qwen3-8B); paths and web addresses are not accepted."
-            )
+        elif model_problem(repo):
+            problems.append(model_problem(repo))
     else:
         upload = st.file_uploader("config.json", type=["json"], help="A checkpoint's config.json")
         pasted = st.text_area("…or paste it", height=80)
@@ -166,16 +189,38 @@ def _model_inputs() -> list[str]:
     return problems
 
 
-def _hardware_inputs() -> list[str]:
+def _hardware_inputs(gguf_caption: str | None) -> list[str]:
+    """`gguf_caption`: the model is a Hub GGUF, whose header gives the weights (named in place of the selectbox)."""
     problems = []
     options = [CUSTOM_CARD, *cards()]
     st.selectbox("Card", options, key="in_card", format_func=lambda n: "Custom memory (GiB)" if n == CUSTOM_CARD else n)
     if st.session_state["in_card"] == CUSTOM_CARD:
         st.number_input("GPU memory (GiB)", *BOUNDS["gib"], step=1.0, key="in_gib")
+        # Blank by default: a card known by its memory alone has no speed (the page says which figure to give).
+        st.number_input(
+            "Bandwidth (GB/s)", *BOUNDS["gbs"], value=None, step=10.0, key="in_gbs", placeholder="not given"
+        )
+        st.number_input(
+            "Dense 16-bit TFLOPS (BF16, else FP16; no sparsity)",
+            *BOUNDS["tflops"],
+            value=None,
+            step=1.0,
+            key="in_tflops",
+            placeholder="not given",
+            help="The card's dense tensor-core peak at 16 bits, as its datasheet gives it without sparsity",
+        )
     st.number_input("GPUs", *BOUNDS["gpus"], step=1, key="in_gpus")
-    st.selectbox("Weights", list(FORMATS), key="in_weights", help="Weight quantisation")
+    if gguf_caption is None:
+        st.selectbox("Weights", list(FORMATS), key="in_weights", help="Weight quantisation")
+    else:
+        st.caption(gguf_caption)
     st.selectbox("Engine", list(ENGINES), key="in_engine", on_change=_on_engine)
     engine = st.session_state["in_engine"]
+    if gguf_caption is not None and engine != "llama.cpp":
+        problems.append(
+            f"Engine: a GGUF runs on llama.cpp or Ollama (llama.cpp with the ollama front end), not on {engine}; "
+            "choose llama.cpp, or name the model's safetensors repo for another engine."
+        )
     kv_options = list(ENGINES[engine].kv_dtypes)
     if st.session_state.get("in_kv") not in kv_options:
         st.session_state["in_kv"] = "auto"
@@ -292,8 +337,15 @@ def sidebar(*, model_only: bool = False, context: bool | None = None) -> tuple[I
     with st.sidebar:
         nav()
         problems = _model_inputs()
+        weights_file, gguf_caption = None, None
+        gguf = None if problems else _gguf_in_box(_current())
+        if gguf is not None:
+            try:
+                weights_file, gguf_caption = _gguf_weights(gguf)
+            except InputError as err:  # no figures from the selectbox's format in place of the file's
+                problems.append(f"{gguf[:80]!r} cannot be used: {err}")
         if not model_only:
-            problems += _hardware_inputs()
+            problems += _hardware_inputs(gguf_caption)
     context = not model_only if context is None else context
     ctx_problem = _sync_context()
     if context and ctx_problem:
@@ -333,10 +385,10 @@ def sidebar(*, model_only: bool = False, context: bool | None = None) -> tuple[I
         except InputError as err:
             st.button("Clear the what-if edits", on_click=_clear_edits)
             _stop(f"The what-if edit cannot be applied: {err}")
-    setup = setup_for(inputs, model)
+    setup = setup_for(inputs, model, weights_file)
     if not model_only:
         _check_setup(setup)
-        warning = engine_format_warning(setup.engine, inputs.weights)
+        warning = None if weights_file else engine_format_warning(setup.engine, inputs.weights)
         if warning:
             st.warning(warning)
     return inputs, setup.model, setup
@@ -363,7 +415,8 @@ def _check_setup(setup: Setup) -> None:
         _stop(str(err))
 
 
-def setup_for(inputs: Inputs, model: ModelSpec) -> Setup:
+def setup_for(inputs: Inputs, model: ModelSpec, weights_file: WeightFile | None = None) -> Setup:
+    """`weights_file`: exact weights (a Hub GGUF's header) in place of the `weights` format's estimate."""
     engine = configured(
         inputs.engine,
         frontend=inputs.fe,
@@ -372,7 +425,7 @@ def setup_for(inputs: Inputs, model: ModelSpec) -> Setup:
         swa_full=SWITCH[inputs.swa],
         kv_unified=SWITCH[inputs.kvu],
     )
-    card = Card.custom(inputs.gib) if inputs.card == CUSTOM_CARD else card_named(inputs.card)
+    card = Card.custom(inputs.gib, inputs.gbs, inputs.tflops) if inputs.card == CUSTOM_CARD else card_named(inputs.card)
     tp, pp = default_split(engine, inputs.gpus)
     offload = inputs.ngl if inputs.engine == "llama.cpp" and inputs.ngl >= 0 else None
     return Setup(
@@ -387,6 +440,7 @@ def setup_for(inputs: Inputs, model: ModelSpec) -> Setup:
         gpu_memory_utilization=inputs.util,
         gpu_layers=offload,
         cpu_experts=range(inputs.ncmoe if inputs.engine == "llama.cpp" else 0),
+        weights_file=weights_file,
     )
 
 
@@ -398,7 +452,7 @@ def downloads(inputs: Inputs, frame, payload: dict, name: str = "kvscope", kv_us
         "card": f"{inputs.gib:g} GiB" if inputs.card == CUSTOM_CARD else inputs.card,
         "gpus": inputs.gpus,
         "engine": inputs.engine,
-        "weights": inputs.weights,
+        "weights": "GGUF header" if _gguf_in_box(inputs) else inputs.weights,
         "kv": kv_used or inputs.kv,
     }
     skip = (*main, "gib", "config", "ctx", *PAGE_FIELDS)  # other pages' settings did not produce this table

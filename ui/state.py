@@ -18,7 +18,8 @@ from core.engines.llamacpp import DEFAULT_FRONTEND, FRONTENDS
 from core.engines.runtimes import OLLAMA_KV_TYPES
 from core.engines.vllm_engine import VERSIONS, VllmEngine, VllmOptions
 from core.errors import InputError
-from core.memory.gpus import card_named
+from core.memory.gguf_hub import GGUFName, gguf_name
+from core.memory.gpus import MAX_GB_S, MAX_TFLOPS, card_named
 from core.memory.quant import format_named
 from core.model.config import parse_json
 from core.model.loading import DEFAULT_MODEL, presets
@@ -31,6 +32,8 @@ MAX_UNPACKED_CONFIG = 1 << 20  # bytes it may inflate to: zlib reaches ~1000:1, 
 # The sidebar's widget bounds: a link value outside them would be clamped or dropped by the widget unannounced.
 BOUNDS = {
     "gib": (0.5, 100_000.0),
+    "gbs": (0.01, float(MAX_GB_S)),  # a custom card's speed figures: any positive one core.memory.gpus takes
+    "tflops": (0.01, float(MAX_TFLOPS)),
     "util": (0.05, 1.0),
     "ngl": (-1, 100_000),
     "ncmoe": (0, 100_000),
@@ -80,6 +83,8 @@ class Inputs:
     config: str = ""  # an uploaded config.json, compressed into the link
     card: str = CUSTOM_CARD
     gib: float = 8.0  # memory of a custom card
+    gbs: float | None = None  # a custom card's bandwidth (GB/s) and dense 16-bit TFLOPS; None: not given, no speed
+    tflops: float | None = None
     gpus: int = 1
     weights: str = "q4_k_m"
     kv: str = "auto"
@@ -160,10 +165,38 @@ def unpack_config(text: str) -> dict:
         raise InputError(f"{err}; ask for a fresh link") from None
 
 
+def hub_gguf(text: str) -> GGUFName | None:
+    """The GGUF a model box or link names as llama.cpp's -hf and Ollama write it (org/repo:QUANT, hf.co/org/repo:QUANT,
+    org/repo-GGUF), asked of the Hub only; None for anything else, web addresses and malformed names included."""
+    if "://" in text:
+        return None  # the box takes names, not web addresses
+    try:
+        return gguf_name(text)
+    except InputError:
+        return None
+
+
+def model_problem(text: str) -> str | None:
+    """Why `text` is neither a bundled preset, a Hub repo id (org/name) nor a Hub GGUF name; None when it is one.
+    Never a path: whatever its shape, the name is asked of the Hub (the app runs on a shared server)."""
+    if text in presets() or REPO_ID.match(text) or hub_gguf(text) is not None:
+        return None
+    try:
+        if "://" not in text:
+            gguf_name(text)  # a malformed GGUF name: its own message says how to write one
+    except InputError as err:
+        return str(err)
+    return (
+        f"{text[:80]!r} is not a Hugging Face repo id: write org/name with letters, digits, '-', '_' or '.' (e.g. "
+        "Qwen/Qwen3-8B), or a GGUF as org/repo:QUANT (e.g. unsloth/Qwen3-8B-GGUF:Q4_K_M); paths and web addresses "
+        "are not accepted."
+    )
+
+
 def _check(key: str, value: str):
     """Parse one query value; raises InputError/ValueError when it is not acceptable."""
     if key == "model":
-        if value not in presets() and not REPO_ID.match(value):
+        if model_problem(value):
             raise InputError(f"unknown model {value!r}")
         return value
     if key == "source":
