@@ -343,7 +343,7 @@ def sidebar(*, model_only: bool = False, context: bool | None = None) -> tuple[I
             try:
                 weights_file, gguf_caption = _gguf_weights(gguf)
             except InputError as err:  # no figures from the selectbox's format in place of the file's
-                problems.append(f"{gguf[:80]!r} cannot be used: {err}")
+                problems.append(f"Model: {gguf[:80]!r} cannot be used: {err}")
         if not model_only:
             problems += _hardware_inputs(gguf_caption)
     context = not model_only if context is None else context
