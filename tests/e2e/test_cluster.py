@@ -22,7 +22,7 @@ def test_cluster_page_lists_cores_plans(page, server):
     wait_for_app(page)
     no_exception(page, "cluster")
     expected = plans(load_model("deepseek-ai/DeepSeek-V3", isolated=True), Cluster(card_named("H200"), 2, 8), 32768)
-    rows = table_rows(page, 0)
+    rows = table_rows(page, 0, "plan")
     plan, requests = rows[0].index("plan"), rows[0].index("requests")
     shown = [(r[plan], r[requests].replace(",", "")) for r in rows[1:]]
     assert shown and shown == [(r.label, str(r.requests)) for r in expected][: len(shown)], shown
