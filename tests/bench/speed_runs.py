@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-os.environ.setdefault("KVSCOPE_ENGINES_VENV", "/work/main/.venv-engines")
+os.environ.setdefault("KVSCOPE_ENGINES_VENV", str(ROOT / ".venv-engines"))
 ARTIFACTS = ROOT / "tests" / "artifacts" / "speed"
 
 # Llama-architecture models, all heads keeping their own K/V (MHA) so the cache is a visible share of each decode
