@@ -16,8 +16,9 @@ from core.memory.gpus import cards
 from core.model.loading import load_model, model_from_config, preset_path
 from core.model.params import count_params
 
-CORPUS = Path(__file__).resolve().parent.parent / "measurements" / "speed" / "corpus"
-REFERENCE = Path("/work/shared/reference")  # the project's shared configs (configs*/org__name.json)
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "measurements" / "speed" / "corpus"
+REFERENCE = ROOT.parent / "shared" / "reference"  # the project's shared configs (configs*/org__name.json), beside it
 
 FIELDS = {
     "source": str,
