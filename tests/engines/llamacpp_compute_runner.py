@@ -28,14 +28,12 @@ import sys
 from pathlib import Path
 
 import llama_cpp
-from llamacpp_runner import run_models  # this folder: the script's own
+from llamacpp_runner import context_params, run_models  # this folder: the script's own
 
 LIB = llama_cpp.llama_cpp._lib
 GGML_BASE = ctypes.CDLL(str(Path(llama_cpp.llama_cpp.__file__).parent / "lib" / "libggml-base.so"))
 GGML_BASE.ggml_backend_buft_name.restype = ctypes.c_char_p
 GGML_BASE.ggml_backend_buft_name.argtypes = [ctypes.c_void_p]
-KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0}
-FLASH = {"on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED, "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED}
 
 BREAKDOWN = LIB["_Z26llama_get_memory_breakdownPK13llama_context"]
 BREAKDOWN.restype = None
@@ -208,18 +206,7 @@ def nemotron_block(w, b: str, kind: str, cfg: dict, matrix, norm) -> None:
 
 
 def run_case(model, case: dict) -> dict:
-    params = llama_cpp.llama_context_default_params()
-    params.n_ctx = case["n_ctx"]
-    params.n_seq_max = case["n_seq_max"]
-    params.n_ubatch = case["n_ubatch"]
-    params.n_batch = case["n_batch"]
-    params.flash_attn_type = FLASH[case["flash_attn"]]
-    params.kv_unified = case.get("kv_unified", False)
-    params.swa_full = case.get("swa_full", False)  # the library default is true; llama-cli and llama-server pass false
-    params.n_outputs_max = case.get("n_outputs_max", 0)  # 0: n_batch; llama-server passes its slots
-    params.type_k = KV_TYPES[case.get("type_k", "f16")]
-    params.type_v = KV_TYPES[case.get("type_v", "f16")]
-    params.n_threads = params.n_threads_batch = 1
+    params = context_params(case)
     LOG.clear()
     ctx = llama_cpp.llama_init_from_model(model, params)
     if not ctx:

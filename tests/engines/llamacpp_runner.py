@@ -135,19 +135,28 @@ def cache_log(lines: list[str]) -> list[str]:
     return [line.rstrip() for line in "".join(lines).splitlines() if any(k in line for k in keep)]
 
 
-def run_case(model, case: dict) -> dict:
+def context_params(case: dict):
+    """llama_context_params for a case: the fields it gives, the front ends' values for those it leaves out (f16
+    cache, swa_full and kv_unified off: the library's own swa_full default is on; n_outputs_max 0, i.e. n_batch; no
+    rollback snapshots), and one thread."""
     params = llama_cpp.llama_context_default_params()
     params.n_ctx = case["n_ctx"]
     params.n_seq_max = case["n_seq_max"]
     params.n_ubatch = case["n_ubatch"]
     params.n_batch = case["n_batch"]
-    params.type_k = TYPES[case["type_k"]]
-    params.type_v = TYPES[case["type_v"]]
+    params.type_k = TYPES[case.get("type_k", "f16")]
+    params.type_v = TYPES[case.get("type_v", "f16")]
     params.flash_attn_type = FLASH[case["flash_attn"]]
-    params.swa_full = case["swa_full"]
-    params.kv_unified = case["kv_unified"]
-    params.n_rs_seq = case["n_rs_seq"]
+    params.swa_full = case.get("swa_full", False)
+    params.kv_unified = case.get("kv_unified", False)
+    params.n_rs_seq = case.get("n_rs_seq", 0)
+    params.n_outputs_max = case.get("n_outputs_max", 0)  # llama-server passes its slots
     params.n_threads = params.n_threads_batch = 1
+    return params
+
+
+def run_case(model, case: dict) -> dict:
+    params = context_params(case)
     LOG.clear()
     ctx = llama_cpp.llama_init_from_model(model, params)
     if not ctx:
