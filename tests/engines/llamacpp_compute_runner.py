@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 import llama_cpp
-from llamacpp_runner import context_params, run_models  # this folder: the script's own
+from llamacpp_runner import run_models  # this folder: the script's own
 
 LIB = llama_cpp.llama_cpp._lib
 GGML_BASE = ctypes.CDLL(str(Path(llama_cpp.llama_cpp.__file__).parent / "lib" / "libggml-base.so"))
@@ -205,19 +205,12 @@ def nemotron_block(w, b: str, kind: str, cfg: dict, matrix, norm) -> None:
         matrix(b + "attn_output.weight", hidden, q)
 
 
-def run_case(model, case: dict) -> dict:
-    params = context_params(case)
-    LOG.clear()
-    ctx = llama_cpp.llama_init_from_model(model, params)
-    if not ctx:
-        return {"id": case["id"], "error": "llama_init_from_model failed", "log": "".join(LOG)[-3000:]}
-    try:
-        buffers = breakdown(ctx)
-        keep = ("compute buffer size", "graph:", "n_ctx ", "n_ubatch", "flash_attn")
-        log = [line.rstrip() for line in "".join(LOG).splitlines() if any(k in line for k in keep)]
-        return {"id": case["id"], "compute": {k: v["compute"] for k, v in buffers.items()}, "log": log}
-    finally:
-        llama_cpp.llama_free(ctx)
+def read_compute(ctx) -> dict:
+    """The context's compute buffer per backend (exact bytes), and the log lines that print it."""
+    buffers = breakdown(ctx)
+    keep = ("compute buffer size", "graph:", "n_ctx ", "n_ubatch", "flash_attn")
+    log = [line.rstrip() for line in "".join(LOG).splitlines() if any(k in line for k in keep)]
+    return {"compute": {k: v["compute"] for k, v in buffers.items()}, "log": log}
 
 
 def main() -> None:
@@ -228,7 +221,7 @@ def main() -> None:
         job["models"] |= {name: write_wide(name, cfg, out_dir) for name, cfg in job["wide"].items()}
     llama_cpp.llama_log_set(capture, ctypes.c_void_p(0))
     llama_cpp.llama_backend_init()
-    print(json.dumps({"cases": run_models(job, run_case, LOG)}))
+    print(json.dumps({"cases": run_models(job, read_compute, LOG)}))
 
 
 if __name__ == "__main__":

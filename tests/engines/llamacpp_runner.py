@@ -155,29 +155,28 @@ def context_params(case: dict):
     return params
 
 
-def run_case(model, case: dict) -> dict:
-    params = context_params(case)
-    LOG.clear()
-    ctx = llama_cpp.llama_init_from_model(model, params)
+def read_caches(ctx) -> dict:
+    """What the context's memory object allocated: its class and each cache's K, V, R and S bytes."""
+    cls, sizes = caches(llama_cpp.llama_get_memory(ctx))
+    return {"memory": cls, "caches": sizes, "n_ctx": llama_cpp.llama_n_ctx(ctx), "log": cache_log(LOG)}
+
+
+def in_context(model, case: dict, read, log: list[str]) -> dict:
+    """The case's context, `read` (with the case's id), then freed; a context libllama refuses is the case's
+    error, with the tail of `log`."""
+    log.clear()
+    ctx = llama_cpp.llama_init_from_model(model, context_params(case))
     if not ctx:
-        return {"id": case["id"], "error": "llama_init_from_model failed", "log": "".join(LOG)[-3000:]}
+        return {"id": case["id"], "error": "llama_init_from_model failed", "log": "".join(log)[-3000:]}
     try:
-        mem = llama_cpp.llama_get_memory(ctx)
-        cls, sizes = caches(mem)
-        return {
-            "id": case["id"],
-            "memory": cls,
-            "caches": sizes,
-            "n_ctx": llama_cpp.llama_n_ctx(ctx),
-            "log": cache_log(LOG),
-        }
+        return {"id": case["id"], **read(ctx)}
     finally:
         llama_cpp.llama_free(ctx)
 
 
-def run_models(job: dict, run_case, log: list[str]) -> list[dict]:
-    """Load each of the job's models once and run its cases; a model libllama cannot load fails its cases with the
-    tail of `log` (what the caller's log callback collected)."""
+def run_models(job: dict, read, log: list[str]) -> list[dict]:
+    """Load each of the job's models once and `read` a context of each of its cases; a model libllama cannot load
+    fails its cases with the tail of `log` (what the caller's log callback collected)."""
     results = []
     for name, path in job["models"].items():
         mparams = llama_cpp.llama_model_default_params()
@@ -192,7 +191,7 @@ def run_models(job: dict, run_case, log: list[str]) -> list[dict]:
             results += [{"id": case["id"], "error": error, "log": "".join(log)[-3000:]} for case in mine]
             continue
         try:
-            results += [run_case(model, case) for case in mine]
+            results += [in_context(model, case, read, log) for case in mine]
         finally:
             llama_cpp.llama_model_free(model)
     return results
@@ -202,7 +201,7 @@ def main() -> None:
     job = json.loads(Path(sys.argv[1]).read_text() if len(sys.argv) > 1 else sys.stdin.read())
     llama_cpp.llama_log_set(capture, ctypes.c_void_p(0))
     llama_cpp.llama_backend_init()
-    print(json.dumps({"cases": run_models(job, run_case, LOG)}))
+    print(json.dumps({"cases": run_models(job, read_caches, LOG)}))
 
 
 if __name__ == "__main__":
