@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 from core.engines.vllm_cluster import Cluster, plans
 from core.memory.gpus import card_named
 from core.model.loading import load_model
-from tests.e2e.conftest import ARTIFACTS, full_page_screenshot, wait_for_app
+from tests.e2e.conftest import ARTIFACTS, WAIT_MS, full_page_screenshot, wait_for_app
 from tests.e2e.test_browser import no_exception
 from tests.e2e.test_finders import table_rows
 
@@ -31,9 +31,12 @@ def test_cluster_page_lists_cores_plans(page, server):
     page.locator('[data-testid="stSidebar"] [data-testid="stPageLink"]').filter(has_text="Fit a card").click()
     page.wait_for_url(lambda url: urlsplit(url).path == "/")
     wait_for_app(page)
+    # Fit a card draws its chart in a rerun of its own once the browser is idle: leave after it, not during it
+    expect(page.locator('[data-testid="stPlotlyChart"]').first).to_be_visible(timeout=WAIT_MS)
+    wait_for_app(page)
     page.locator('[data-testid="stSidebar"] [data-testid="stPageLink"]').filter(has_text="vLLM across nodes").click()
     page.wait_for_url(lambda url: urlsplit(url).path == "/cluster")
-    expect(page.locator("h1")).to_have_text("vLLM across nodes")
+    expect(page.locator("h1")).to_have_text("vLLM across nodes", timeout=WAIT_MS)
     wait_for_app(page)
     no_exception(page, "cluster, reached from the sidebar")
     expect(page.locator('[data-testid="stSidebar"] input[aria-label="Model"]')).to_have_value("deepseek-ai/DeepSeek-V3")
