@@ -43,7 +43,7 @@ WEIGHTS_GPU_REL = 0.05  # Qwen3.5-9B -4.9 % (bartowski's Q4_K_M file is 248.63 M
 WEIGHTS_RAM_REL = 0.01  # phi-4 +0.6 % (fused attn_qkv mix), Qwen3-235B -0.1 % (router and ffn_norm moved by -ot 'ffn')
 # the compute buffer's share; every other GPU buffer is within the bounds above or exact. Largest now: Qwen3.5-9B at
 # 262K, -5.3 % (its weights -4.9 %, and its b8571 compute buffer, 808 MiB with f32 masks, is sized for the bundled
-# build here: core.memory.llamacpp_compute.F16_MASK)
+# build here: core.engines.llamacpp.F16_MASK)
 TOTAL_GPU_REL = 0.06
 
 

@@ -16,15 +16,7 @@ from core.engines.llamacpp import LlamaCppBuild, LlamaCppEngine, Offload
 from core.errors import InputError
 from core.fit import Setup, Solver
 from core.memory.gpus import card_named
-from core.memory.llamacpp_compute import (
-    F16_MASK,
-    compute_buffers,
-    cpu_only,
-    has_change,
-    llamacpp_overhead,
-    ubatch,
-    widths,
-)
+from core.memory.llamacpp_compute import compute_buffers, cpu_only, llamacpp_overhead, ubatch, widths
 from core.model.loading import load_model
 from core.units import MIB
 from tests.test_gpu_logs import ROWS, setup_of
@@ -205,13 +197,13 @@ def test_builds_before_the_f16_mask_hold_f32_masks_in_the_host_buffer():
     [("b9293", False), ("b9592", True), ("2026-05-26", False), ("2026-05-27", True), ("b6699", False)],
 )
 def test_the_f16_mask_change_is_placed_by_build(spec, carries):
-    assert has_change(LlamaCppBuild.parse(spec), F16_MASK) is carries
-    assert has_change(LlamaCppBuild(), F16_MASK)  # the bundled build carries it
+    assert LlamaCppBuild.parse(spec).f16_mask is carries
+    assert LlamaCppBuild().f16_mask  # the bundled build carries it
 
 
 def test_a_build_number_between_the_known_ones_asks_for_a_date():
     with pytest.raises(InputError, match="23764"):
-        has_change(LlamaCppBuild.parse("b9400"), F16_MASK)
+        LlamaCppBuild.parse("b9400")
 
 
 def test_nextn_graphs_keep_one_more_row_beside_the_logits():

@@ -198,26 +198,27 @@ def test_experts_in_ram_are_those_of_gpu_layers_under_either_convention():
 
 
 @pytest.mark.parametrize(
-    ("spec", "shown", "output_first", "fit_streams"),
+    ("spec", "shown", "output_first", "fit_streams", "f16_mask"),
     [
-        ("b6500", "b6500", False, False),
-        ("6500", "b6500", False, False),
-        (" B7414 ", "b7414", False, False),  # issue #18085's build (2025-12-16), before PR #18148
-        ("b7524", "b7524", True, False),  # issue #18337's build (2025-12-24), after it
-        ("b10509", "b10509", True, False),  # issue #27447's (2026-08-20), before PR #27496
-        ("2025-09-01", "2025-09-01", False, False),
-        ("2025-12-17", "2025-12-17", False, False),
-        ("2025-12-18", "2025-12-18", True, False),  # PR #18148's merge day
-        ("2026-08-21", "2026-08-21", True, True),
+        ("b6500", "b6500", False, False, False),
+        ("6500", "b6500", False, False, False),
+        (" B7414 ", "b7414", False, False, False),  # issue #18085's build (2025-12-16), before PR #18148
+        ("b7524", "b7524", True, False, False),  # issue #18337's build (2025-12-24), after it
+        ("b10509", "b10509", True, False, True),  # issue #27447's (2026-08-20), before PR #27496, after PR #23764
+        ("2025-09-01", "2025-09-01", False, False, False),
+        ("2025-12-17", "2025-12-17", False, False, False),
+        ("2025-12-18", "2025-12-18", True, False, False),  # PR #18148's merge day
+        ("2026-05-27", "2026-05-27", True, False, True),  # PR #23764's
+        ("2026-08-21", "2026-08-21", True, True, True),
     ],
 )
-def test_build_numbers_and_dates_choose_the_rules(spec, shown, output_first, fit_streams):
-    assert LlamaCppBuild.parse(spec) == LlamaCppBuild(shown, output_first, fit_streams)
+def test_build_numbers_and_dates_choose_the_rules(spec, shown, output_first, fit_streams, f16_mask):
+    assert LlamaCppBuild.parse(spec) == LlamaCppBuild(shown, output_first, fit_streams, f16_mask)
 
 
 def test_default_build_is_the_bundled_one():
     assert LLAMA.options.build == LlamaCppBuild() and LlamaCppBuild().spec == "0c1e57098"
-    assert LlamaCppBuild().output_first and LlamaCppBuild().fit_streams  # both PRs are in its source
+    assert LlamaCppBuild().output_first and LlamaCppBuild().fit_streams and LlamaCppBuild().f16_mask  # every PR
 
 
 @pytest.mark.parametrize(
@@ -253,7 +254,9 @@ def run_cli(capsys, *argv: str) -> dict:
 def test_cli_flag_on_fit_speed_and_autofit(capsys):
     base = ["Qwen/Qwen3-8B", "--gpu", "RTX 4090", "--engine", "llama.cpp", "--weights", "q8_0", "-ngl", "10"]
     old = run_cli(capsys, "fit", *base, "--llamacpp-build", "6500")
-    assert old["engine_options"]["build"] == {"spec": "b6500", "output_first": False, "fit_streams": False}
+    assert old["engine_options"]["build"] == {
+        "spec": "b6500", "output_first": False, "fit_streams": False, "f16_mask": False,
+    }  # fmt: skip
     assert any("-ngl 10: the last 10 of 36 layers on the GPU;" in note for note in old["notes"])
     new = run_cli(capsys, "fit", *base)
     assert any("-ngl 10: the last 9 of 36 layers and the output layer" in note for note in new["notes"])

@@ -103,8 +103,20 @@ FIT_STREAMS = Change(
     "opened and tested 2026-08-21 (github.com/ggml-org/llama.cpp/pull/27496; its merge date is taken as that day); "
     "b10509 is issue #27447's version (2026-08-20)",
 )
-CHANGES = (OUTPUT_FIRST, FIT_STREAMS)
-BUNDLED_BUILD = "0c1e57098"  # llama-cpp-python 0.3.36's vendored commit: both changes are in its source
+# Flash attention's KQ masks as f16 graph inputs. Before, they were f32 inputs even with flash attention and the
+# graph cast them to f16 (llm_graph_input_attn_kv::self_kq_mask_cnv = ggml_cast(mask, F16)): the host buffer holds
+# the f32 masks, and the GPU its copy of them beside the cast while the first attention layer's q/k/v are live.
+F16_MASK = Change(
+    23764,
+    "llama: use f16 mask for FA to save VRAM",
+    "2026-05-27",
+    9293,
+    9592,
+    "merged 2026-05-27 (github.com/ggml-org/llama.cpp/pull/23764); b9293 is issue #23546's version (2026-05-22); "
+    "b9592 is the latest tag ollama PR #16671 bumped to (2026-06-11)",
+)
+CHANGES = (OUTPUT_FIRST, FIT_STREAMS, F16_MASK)
+BUNDLED_BUILD = "0c1e57098"  # llama-cpp-python 0.3.36's vendored commit: every change is in its source
 
 
 @dataclass(frozen=True)
@@ -114,6 +126,7 @@ class LlamaCppBuild:
     spec: str = BUNDLED_BUILD  # as given: bNNNN or a release date; the bundled commit by default
     output_first: bool = True  # OUTPUT_FIRST: -ngl counts the output layer as the first layer offloaded
     fit_streams: bool = True  # FIT_STREAMS: --fit scales its contexts by the streams
+    f16_mask: bool = True  # F16_MASK: flash attention's KQ masks are f16 inputs (core.memory.llamacpp_compute)
 
     @classmethod
     def parse(cls, text: str) -> LlamaCppBuild:
@@ -233,7 +246,7 @@ class LlamaCppOptions:
     n_batch: int = 2048  # -b; the ubatch is capped by it
     flash_attn: bool = True  # -fa; "auto" counts as on when the cache is made (cparams.flash_attn = type != DISABLED)
     n_rs_seq: int = 0  # recurrent rollback snapshots per slot (llama-server sets --draft-max for MTP/EAGLE3 drafts)
-    build: LlamaCppBuild = LlamaCppBuild()  # --llamacpp-build: whose -ngl and --fit rules (the cache's are 0c1e57098's)
+    build: LlamaCppBuild = LlamaCppBuild()  # --llamacpp-build: its -ngl, --fit and mask rules (caches: 0c1e57098's)
     # logits rows the graph reserves per ubatch: 0 is n_batch (llama-context.cpp:250); llama-server passes its slots
     # (tools/server/server-context.cpp server_output_limits: n_parallel × (1 + draft tokens), capped at n_batch)
     n_outputs_max: int = 0

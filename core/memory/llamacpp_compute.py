@@ -40,8 +40,9 @@ Offload (-ngl, --n-cpu-moe) is read from source, not refereed (there is no GPU h
   ggml_backend_sched_backend_id_from_cur) and copied to the GPU that uses them; the token embedding stays in system
   RAM (llama-model.cpp: the input layer is always on the CPU), so its get_rows runs on the CPU. The host buffer
   (CUDA_Host) therefore holds the inputs and the [n_embd, T] embeddings: published CUDA logs of builds before
-  F16_MASK (PR #23764), whose masks were f32 even with flash attention, match this to the printed 0.01 MiB
-  (Llama-3.1-8B 8K 4 seqs 24.01 MiB, Qwen2.5-Coder-7B 15.01, gpt-oss-20b 128K 263.15, Qwen3-235B-A22B 32K 72.01).
+  core.engines.llamacpp.F16_MASK (PR #23764), whose masks were f32 even with flash attention, match this to the
+  printed 0.01 MiB (Llama-3.1-8B 8K 4 seqs 24.01 MiB, Qwen2.5-Coder-7B 15.01, gpt-oss-20b 128K 263.15,
+  Qwen3-235B-A22B 32K 72.01).
 - In those builds the GPU gets the f32 mask copies and casts them to f16 at the first attention layer: for a moment
   both stand beside that layer's q/k/v (mask_cast). At long contexts that moment is the GPU's peak: Qwen3.5-9B,
   b8571, 262,144 cells × 2 slots logs 808.02 MiB, kvscope 808.01 (the logits alone, 501, are the peak at 32K).
@@ -58,7 +59,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from core.engines.llamacpp import Change, LlamaCppBuild, LlamaCppEngine, Offload, _by_number, as_llamacpp_sees, pad
+from core.engines.llamacpp import LlamaCppEngine, Offload, as_llamacpp_sees, pad
 from core.errors import InputError
 from core.memory.overhead import CUDA_CONTEXT, Item, parallel_items
 from core.model.layers import MLA, FullAttention, GatedDeltaNet, LayerKind, Mamba1, Mamba2, ShortConv
@@ -76,18 +77,6 @@ REC_HALF_ROWS: dict[type, int] = {Mamba1: 11, Mamba2: 11, GatedDeltaNet: 10, Sho
 # nemotron-h.cpp @ 0c1e57098) keep the final norm over all T rows as an output (res->t_h_nextn, which
 # llm_graph_result::set_outputs flags, so ggml-alloc never frees it) and pick the output rows after it: one more
 # [n_embd, T] row beside the logits. Builds before it (the published b8571 Qwen3.5-9B log) do not.
-# Before this change the KQ masks were f32 inputs even with flash attention and the graph cast them to f16
-# (llm_graph_input_attn_kv::self_kq_mask_cnv = ggml_cast(mask, F16)): the host buffer holds the f32 masks, and the
-# GPU its copy of them beside the cast while the first attention layer's q/k/v are live.
-F16_MASK = Change(
-    23764,
-    "llama: use f16 mask for FA to save VRAM",
-    "2026-05-27",
-    9293,
-    9592,
-    "merged 2026-05-27 (github.com/ggml-org/llama.cpp/pull/23764); b9293 is issue #23546's version (2026-05-22); "
-    "b9592 is the latest tag ollama PR #16671 bumped to (2026-06-11)",
-)
 # Qwen3.5's full-attention layers (models/qwen35.cpp, build_layer_attn @ 0c1e57098): q_proj emits the query and an
 # output gate; the gate is made contiguous (ggml_cont_2d, [n_head × head_dim, T] f32) before attention and multiplied
 # in after it, so one more query-wide row is live across the attention.
@@ -145,15 +134,6 @@ def _cfg_int(model: ModelSpec, *keys: str) -> int:
         if isinstance(value, int) and value > 0:
             return value
     return 0
-
-
-def has_change(build: LlamaCppBuild, change: Change) -> bool:
-    """Whether `build` carries `change`, by LlamaCppBuild.parse's rule (build number or release date)."""
-    if build.bundled:
-        return True
-    if build.spec.startswith("b"):
-        return _by_number(change, int(build.spec[1:]))
-    return build.spec >= change.merged
 
 
 def widths(model: ModelSpec) -> Widths:
@@ -385,7 +365,7 @@ def compute_buffers(
     gpu_layers = [model.layers[i] for i in where.layers]
     cpu_layers = [model.layers[i] for i in where.on_cpu]
     copy = cpu_weight if (cpu_layers or where.cpu_experts) and u.tokens >= OP_OFFLOAD_MIN_BATCH else 0
-    f32_mask = flash and not has_change(engine.options.build, F16_MASK)
+    f32_mask = flash and not engine.options.build.f16_mask
     gpu_attention = any(layer.grows for layer in gpu_layers)
     if gpu_layers or where.output or copy:  # with -ngl 0 the GPU still runs the big matmuls (op_offload)
         gpu = peak(w, u, flash, where.output, gpu_attention, copy)
