@@ -14,6 +14,11 @@ MAX_TOKENS = 1 << 40  # a trillion: far past any model's context; beyond it a co
 MAX_DIGITS = 24  # past any size kvscope takes; checked before int() (which refuses 4,300+ digits with a ValueError)
 
 
+def round_up(n: int, to: int) -> int:
+    """`n` rounded up to a whole multiple of `to` (GGML_PAD; cache cells, blocks, aligned buffers)."""
+    return -(-n // to) * to
+
+
 def digits_checked(number: str, text: str | int) -> str:
     """The number as typed, refused before conversion when it has more digits than any real size."""
     if sum(ch.isdigit() for ch in number) > MAX_DIGITS:

@@ -47,6 +47,7 @@ from core.model.layers import (
     Storage,
 )
 from core.model.spec import ModelSpec
+from core.units import round_up
 
 CELL_PAD = 256
 # Architectures whose GGUF conversion drops the sliding window: Mistral and Mixtral load as plain "llama", so
@@ -194,10 +195,6 @@ class Offload:
     @property
     def on_cpu(self) -> range:
         return range(0, self.layers.start)
-
-
-def pad(n: int, to: int) -> int:
-    return -(-n // to) * to
 
 
 def _windowed(layer: LayerKind) -> bool:
@@ -352,9 +349,9 @@ class LlamaCppEngine(Engine):
     def cells(self, context: int, batch: int = 1) -> int:
         """Cells per stream of the full-attention cache for `batch` sequences of `context` tokens."""
         if self.options.kv_unified:
-            return pad(context * batch, CELL_PAD)
+            return round_up(context * batch, CELL_PAD)
         # n_ctx_seq = pad(pad(batch·context) / batch): the same as pad(context), since pad(b·c) ≤ b·pad(c)
-        return pad(pad(context * batch, CELL_PAD) // batch, CELL_PAD)
+        return round_up(round_up(context * batch, CELL_PAD) // batch, CELL_PAD)
 
     def ubatch(self, context: int, batch: int = 1) -> int:
         return min(self.options.n_ubatch, self.options.n_batch, context * batch)
@@ -364,7 +361,7 @@ class LlamaCppEngine(Engine):
         if self.options.swa_full:
             return base
         seqs = batch if self.options.kv_unified else 1
-        return pad(min(base, cap * seqs + self.ubatch(context, batch)), CELL_PAD)
+        return round_up(min(base, cap * seqs + self.ubatch(context, batch)), CELL_PAD)
 
     def tokens_held(self, layer: LayerKind, context: int, batch: int = 1) -> int:
         cap = layer.token_cap
@@ -493,5 +490,4 @@ __all__ = [
     "LlamaCppOptions",
     "Offload",
     "as_llamacpp_sees",
-    "pad",
 ]

@@ -39,8 +39,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from core.dtypes import FP32, dtype_named
+from core.engines.runtimes import MINIMUM_MEMORY  # ml/device.go MinimumMemory, unchanged to v0.24.0
 from core.model.layers import MLA, LayerKind, SlidingWindow, Storage
-from core.units import MIB
+from core.units import round_up
 
 LATEST = "v0.32.15"  # the newest release tag in the snapshot read (v0.33.0-rc2 is a release candidate)
 LAST_GO_ENGINE = "v0.24.0"  # the last release with runner/ollamarunner; v0.30.0 removed it
@@ -128,11 +129,6 @@ CACHE_PADDING = 256  # ml/backend/ggml/ggml.go Backend.CacheConfig @v0.24.0, wit
 UNPADDED = frozenset({"gemma2"})  # model/models/gemma2/model.go New: SetConfig(ml.CacheConfig{}) → padding 1
 SWA_MEMORY = {"gpt-oss": 4096, "gptoss": 4096, "gemma4": 4096}  # NewSWAMemCache(window, 4096, …) callers
 CHECKPOINTS = 24  # kvcache/recurrent.go DefaultCheckpointCount
-MINIMUM_MEMORY = {"cuda": 457 * MIB, "metal": 512 * MIB}  # ml/device.go DeviceInfo.MinimumMemory @v0.24.0
-
-
-def round_up(n: int, pad: int) -> int:
-    return -(-n // pad) * pad
 
 
 def causal_cells(capacity: int, sequences: int, pad: int = CACHE_PADDING) -> int:

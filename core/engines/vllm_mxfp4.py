@@ -20,13 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.memory.gpus import Card
+from core.units import round_up
 
 MX_BLOCK = 32  # values per E8M0 scale byte
 HOPPER_WARPS = 8  # num_warps vLLM passes to _swizzle_mxfp4 on Hopper
-
-
-def round_up(n: int, to: int) -> int:
-    return -(-n // to) * to
 
 
 @dataclass(frozen=True)

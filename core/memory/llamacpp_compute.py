@@ -59,11 +59,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from core.engines.llamacpp import LlamaCppEngine, Offload, as_llamacpp_sees, pad
+from core.engines.llamacpp import LlamaCppEngine, Offload, as_llamacpp_sees
 from core.errors import InputError
 from core.memory.overhead import CUDA_CONTEXT, Item, parallel_items
 from core.model.layers import MLA, FullAttention, GatedDeltaNet, LayerKind, Mamba1, Mamba2, ShortConv
 from core.model.spec import ModelSpec
+from core.units import round_up
 
 F32, F16, I32, I64 = 4, 2, 4, 8
 ALIGN = 128  # ggml-cuda.cu: ggml_backend_cuda_buffer_type_get_alignment; the CPU's is 32 (TENSOR_ALIGNMENT)
@@ -207,7 +208,7 @@ def ubatch(engine: LlamaCppEngine, model: ModelSpec, context: int, n_seq: int, n
         raise InputError(f"n_outputs_max must be 0 (n_batch) or positive, got {n_outputs_max}")
     first = min(o.n_ubatch, o.n_batch, n_ctx)
     outputs = min(first, n_outputs_max or o.n_batch)  # sched_reserve: n_outputs_pp = min(n_tokens, n_outputs_max)
-    tokens = pad(first, n_seq)  # graph_reserve: n_tokens rounded up to a multiple of n_seqs (= n_seq_max)
+    tokens = round_up(first, n_seq)  # graph_reserve: n_tokens rounded up to a multiple of n_seqs (= n_seq_max)
     caps = {p.token_cap for layer in model.census for p in layer.parts() if p.grows and p.token_cap is not None}
     window = engine.window_cells(max(caps), context, n_seq) if caps else 0
     has_full = any(p.grows and p.token_cap is None for layer in model.census for p in layer.parts())
@@ -233,15 +234,14 @@ def inputs(w: Widths, u: Ubatch, flash_attn: bool, attention: bool = True, f32_m
         if caches
         else "12 B ids"
     )
-    return Item(
-        "graph inputs", sum(pad(b, ALIGN) for b in tensors), f"{t} tokens × ({per_token}), each padded to {ALIGN} B"
-    )
+    padded = sum(round_up(b, ALIGN) for b in tensors)
+    return Item("graph inputs", padded, f"{t} tokens × ({per_token}), each padded to {ALIGN} B")
 
 
 def output_body(w: Widths, u: Ubatch) -> Item:
     """After the last layer the inputs are freed (bar the output ids): the logits beside two [n_embd, T] rows
     (three with a kept t_h_nextn, NEXTN_HEAD)."""
-    size = F32 * u.outputs * w.n_vocab + F32 * u.tokens * w.out_rows * w.n_embd + pad(I32 * u.outputs, ALIGN)
+    size = F32 * u.outputs * w.n_vocab + F32 * u.tokens * w.out_rows * w.n_embd + round_up(I32 * u.outputs, ALIGN)
     return Item(
         "logits",
         size,
