@@ -8,10 +8,8 @@ from system RAM every token, so the host's RAM bandwidth is an input here, with 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from fractions import Fraction
 
 from core.engines.ollama_engine import (
     LAST_GO_ENGINE,
@@ -48,7 +46,7 @@ from core.speed import calibration
 from core.speed.cli import error_record, hardware
 from core.speed.predict import Hardware, Speed, predict
 from core.speed.report import speed_lines
-from core.units import digits_checked, format_bytes, format_tokens
+from core.units import byte_amount, format_bytes, format_tokens
 
 # The cards issue 13 asks about: 8, 12, 16 and 24 GB (names as in core/memory/data/gpus.csv).
 DEFAULT_CARDS = (
@@ -151,20 +149,17 @@ class OllamaRow:
         return f"{self.layers}/{self.blocks + 1}"
 
 
-_FREE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB)?\s*")
-_FREE_SCALE = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
-
-
 def parse_free(text: str | None) -> int | None:
     """Free GPU memory as Ollama logs it (format.HumanBytes2, one decimal: "7.1 GiB"), rounded down to a byte;
     None or blank: not given."""
     if text is None or not str(text).strip():
         return None
-    match = _FREE.fullmatch(str(text))
-    if not match:
-        raise InputError(f"cannot read free memory {str(text)[:40]!r}; write it as Ollama logs it, e.g. 7.1GiB, 900MiB")
-    number, unit = match.groups()
-    return int(Fraction(digits_checked(number, text)) * _FREE_SCALE[unit])
+    try:
+        return int(byte_amount(str(text)))
+    except InputError as err:
+        raise InputError(
+            f"cannot read free memory {str(text)[:40]!r} ({err}); write it as Ollama logs it, e.g. 7.1GiB, 900MiB"
+        ) from None
 
 
 def free_card(card: Card, free: int | None) -> Card:

@@ -72,16 +72,22 @@ _BYTES = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(|B|KiB|MiB|GiB)\s*$")
 _BYTE_SCALE = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
+def byte_amount(text: str) -> Fraction:
+    """`1073741824`, `512 MiB`, `1.5GiB` as an exact number of bytes, a fraction where the decimal leaves one.
+    Binary units only: `GB` would be ambiguous."""
+    match = _BYTES.match(text)
+    if not match:
+        raise InputError(f"cannot read {text!r} as a size; write bytes (1073741824) or e.g. 512MiB, 1.5GiB")
+    number, unit = match.groups()
+    return Fraction(digits_checked(number, text)) * _BYTE_SCALE[unit]
+
+
 def parse_bytes(text: str | int) -> int:
-    """`1073741824`, `512 MiB`, `1.5GiB` → bytes (0 or more). Binary units only: `GB` would be ambiguous."""
+    """`1073741824`, `512 MiB`, `1.5GiB` → bytes (0 or more), a whole number of them."""
     if isinstance(text, int):
         value = text
     else:
-        match = _BYTES.match(str(text))
-        if not match:
-            raise InputError(f"cannot read {text!r} as a size; write bytes (1073741824) or e.g. 512MiB, 1.5GiB")
-        number, unit = match.groups()
-        exact = Fraction(digits_checked(number, text)) * _BYTE_SCALE[unit]
+        exact = byte_amount(str(text))
         if exact.denominator != 1:
             raise InputError(f"{text!r} is not a whole number of bytes")
         value = int(exact)
