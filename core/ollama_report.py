@@ -157,7 +157,8 @@ def parse_free(text: str | None) -> int | None:
     try:
         return int(byte_amount(str(text)))
     except InputError:
-        raise InputError(f"cannot read free memory {str(text)[:40]!r}; write it as Ollama logs it, e.g. 7.1GiB, 900MiB") from None
+        what = f"cannot read free memory {str(text)[:40]!r}"
+        raise InputError(f"{what}; write it as Ollama logs it, e.g. 7.1GiB, 900MiB") from None
 
 
 def free_card(card: Card, free: int | None) -> Card:
