@@ -13,8 +13,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.errors import InputError
+from core.files import cache_dir, write_json_atomic
 from core.speed.groups import format_family
-from core.speed.ram import cache_path, cpu_name
+from core.speed.ram import cpu_name
 
 FILE = "calibration.json"
 
@@ -63,7 +65,7 @@ class Calibration:
 
 
 def path() -> Path:
-    return cache_path().parent / FILE
+    return cache_dir() / FILE
 
 
 def load(host: str | None = None) -> Calibration | None:
@@ -84,6 +86,6 @@ def store(cal: Calibration) -> Path:
     except (OSError, ValueError):
         data = {}
     data.setdefault("hosts", {})[cal.host] = cal.record()
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(data, indent=1))
+    if not write_json_atomic(p, data):  # through a rename: an interrupted write never leaves half a file
+        raise InputError(f"cannot write the calibration to {p}; set KVSCOPE_CACHE to a writable folder")
     return p

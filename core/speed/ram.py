@@ -8,7 +8,7 @@ import platform
 import time
 from pathlib import Path
 
-from core.files import cache_dir
+from core.files import cache_dir, write_json_atomic
 
 PROBE_BYTES = 256 * 1024 * 1024  # well past any L3, small enough to take ~0.1 s
 REPEATS = 5
@@ -60,9 +60,5 @@ def ram_gb_s(refresh: bool = False) -> tuple[float, str]:
             pass
     gb_s = measure_ram_gb_s()
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"host": key, "gb_s": gb_s, "time": stamp}))
-    except OSError:
-        pass  # a read-only home: measure again next time
+    write_json_atomic(path, {"host": key, "gb_s": gb_s, "time": stamp})  # a read-only home: measure again next time
     return gb_s, f"measured {stamp} by a numpy copy"
