@@ -51,12 +51,17 @@ def backend_of(setup: Setup, hw: Hardware) -> str:
     return "cpu" if hw.cpu_only else hw.backend or default_backend(setup.card)
 
 
+def group(setup: Setup, hw: Hardware, device: str) -> tuple[str, str]:
+    """(backend, card class): the group whose fitted efficiencies and held-out error a device's figures take."""
+    backend = "cpu" if device == "cpu" else backend_of(setup, hw)
+    return backend, card_class(setup.card, backend)
+
+
 def _eff(table: Table | None, setup: Setup, hw: Hardware, device: str) -> Efficiency:
     engine = setup.engine.name
     if table is not None and (engine, device) in table:
         return table[(engine, device)]
-    backend = "cpu" if device == "cpu" else backend_of(setup, hw)
-    return efficiency_for(engine, device, backend, card_class(setup.card, backend))
+    return efficiency_for(engine, device, *group(setup, hw, device))
 
 
 def flash_attn(setup: Setup) -> bool:
@@ -342,8 +347,7 @@ def driver(setup: Setup, hw: Hardware) -> str:
 def error_bars(setup: Setup, hw: Hardware) -> tuple[ErrorBar, ErrorBar]:
     """The held-out error of the group this setup falls in, for decode and for prefill."""
     device = driver(setup, hw)
-    backend = "cpu" if device == "cpu" else backend_of(setup, hw)
-    klass = card_class(setup.card, backend)
+    backend, klass = group(setup, hw, device)
     cal = hw.calibration.label if hw.calibration and device == "cpu" else ""
     engine = setup.engine.name
     return error_bar(engine, backend, klass, "decode", cal), error_bar(engine, backend, klass, "prefill", cal)
