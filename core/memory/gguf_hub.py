@@ -113,8 +113,9 @@ def pick_files(paths: list[str], tag: str, repo_id: str) -> tuple[str, ...]:
     that is a model file, contains `TAG.` or `TAG-` anywhere (case-insensitive), and is not a shard past the first;
     without a tag Q4_K_M, then Q8_0, then the first model file. llama.cpp compiles the tag as a regex; here it is
     matched literally (a real tag holds only letters, digits and `_`, where the two agree)."""
-    models = [p for p in paths if _is_model(p)]
-    firsts = [p for p in models if _split_info(p)[3] <= 1 or _split_info(p)[2] == 1]
+    info = {p: _split_info(p) for p in paths if _is_model(p)}  # (prefix, tag, index, count)
+    models = list(info)
+    firsts = [p for p in models if info[p][3] <= 1 or info[p][2] == 1]
     chosen = None
     for t in (tag,) if tag else DEFAULT_TAGS:
         pattern = re.compile(re.escape(t) + "[.-]", re.IGNORECASE)
@@ -124,19 +125,17 @@ def pick_files(paths: list[str], tag: str, repo_id: str) -> tuple[str, ...]:
     if chosen is None and not tag and firsts:
         chosen = firsts[0]
     if chosen is None:
-        tags = sorted({_split_info(p)[1] for p in firsts} - {""})
+        tags = sorted({info[p][1] for p in firsts} - {""})
         if not models:
             raise InputError(f"{repo_id} has no GGUF model files")
         raise InputError(
             f"{repo_id} has no GGUF file for {tag!r}; its quants: {', '.join(tags) or 'none tagged'} "
             f"(files: {', '.join(firsts[:12])}{', ...' if len(firsts) > 12 else ''}); write {repo_id}:QUANT"
         )
-    prefix, _, _, count = _split_info(chosen)
+    prefix, _, _, count = info[chosen]
     if count <= 1:
         return (chosen,)
-    shards = sorted(
-        (_split_info(p)[2], p) for p in models if _split_info(p)[0] == prefix and _split_info(p)[3] == count
-    )
+    shards = sorted((info[p][2], p) for p in models if info[p][0] == prefix and info[p][3] == count)
     if [i for i, _ in shards] != list(range(1, count + 1)):
         raise InputError(f"{repo_id}: {chosen} is split in {count} parts but the repo holds {len(shards)} of them")
     return tuple(p for _, p in shards)
