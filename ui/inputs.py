@@ -65,11 +65,9 @@ def _gguf_weights(name: str) -> tuple[WeightFile, str]:
     then its disk cache), and the caption that names the file, its commit and its bytes per ggml type."""
     found = read_hub_gguf(hub_gguf(name))
     weights = found.weights()
-    file = found.files[0] if len(found.files) == 1 else f"{found.files[0]} (+{len(found.files) - 1} shards)"
-    mix = ", ".join(f"{kind} {format_bytes(n)}" for kind, n in found.type_bytes().items())
     caption = (
-        f"Weights from the GGUF's header: `{file}` of {found.name.repo_id} at commit {found.sha[:8]}, "
-        f"{len(found.tensors):,} tensors, {format_bytes(weights.total_bytes)}: {mix}."
+        f"Weights from the GGUF's header: `{found.file}` of {found.name.repo_id} at commit {found.sha[:8]}, "
+        f"{len(found.tensors):,} tensors, {format_bytes(weights.total_bytes)}: {found.mix()}."
     )
     return weights, caption
 

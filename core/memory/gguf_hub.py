@@ -173,17 +173,24 @@ class HubGGUF:
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
     @property
+    def file(self) -> str:
+        """The file, or its first shard and how many follow."""
+        return self.files[0] if len(self.files) == 1 else f"{self.files[0]} (+{len(self.files) - 1} shards)"
+
+    @property
     def label(self) -> str:
-        file = self.files[0] if len(self.files) == 1 else f"{self.files[0]} (+{len(self.files) - 1} shards)"
-        return f"{self.name.repo_id}/{file}@{self.sha[:8]}"
+        return f"{self.name.repo_id}/{self.file}@{self.sha[:8]}"
+
+    def mix(self, most: int | None = None) -> str:
+        """Bytes per ggml type, largest first (the `most` largest): `Q4_K 3.90 GiB, Q6_K 1.23 GiB, …`."""
+        return ", ".join(f"{k} {format_bytes(v)}" for k, v in list(self.type_bytes().items())[:most])
 
     def weights(self) -> WeightFile:
         return summarise(self.label, "gguf", {t.name: t.n_bytes for t in self.tensors})
 
     def summary(self) -> str:
         """The file and its quant mix, e.g. `org/x-GGUF/x-Q4_K_M.gguf@1a2b3c4d (399 tensors: Q4_K 3.9 GiB, ...)`."""
-        mix = ", ".join(f"{k} {format_bytes(v)}" for k, v in list(self.type_bytes().items())[:6])
-        return f"{self.label} ({len(self.tensors):,} tensors: {mix})"
+        return f"{self.label} ({len(self.tensors):,} tensors: {self.mix(6)})"
 
 
 # ---------------------------------------------------------------- the disk cache
