@@ -244,6 +244,8 @@ else:
     st.dataframe(
         pd.DataFrame(
             [{"format": f, "decode GFLOP/s per thread": d, "prefill GFLOP/s per thread": p} for f, d, p in stored.rates]
+            + [{"format": "attention (f16 cache)", "decode GFLOP/s per thread": stored.attention[0],
+                "prefill GFLOP/s per thread": stored.attention[1]}]
         ),
         hide_index=True,
     )

@@ -167,6 +167,23 @@ def test_flash_attention_off_slows_attention_by_the_fitted_factor():
     assert math.isclose(a_off, 2 * a_on, rel_tol=1e-9)
 
 
+def test_routed_experts_stream_at_their_own_bandwidth_share():
+    base = replace(efficiency_for("llama.cpp", "gpu", "cuda", "consumer"), expert_bandwidth=1.0)
+    slow = replace(base, expert_bandwidth=0.5)
+    card = card_named("GeForce RTX 4090 24GB")
+
+    def decode(model: str, eff):
+        setup = Setup(load_model(model), configured("llama.cpp"), card, weights="q4_k_m")
+        return predict(setup, Hardware(50.0, 8), 4096, table={("llama.cpp", "gpu"): eff}).decode.parts[0]
+
+    one, half = decode("Qwen/Qwen3-30B-A3B", base), decode("Qwen/Qwen3-30B-A3B", slow)
+    assert 0 < one.expert_bytes < one.weight_bytes and one.expert_bytes == half.expert_bytes
+    rate = card.bandwidth_gb_s * 1e9 * base.bandwidth
+    assert math.isclose(half.weights_s - one.weights_s, one.expert_bytes / rate, rel_tol=1e-9)  # 2× on their share
+    dense_one, dense_half = decode(MODEL, base), decode(MODEL, slow)
+    assert dense_one.expert_bytes == 0 and dense_one.weights_s == dense_half.weights_s
+
+
 # -- calibration -------------------------------------------------------------------------------------------------------
 
 
@@ -199,6 +216,46 @@ def test_calibrated_rates_set_each_formats_cpu_speed():
     assert math.isclose(q6.decode.parts[0].matmul_s, q4.decode.parts[0].matmul_s, rel_tol=1e-9)
 
 
+def test_calibrated_attention_rates_set_the_cpu_attention_time():
+    cal = Calibration(host_key(), "2026-12-01 15:00 UTC", "test", 500.0, 2, (("Q8_0", 1.0, 10.0),), (0.5, 4.0))
+    hw = Hardware(500.0, 2, cpu_only=True, calibration=cal)
+    s = predict(cpu_setup("q8_0"), hw, 8192)
+    dec, pre = s.decode.parts[0], s.prefill.parts[0]
+    assert math.isclose(dec.attention_s, dec.attention_flops / (2 * 0.5e9), rel_tol=1e-9)
+    assert math.isclose(pre.attention_s, pre.attention_flops / (2 * 4.0e9), rel_tol=1e-9)
+    # without a measured attention rate the fitted one stays
+    plain = predict(cpu_setup("q8_0"), replace(hw, calibration=replace(cal, attention=(None, None))), 8192)
+    rate = efficiency_for("llama.cpp", "cpu").decode_attention
+    assert math.isclose(plain.decode.parts[0].attention_s, dec.attention_flops / (2 * rate * 1e9), rel_tol=1e-9)
+
+
+def test_attention_rates_come_from_the_deeper_prompts_extra_time():
+    from core.speed.calibrate import CONTEXT, DEEP, attention_rates
+
+    m = {"hidden": 512, "ffn": 1024, "layers": 2, "heads": 8, "vocab": 100}
+    per_key, threads = 4 * 512 * 2, 2
+    dec_rate, pre_rate, mm_s = 3e9, 12e9, 0.01  # FLOP/s per thread; a 256-token prompt's matmul seconds
+    tri = lambda n: n * (n + 1) / 2  # noqa: E731
+    base = {"threads": threads, "decode_s": 0.002 + per_key * CONTEXT / (threads * dec_rate),
+            "prefill_s": mm_s + per_key * tri(CONTEXT) / (threads * pre_rate)}  # fmt: skip
+    deep = {"threads": threads, "context": DEEP, "decode_s": 0.002 + per_key * DEEP / (threads * dec_rate),
+            "prefill_s": mm_s * DEEP / CONTEXT + per_key * tri(DEEP) / (threads * pre_rate)}  # fmt: skip
+    dec, pre = attention_rates({"F16": {"runs": [base], "deep": deep}}, threads, m)
+    assert math.isclose(dec * 1e9, dec_rate, rel_tol=1e-9) and math.isclose(pre * 1e9, pre_rate, rel_tol=1e-9)
+    # a deep run no slower than its matmuls (noise) measures nothing; no deep run either
+    flat = deep | {"decode_s": base["decode_s"], "prefill_s": base["prefill_s"] * DEEP / CONTEXT}
+    assert attention_rates({"F16": {"runs": [base], "deep": flat}}, threads, m) == (None, None)
+    assert attention_rates({"F16": {"runs": [base]}}, threads, m) == (None, None)
+
+
+def test_a_calibration_stored_before_attention_was_timed_still_loads(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSCOPE_CACHE", str(tmp_path))
+    old = {"host": host_key(), "time": "t", "method": "m", "ram_gb_s": 20.0, "threads": 2, "rates": [["F16", 1, 2]]}
+    (tmp_path / cal_mod.FILE).write_text(json.dumps({"hosts": {host_key(): old}}))
+    loaded = cal_mod.load()
+    assert loaded is not None and loaded.attention == (None, None) and loaded.rate("gguf_f16", True) == 2
+
+
 def test_calibrate_command_numpy_stores_for_this_host(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KVSCOPE_CACHE", str(tmp_path))
     out = run_json(capsys, "calibrate", "--with", "numpy", "--threads", "1")
@@ -220,6 +277,7 @@ def test_llamacpp_calibration_runs_the_real_kernels(tmp_path, monkeypatch):
     cal = calibrate(1, "llama.cpp", ("F16", "Q4_0"), model=tiny)
     assert cal.method.startswith("llama.cpp") and {r[0] for r in cal.rates} == {"F16", "Q4_0"}
     assert all(dec > 0 and pre > 0 for _, dec, pre in cal.rates)
+    assert cal.attention[0] is not None and cal.attention[0] > 0  # a 2,048-token cache costs a decode step more
 
 
 # -- the corpus fit and the bench table --------------------------------------------------------------------------

@@ -3,12 +3,14 @@ engines' venv, with gguf-py on PYTHONPATH; never imported by kvscope itself).
 
 Reads a JSON job from the file named by its argument: {"dir", "threads", "context", "decode_steps", "formats":
 [llama.cpp ftype names], "model": {"hidden", "ffn", "layers", "heads", "vocab"}, optionally "time_threads": [thread
-counts to time with, default [threads]]}. Writes a random-weight llama GGUF
-in F16 with gguf-py (no vocabulary: tokenizer.ggml.model "none"), quantises it to each format with libllama's
-llama_model_quantize, then per format prefills `context` random tokens (fastest of 3) and decodes `decode_steps`
-single tokens (the 10th-percentile step). Prints one JSON line: {"formats": {name: {"bytes", "runs": [{"threads",
-"prefill_s", "decode_s"}]}}}. Weights load without the extra (AMX repack) buffer types, as the project's CPU referee
-does (the repack crashes batches > 1 token on this project's Xeon: /work/shared/reference/engines-on-cpu.md).
+counts to time with, default [threads]] and "deep": a longer prompt, timed once on the first format at `threads`
+(the attention's share of the time shows at depth)}. Writes a random-weight llama GGUF in F16 with gguf-py (no
+vocabulary: tokenizer.ggml.model "none"), quantises it to each format with libllama's llama_model_quantize, then per
+format prefills `context` random tokens (fastest of 3) and decodes `decode_steps` single tokens (the 10th-percentile
+step). Prints one JSON line: {"formats": {name: {"bytes", "runs": [{"threads", "prefill_s", "decode_s"}]}}}, the
+first format with "deep": {"threads", "prefill_s", "decode_s", "context"} too. Weights load without the extra (AMX
+repack) buffer types, as the project's CPU referee does (the repack crashes batches > 1 token on this project's
+Xeon: /work/shared/reference/engines-on-cpu.md).
 """
 
 from __future__ import annotations
@@ -93,11 +95,12 @@ def run(ctx, tokens: list[int], start: int) -> float:
         llama_cpp.llama_batch_free(batch)
 
 
-def time_model(path: Path, job: dict, threads: int) -> dict:
+def time_model(path: Path, job: dict, threads: int, context: int | None = None, repeats: int = 3) -> dict:
+    """Prefill of `context` (default the job's) random tokens, the fastest of `repeats`, then decode steps after it."""
     mparams = llama_cpp.llama_model_default_params()
     mparams.use_extra_bufts = False
     model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
-    n, steps = job["context"], job["decode_steps"]
+    n, steps = context or job["context"], job["decode_steps"]
     params = llama_cpp.llama_context_default_params()
     params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n + steps + 8, n, min(n, 512), 1
     params.n_threads = params.n_threads_batch = threads
@@ -107,7 +110,7 @@ def time_model(path: Path, job: dict, threads: int) -> dict:
     try:
         mem = llama_cpp.llama_get_memory(ctx)
         prefill = []
-        for _ in range(3):
+        for _ in range(repeats):
             llama_cpp.llama_memory_clear(mem, True)
             prefill.append(run(ctx, [rng.randrange(vocab) for _ in range(n)], 0))
         run(ctx, [1], n)  # warm-up step
@@ -133,6 +136,9 @@ def main() -> None:
             quantize(f16, path, name, job["threads"])
         runs = [time_model(path, job, t) for t in job.get("time_threads", [job["threads"]])]
         out[name] = {"bytes": path.stat().st_size, "runs": runs}
+        if job.get("deep") and name == job["formats"][0]:  # the attention's share shows at depth, in any format
+            deep = time_model(path, job, job["threads"], job["deep"], repeats=1)
+            out[name]["deep"] = deep | {"context": job["deep"]}
         if path != f16:
             path.unlink()
     f16.unlink()

@@ -38,6 +38,8 @@ class Calibration:
     ram_gb_s: float
     threads: int
     rates: tuple[tuple[str, float | None, float | None], ...]  # (format, decode, prefill) GFLOP/s per thread
+    # (decode, prefill) attention GFLOP/s per thread, from a deeper prompt (None: not measured; the fitted rate)
+    attention: tuple[float | None, float | None] = (None, None)
 
     @property
     def label(self) -> str:
@@ -52,16 +54,20 @@ class Calibration:
         family = sorted(r[i] for r in self.rates if format_family(r[0]) == format_family(fmt) and r[i])
         return family[len(family) // 2] if family else None
 
+    def attention_rate(self, prefill: bool) -> float | None:
+        return self.attention[1 if prefill else 0]
+
     def record(self) -> dict:
         return {
             "host": self.host, "time": self.time, "method": self.method, "ram_gb_s": self.ram_gb_s,
-            "threads": self.threads, "rates": [list(r) for r in self.rates],
+            "threads": self.threads, "rates": [list(r) for r in self.rates], "attention": list(self.attention),
         }  # fmt: skip
 
     @classmethod
     def of(cls, d: dict) -> Calibration:
         rates = tuple((str(f), dec, pre) for f, dec, pre in d["rates"])
-        return cls(d["host"], d["time"], d["method"], float(d["ram_gb_s"]), int(d["threads"]), rates)
+        dec, pre = d.get("attention") or (None, None)  # calibrations stored before attention was timed lack it
+        return cls(d["host"], d["time"], d["method"], float(d["ram_gb_s"]), int(d["threads"]), rates, (dec, pre))
 
 
 def path() -> Path:

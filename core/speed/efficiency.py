@@ -46,6 +46,9 @@ class Efficiency:
     families: tuple[tuple[str, float, float], ...] = ()
     flash_off: float = 1.0  # attention rates × this without flash attention (llama.cpp -fa 0: KQ materialised)
     prefill_half_tokens: float = 0.0  # a prefill pass of this many tokens reaches half the matmul rate (0: no such)
+    # routed experts' weights stream at this × `bandwidth`: mul_mat_id reads each selected expert's rows as its own
+    # small matrix (gathered by id), further from the bandwidth roofline than one dense matrix of the same bytes
+    expert_bandwidth: float = 1.0
 
     @property
     def compute_unit(self) -> str:

@@ -91,6 +91,7 @@ class DevicePart:
     attention_s: float
     efficiency: Efficiency
     expert_flops: float = 0.0  # the routed experts' share of matmul_flops (timed at their own GEMM fill)
+    expert_bytes: float = 0.0  # the routed experts' share of weight_bytes (read at Efficiency.expert_bandwidth)
 
     @property
     def bytes(self) -> float:
@@ -287,6 +288,8 @@ def _part(
     attention = float(sum(w.attention_flops for w in layers))
     experts = sum(w.expert_flops for w in layers) - sum(w.expert_flops for w in away)
     experts += sum(w.expert_flops for w in here)
+    expert_bytes = sum(w.expert_bytes for w in layers) - sum(w.expert_bytes for w in away)
+    expert_bytes += sum(w.expert_bytes for w in here)
     n_experts, top_k = next((w.routing for w in work.layers if w.routing[0]), (1, 1))
     if device == "gpu":
         card = setup.card
@@ -311,14 +314,18 @@ def _part(
         # (tokens × top-k ÷ experts: llama.cpp's mul_mat_id groups the batch by expert)
         mm_rate = base * fill(eff, pass_tokens) if prefill else base
         expert_rate = base * fill(eff, max(1, pass_tokens * top_k // n_experts)) if prefill else base
-    attn_rate = attention_peak * (eff.prefill_attention if prefill else eff.decode_attention)
+    calibrated = hw.calibration.attention_rate(prefill) if hw.calibration and device == "cpu" else None
+    attn_rate = attention_peak * (
+        calibrated if calibrated is not None else eff.prefill_attention if prefill else eff.decode_attention
+    )
     if not flash_attn(setup):
         attn_rate *= eff.flash_off
     rate = bw * 1e9 * eff.bandwidth
     return DevicePart(
         device, len(layers), weight_bytes, cache_bytes, matmul, attention, bw, peak, attention_peak,
-        weight_bytes / rate, (matmul - experts) / (mm_rate * 1e9) + experts / (expert_rate * 1e9), cache_bytes / rate,
-        attention / (attn_rate * 1e9), eff, experts,
+        (weight_bytes - expert_bytes) / rate + expert_bytes / (rate * eff.expert_bandwidth),
+        (matmul - experts) / (mm_rate * 1e9) + experts / (expert_rate * 1e9), cache_bytes / rate,
+        attention / (attn_rate * 1e9), eff, experts, expert_bytes,
     )  # fmt: skip
 
 
@@ -382,6 +389,7 @@ def _merge(t: Timing) -> Timing:
             q.matmul_flops + p.matmul_flops, q.attention_flops + p.attention_flops, p.bandwidth_gb_s, p.peak_gflops,
             p.attention_peak_gflops, q.weights_s + p.weights_s, q.matmul_s + p.matmul_s, q.cache_s + p.cache_s,
             q.attention_s + p.attention_s, p.efficiency, q.expert_flops + p.expert_flops,
+            q.expert_bytes + p.expert_bytes,
         )  # fmt: skip
     return Timing(tuple(merged.values()), t.overhead_s)
 

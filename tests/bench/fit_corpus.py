@@ -12,7 +12,8 @@ less than with squares):
 1. all fit rows of an engine: bandwidth, matmul and attention rates (decode, prefill), per-pass overhead, the
    flash-attention-off factor and one matmul factor per weight-format family (k-quant, legacy, i-quant, mxfp4
    against float), starting from efficiencies.json's priors;
-2. per backend, pulled toward level 1 by a penalty of LAMBDA × |log(value ÷ parent)| per parameter;
+2. per backend, pulled toward level 1 by a penalty of LAMBDA × |log(value ÷ parent)| per parameter; here, and only
+   where a backend has MoE rows beside dense ones, the routed experts' share of the bandwidth (expert_bandwidth);
 3. per backend and card class with at least MIN_ROWS fit rows, pulled toward level 2.
 The terms each row is fitted on are kvscope's own roofline at unit efficiencies (core.speed.predict with an
 all-ones table), so the fit and the prediction are one formula; the error table runs core.speed.predict itself.
@@ -59,7 +60,7 @@ FLOORS = {"overhead_step_s": 1e-5, "old_overhead_s": 1e-5, "prefill_half_tokens"
 DEEP = 4096  # runs whose context reaches this many tokens (cached + their own) time the attention kernels
 HOST = Hardware(ram_gb_s=50.0, threads=8)  # unused: every corpus layer is on the GPU (-ngl 99)
 RATE_KEYS = ("bandwidth", "decode_compute", "decode_attention", "prefill_compute", "prefill_attention")
-KEYS = (*RATE_KEYS, "overhead_step_s", "flash_off", "prefill_half_tokens")
+KEYS = (*RATE_KEYS, "overhead_step_s", "flash_off", "prefill_half_tokens", "expert_bandwidth")
 UNIT = Efficiency("unit", "gpu", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, "unit", "")
 # a family's stand-in where kvscope does not know the exact llama.cpp type (bytes come from size_bytes anyway)
 STAND_IN = {"k-quant": "q4_k_m", "legacy": "q8_0", "i-quant": "iq4_xs", "float": "fp16", "mxfp4": "mxfp4"}
@@ -209,6 +210,7 @@ def minus(a: Timing, b: Timing) -> Timing:
                 p.matmul_flops - q.matmul_flops, p.attention_flops - q.attention_flops, p.bandwidth_gb_s,
                 p.peak_gflops, p.attention_peak_gflops, p.weights_s - q.weights_s, p.matmul_s - q.matmul_s,
                 p.cache_s - q.cache_s, p.attention_s - q.attention_s, p.efficiency, p.expert_flops - q.expert_flops,
+                p.expert_bytes - q.expert_bytes,
             )
         )  # fmt: skip
     return Timing(tuple(parts), a.overhead_s - b.overhead_s)
@@ -238,6 +240,7 @@ class Terms:
     experts: float = 0.0  # the routed experts' share of `matmul` (unit seconds)
     routed_tokens: int = 1  # tokens each expert sees per pass (pass tokens × top-k ÷ experts)
     old: bool = False  # a build before OLD_BUILD
+    expert_weights: float = 0.0  # the routed experts' share of `weights` (unit seconds)
 
     def tok_s(self, p: dict) -> float:
         pre = "prefill" if self.prefill else "decode"
@@ -248,7 +251,8 @@ class Terms:
             dense *= (self.pass_tokens + half) / self.pass_tokens
             experts *= (self.routed_tokens + half) / self.routed_tokens
         attn = p[f"{pre}_attention"] * (1.0 if self.flash else p["flash_off"])
-        t = max(self.weights / p["bandwidth"], (dense + experts) / rate)
+        read = (self.weights - self.expert_weights + self.expert_weights / p["expert_bandwidth"]) / p["bandwidth"]
+        t = max(read, (dense + experts) / rate)
         overhead = p["overhead_step_s"] + (p.get("old_overhead_s", 0.0) if self.old else 0.0)
         t += max(self.cache / p["bandwidth"], self.attention / attn) + overhead * self.passes
         return self.tokens / t
@@ -264,7 +268,7 @@ def terms(row: Row) -> Terms:
         sum(p.attention_s for p in t.parts), passes, row.kind == "prefill", row.setup.engine.options.flash_attn,
         row.family, tokens, r["tok_s"], math.ceil(tokens / passes), reach(r),
         sum(p.expert_flops / (p.peak_gflops * 1e9) for p in t.parts), routed_tokens(row, math.ceil(tokens / passes)),
-        old_build(r.get("build")),
+        old_build(r.get("build")), sum(p.expert_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts),
     )  # fmt: skip
 
 
@@ -324,6 +328,10 @@ def fit_keys(rows: list[Terms], pooled: bool = False) -> list[str]:
         keys.remove("flash_off")
     if any(t.old for t in rows) and any(not t.old for t in rows):
         keys.append("old_overhead_s")
+    if pooled or not any(t.expert_weights for t in rows) or all(t.expert_weights for t in rows):
+        # only dense rows beside MoE rows tell the two bandwidths apart, and never pooled over backends: a backend
+        # without MoE runs of its own keeps 1 (experts stream like any weights) rather than another backend's kernels
+        keys.remove("expert_bandwidth")
     fams = {f"{t.family}:{'prefill' if t.prefill else 'decode'}" for t in rows if t.family != "float"}
     return keys + sorted(fams)
 
@@ -342,7 +350,8 @@ def as_entry(engine: str, backend: str, klass: str, p: dict, fit_rows: list[Row]
     return {
         "engine": engine, "device": "gpu", "backend": backend, "card_class": klass,
         **{k: p[k] for k in RATE_KEYS}, "overhead_step_s": p["overhead_step_s"], "overhead_layer_s": 0.0,
-        "flash_off": p["flash_off"], "prefill_half_tokens": p["prefill_half_tokens"], "families": families,
+        "flash_off": p["flash_off"], "prefill_half_tokens": p["prefill_half_tokens"],
+        "expert_bandwidth": p["expert_bandwidth"], "families": families,
         "status": "fitted",
         "provenance": f"fitted by tests/bench/fit_corpus.py to published llama-bench runs (measurements/speed/corpus) "
         f"of {group_label(engine, backend, klass) if klass != '*' else engine + ' ' + backend}",
