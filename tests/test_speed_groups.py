@@ -256,6 +256,27 @@ def test_a_calibration_stored_before_attention_was_timed_still_loads(tmp_path, m
     assert loaded is not None and loaded.attention == (None, None) and loaded.rate("gguf_f16", True) == 2
 
 
+def test_cpu_error_bars_point_to_calibration_and_cite_its_check(tmp_path, monkeypatch):
+    from core.speed import groups
+
+    plain = predict(cpu_setup("q8_0"), Hardware(50.0, 2, cpu_only=True), 512).decode_error
+    assert plain.label.endswith("`python -m core calibrate` times this host")
+    check = {"cpu": "Some CPU | 2 cores", "band": 0.25, "figures": 24, "within": 14, "median": 0.21}
+    (tmp_path / "check.json").write_text(json.dumps(check))
+    monkeypatch.setattr(groups, "CALIBRATED_CHECK", tmp_path / "check.json")
+    groups.calibrated_check.cache_clear()
+    try:
+        cal = Calibration(host_key(), "2026-12-01 15:00 UTC", "test", 50.0, 2, (("Q8_0", 1.0, 10.0),))
+        label = predict(cpu_setup("q8_0"), Hardware(50.0, 2, cpu_only=True, calibration=cal), 512).decode_error.label
+        assert "checked on one host (Some CPU | 2 cores): 14 of 24 figures" in label and "median error 21 %" in label
+        assert "(uncalibrated: ±" in label
+    finally:
+        groups.calibrated_check.cache_clear()
+    recorded = groups.calibrated_check()  # the repository's own record, written by make bench-speed
+    assert recorded is not None and 0 <= recorded["within"] <= recorded["figures"] > 0
+    assert f"{recorded['within']} of {recorded['figures']} figures" in groups.calibrated_check_text()
+
+
 def test_calibrate_command_numpy_stores_for_this_host(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KVSCOPE_CACHE", str(tmp_path))
     out = run_json(capsys, "calibrate", "--with", "numpy", "--threads", "1")

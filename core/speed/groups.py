@@ -9,8 +9,11 @@ error; a group with none says so.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 
 from core.errors import InputError
 from core.memory.gpus import Card
@@ -136,8 +139,33 @@ class ErrorBar:
             assert self.median is not None
             text = f"±{self.median * 100:.0f} % typical, {self.rows} held-out {self.kind} runs of {self.group}"
         if self.calibrated:  # the group's error is that of uncalibrated constants on another CPU
-            return f"{self.calibrated}; not checked against other models on this host (uncalibrated: {text})"
+            return f"{self.calibrated}; {calibrated_check_text()} (uncalibrated: {text})"
+        if self.group == group_label("llama.cpp", "cpu", "cpu"):
+            return f"{text}; `python -m core calibrate` times this host"
         return text
+
+
+CALIBRATED_CHECK = Path(__file__).resolve().parents[2] / "measurements" / "speed" / "calibrated_check.json"
+
+
+@lru_cache(maxsize=1)
+def calibrated_check() -> dict | None:
+    """The last `make bench-speed` check of calibrated CPU figures against real llama.cpp runs of models the
+    calibration never ran (tests/bench/bench_speed.py writes it); None if none was recorded."""
+    try:
+        return json.loads(CALIBRATED_CHECK.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def calibrated_check_text() -> str:
+    c = calibrated_check()
+    if not c:
+        return "calibrated figures not checked against other models"
+    return (
+        f"calibrated figures checked on one host ({c['cpu']}): {c['within']} of {c['figures']} figures of models "
+        f"the calibration never ran within ±{c['band'] * 100:.0f} % (median error {c['median'] * 100:.0f} %)"
+    )
 
 
 def error_bar(engine: str, backend: str, klass: str, kind: str, calibrated: str = "") -> ErrorBar:

@@ -12,7 +12,9 @@ costs on an 8 GB card. Timings vary 3–8 % between processes here; other work o
 
 from __future__ import annotations
 
+import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -26,6 +28,7 @@ from core.model.loading import load_model
 from core.speed import Hardware, efficiency_for, predict
 from core.speed.calibrate import calibrate
 from core.speed.efficiency import fitted
+from core.speed.groups import CALIBRATED_CHECK
 from core.speed.ram import measure_ram_gb_s
 from tests.bench import fit_corpus, published_speed
 from tests.bench.fit_speed import FIT_MODEL
@@ -100,6 +103,15 @@ def calibrated(rows: list[dict], ram: float) -> None:
     inside = sum(abs(e) <= CPU_BAND for e in errors)
     print(f"  calibrated on this host: {inside}/{len(errors)} figures within ±{CPU_BAND:.0%} "
           f"({inside / len(errors):.0%}; issue 19's CPU target, for uncalibrated defaults on other CPUs: 80 %)")
+    record = {
+        "cpu": cal.host, "time": cal.time, "method": cal.method, "band": CPU_BAND, "figures": len(errors),
+        "within": inside, "median": statistics.median(abs(e) for e in errors),
+        "runs": "real llama.cpp (tests/bench/speed_runs.py: llama-s, llama-m F16 GGUFs; contexts "
+        f"{sorted({r['context'] for r in rows})}, threads {sorted({r['threads'] for r in rows})}; decode and prefill)",
+        "source": "tests/bench/bench_speed.py calibrated(), run by make bench-speed",
+    }  # fmt: skip
+    CALIBRATED_CHECK.write_text(json.dumps(record, indent=1) + "\n")  # what error bars of calibrated figures cite
+    print(f"  written to {CALIBRATED_CHECK.relative_to(Path(__file__).resolve().parents[2])}")
 
 
 def summary(name: str, errors: list[tuple[str, float, float]]) -> None:
