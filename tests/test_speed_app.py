@@ -100,6 +100,28 @@ def test_every_speed_formula_evaluates_to_the_number_beside_it(engine, card, ngl
             assert got == pytest.approx(want, rel=2e-3, abs=2e-6), (line, got, want)
 
 
+def test_the_routed_experts_share_of_the_bandwidth_is_in_the_formula():
+    """A MoE on Strix Halo (ROCm): its experts stream at their fitted share, and the printed sum still adds up."""
+    from core.engines import configured
+    from core.fit import Setup
+    from core.memory.gpus import card_named
+    from core.model.loading import load_model
+    from core.speed import Hardware, predict
+    from core.speed.report import speed_lines
+    from tests.test_app_formulas import evaluate, formulas
+
+    card = card_named("AMD Ryzen AI Max+ 395 (Strix Halo, Radeon 8060S) 128GB")
+    setup = Setup(load_model("Qwen/Qwen3-30B-A3B"), configured("llama.cpp"), card, weights="q4_k_m")
+    speed = predict(setup, Hardware(ram_gb_s=60.0, threads=8), 8192)
+    assert speed.decode.parts[0].efficiency.expert_bandwidth != 1
+    lines = speed_lines(speed)
+    assert any("B of routed experts ÷" in line for line in lines)
+    for line in lines:
+        for left, printed in formulas(line):
+            got, want = evaluate(left)[0], evaluate(printed)[0]
+            assert got == pytest.approx(want, rel=2e-3, abs=2e-6), (line, got, want)
+
+
 def test_speed_columns_follow_a_new_context_on_the_same_setup():
     """The speed rows are cached per setup and per set of contexts: a context outside the table must not reuse the
     rows cached for the table alone (KeyError '64,000' before)."""

@@ -91,8 +91,14 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
     out = []
     for p in t.parts:
         bw, mm, at = _rates(p, prefill)
+        read = f"{_n(p.weight_bytes)} B ÷ ({bw})"
+        if p.expert_bytes and p.efficiency.expert_bandwidth != 1:  # routed experts at their own share (efficiency)
+            read = (
+                f"{_n(p.weight_bytes - p.expert_bytes)} B ÷ ({bw}) + {_n(p.expert_bytes)} B of routed experts ÷ "
+                f"({bw} × {p.efficiency.expert_bandwidth:.4g})"
+            )
         out.append(
-            f"- {p.device.upper()} ({p.layers} layers) — weights and state: {_n(p.weight_bytes)} B ÷ ({bw}) = "
+            f"- {p.device.upper()} ({p.layers} layers) — weights and state: {read} = "
             f"{_s(p.weights_s)}; matmuls: {_n(p.matmul_flops)} FLOP ÷ ({mm}) = {_s(p.matmul_s)}; "
             f"cache: {_n(p.cache_bytes)} B ÷ ({bw}) = {_s(p.cache_s)}; attention: {_n(p.attention_flops)} FLOP ÷ "
             f"({at}) = {_s(p.attention_s)}; on this device: {_s(p.seconds)} (the slower of weights and matmuls plus "
