@@ -155,7 +155,9 @@ def print_speed(out: dict) -> None:
         print(f"system RAM {out['ram_gb_s']:.1f} GB/s ({out['ram_source']}), {out['threads']} threads")
     for device, e in out["efficiencies"].items():
         print(
-            f"{device} efficiencies ({e['status']}): bandwidth ×{e['bandwidth']:.3g}, "
+            f"{device} efficiencies ({e['status']}): bandwidth ×{e['bandwidth']:.3g}"
+            + (f" (routed experts × {e['expert_bandwidth']:.3g} of it)" if e.get("expert_bandwidth", 1) != 1 else "")
+            + ", "
             f"decode {e['decode_compute']:.3g} (attention {e['decode_attention']:.3g}), "
             f"prefill {e['prefill_compute']:.3g} (attention {e['prefill_attention']:.3g}) "
             f"({'GFLOP/s per thread' if device == 'cpu' else '× dense peak'}), overhead "
