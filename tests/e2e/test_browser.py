@@ -21,7 +21,7 @@ from core.memory.gpus import card_named
 from core.model.loading import load_model
 from core.ollama_report import DEFAULT_CARDS
 from core.report import verdict
-from core.units import GIB, format_bytes, format_tokens
+from core.units import GIB, format_bytes, format_tokens, parse_tokens
 from tests.e2e.conftest import ARTIFACTS, WAIT_MS, full_page_screenshot, wait_for_app
 from ui.state import from_query
 
@@ -281,11 +281,19 @@ def test_stale_input_is_replaced_by_the_error(page, server):
     from playwright.sync_api import expect
 
     open_link(page, server.url + "/?model=meta-llama/Llama-3.1-8B-Instruct&card=H100%2080GB%20SXM5")
+    # the chart's deferred rerun (after the first paint) is over before anything is typed
+    expect(page.locator('[data-testid="stPlotlyChart"] .main-svg').first).to_be_visible(timeout=WAIT_MS)
+    wait_for_app(page)
     context = page.locator('[data-testid="stSidebar"] input[aria-label="Context (tokens)"]')
     main = page.locator('[data-testid="stMain"]')
     for text, label in (("1M", None), ("abc", None), ("64,000", "Requests at 64,000")):
         context.fill(text)
+        expect(context).to_have_value(text)
         context.press("Enter")
+        # the run this entry starts has written the link (the typed text itself when it cannot be read): only then
+        # can wait_for_app not return before that run began (a fill typed into a run still drawing can be lost)
+        want = text if text == "abc" else format_tokens(parse_tokens(text)).replace(",", "")
+        page.wait_for_url(lambda url, want=want: query_of(url).get("ctx") == want)
         wait_for_app(page)
         if text == "abc":
             expect(main.locator('[data-testid="stAlert"]').filter(has_text="'abc'")).to_have_count(1)
