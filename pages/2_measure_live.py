@@ -244,8 +244,8 @@ else:
     st.dataframe(
         pd.DataFrame(
             [{"format": f, "decode GFLOP/s per thread": d, "prefill GFLOP/s per thread": p} for f, d, p in stored.rates]
-            + [{"format": "attention (f16 cache)", "decode GFLOP/s per thread": stored.attention[0],
-                "prefill GFLOP/s per thread": stored.attention[1]}]
+            + [{"format": f"attention, {d}-wide heads (f16 cache)", "decode GFLOP/s per thread": dec,
+                "prefill GFLOP/s per thread": pre} for d, dec, pre in stored.attention]
         ),
         hide_index=True,
     )

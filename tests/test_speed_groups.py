@@ -217,14 +217,16 @@ def test_calibrated_rates_set_each_formats_cpu_speed():
 
 
 def test_calibrated_attention_rates_set_the_cpu_attention_time():
-    cal = Calibration(host_key(), "2026-12-01 15:00 UTC", "test", 500.0, 2, (("Q8_0", 1.0, 10.0),), (0.5, 4.0))
+    widths = ((64, 0.1, 1.0), (128, 0.5, 4.0), (256, 2.0, 8.0))  # Qwen3-8B's heads are 128 wide
+    cal = Calibration(host_key(), "2026-12-01 15:00 UTC", "test", 500.0, 2, (("Q8_0", 1.0, 10.0),), widths)
     hw = Hardware(500.0, 2, cpu_only=True, calibration=cal)
     s = predict(cpu_setup("q8_0"), hw, 8192)
     dec, pre = s.decode.parts[0], s.prefill.parts[0]
     assert math.isclose(dec.attention_s, dec.attention_flops / (2 * 0.5e9), rel_tol=1e-9)
     assert math.isclose(pre.attention_s, pre.attention_flops / (2 * 4.0e9), rel_tol=1e-9)
+    assert cal.attention_rate(False, 80) == 0.1 and cal.attention_rate(True, 200) == 8.0  # the nearest width
     # without a measured attention rate the fitted one stays
-    plain = predict(cpu_setup("q8_0"), replace(hw, calibration=replace(cal, attention=(None, None))), 8192)
+    plain = predict(cpu_setup("q8_0"), replace(hw, calibration=replace(cal, attention=())), 8192)
     rate = efficiency_for("llama.cpp", "cpu").decode_attention
     assert math.isclose(plain.decode.parts[0].attention_s, dec.attention_flops / (2 * rate * 1e9), rel_tol=1e-9)
 
@@ -232,28 +234,32 @@ def test_calibrated_attention_rates_set_the_cpu_attention_time():
 def test_attention_rates_come_from_the_deeper_prompts_extra_time():
     from core.speed.calibrate import CONTEXT, DEEP, attention_rates
 
-    m = {"hidden": 512, "ffn": 1024, "layers": 2, "heads": 8, "vocab": 100}
+    m = {"hidden": 512, "ffn": 512, "layers": 2, "heads": 8, "vocab": 1000}
     per_key, threads = 4 * 512 * 2, 2
     dec_rate, pre_rate, mm_s = 3e9, 12e9, 0.01  # FLOP/s per thread; a 256-token prompt's matmul seconds
     tri = lambda n: n * (n + 1) / 2  # noqa: E731
-    base = {"threads": threads, "decode_s": 0.002 + per_key * CONTEXT / (threads * dec_rate),
+    base = {"threads": threads, "context": CONTEXT, "decode_s": 0.002 + per_key * CONTEXT / (threads * dec_rate),
             "prefill_s": mm_s + per_key * tri(CONTEXT) / (threads * pre_rate)}  # fmt: skip
     deep = {"threads": threads, "context": DEEP, "decode_s": 0.002 + per_key * DEEP / (threads * dec_rate),
             "prefill_s": mm_s * DEEP / CONTEXT + per_key * tri(DEEP) / (threads * pre_rate)}  # fmt: skip
-    dec, pre = attention_rates({"F16": {"runs": [base], "deep": deep}}, threads, m)
-    assert math.isclose(dec * 1e9, dec_rate, rel_tol=1e-9) and math.isclose(pre * 1e9, pre_rate, rel_tol=1e-9)
-    # a deep run no slower than its matmuls (noise) measures nothing; no deep run either
+    ((d, dec, pre),) = attention_rates({"64": {"model": m, "base": base, "deep": deep}}, threads)
+    assert d == 64 and math.isclose(dec * 1e9, dec_rate, rel_tol=1e-9)
+    assert math.isclose(pre * 1e9, pre_rate, rel_tol=1e-9)
+    # a deep run no slower than its matmuls (noise) measures nothing
     flat = deep | {"decode_s": base["decode_s"], "prefill_s": base["prefill_s"] * DEEP / CONTEXT}
-    assert attention_rates({"F16": {"runs": [base], "deep": flat}}, threads, m) == (None, None)
-    assert attention_rates({"F16": {"runs": [base]}}, threads, m) == (None, None)
+    assert attention_rates({"64": {"model": m, "base": base, "deep": flat}}, threads) == ((64, None, None),)
 
 
 def test_a_calibration_stored_before_attention_was_timed_still_loads(tmp_path, monkeypatch):
     monkeypatch.setenv("KVSCOPE_CACHE", str(tmp_path))
     old = {"host": host_key(), "time": "t", "method": "m", "ram_gb_s": 20.0, "threads": 2, "rates": [["F16", 1, 2]]}
-    (tmp_path / cal_mod.FILE).write_text(json.dumps({"hosts": {host_key(): old}}))
-    loaded = cal_mod.load()
-    assert loaded is not None and loaded.attention == (None, None) and loaded.rate("gguf_f16", True) == 2
+    for attention in (None, [0.5, 4.0]):  # none at all; one (decode, prefill) pair, before head widths
+        record = old | ({"attention": attention} if attention else {})
+        (tmp_path / cal_mod.FILE).write_text(json.dumps({"hosts": {host_key(): record}}))
+        loaded = cal_mod.load()
+        assert loaded is not None and loaded.attention == () and loaded.rate("gguf_f16", True) == 2
+    cal = replace(Calibration.of(old), attention=((128, 0.5, None),))
+    assert Calibration.of(cal.record()) == cal  # what store writes, load reads back
 
 
 def test_cpu_error_bars_point_to_calibration_and_cite_its_check(tmp_path, monkeypatch):
@@ -298,7 +304,8 @@ def test_llamacpp_calibration_runs_the_real_kernels(tmp_path, monkeypatch):
     cal = calibrate(1, "llama.cpp", ("F16", "Q4_0"), model=tiny)
     assert cal.method.startswith("llama.cpp") and {r[0] for r in cal.rates} == {"F16", "Q4_0"}
     assert all(dec > 0 and pre > 0 for _, dec, pre in cal.rates)
-    assert cal.attention[0] is not None and cal.attention[0] > 0  # a 2,048-token cache costs a decode step more
+    assert [d for d, _, _ in cal.attention] == [64, 128, 256]
+    assert all(dec is not None and dec > 0 for _, dec, _ in cal.attention)  # a 2,048-token cache costs a step more
 
 
 # -- the corpus fit and the bench table --------------------------------------------------------------------------

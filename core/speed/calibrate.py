@@ -23,7 +23,8 @@ FORMATS = ("F16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K", "IQ4_XS")  # float, legacy, 
 # past a server CPU's L3 at 4 bits (~190 MB at Q4_K_M, ~680 MB at F16); 6 layers keep a run under a minute
 MODEL = {"hidden": 2048, "ffn": 5632, "layers": 6, "heads": 16, "vocab": 8000}
 CONTEXT = 256
-DEEP = 2048  # a second prompt this long (first format only): the attention's rate from the difference
+DEEP = 2048  # each attention model's second prompt: the attention's rate from the difference
+HEAD_DIMS = (64, 128, 256)  # gpt-oss and small models; Llama, Qwen; Gemma 3 and Qwen3.5's full-attention layers
 DECODE_STEPS = 48  # the 10th-percentile step of 48: steps a busy machine did not slow
 
 
@@ -53,44 +54,44 @@ def rates_from(results: dict, threads: int, model: dict) -> tuple[tuple[str, flo
     return tuple(out)
 
 
-def attention_rates(results: dict, threads: int, model: dict) -> tuple[float | None, float | None]:
-    """(decode, prefill) attention GFLOP/s per thread from the first format's run at DEEP tokens beside its run at
-    CONTEXT: the extra seconds over the extra attention FLOPs, counted as core.speed.work counts them (2·d per head
-    for q·k and 2·d for p·v per key: 4 × hidden per key and layer; a prefill's query i attends to i keys). None
-    where the deep run is missing or took no longer than its matmuls alone (noise)."""
-    first = next(iter(results.values()), {})
-    deep = first.get("deep")
-    base = next((x for x in first.get("runs", ()) if x["threads"] == threads), None)
-    if not deep or base is None:
-        return None, None
-    per_key = 4.0 * model["hidden"] * model["layers"]
-    n, d = CONTEXT, deep["context"]
+def attention_rates(attention: dict, threads: int) -> tuple[tuple[int, float | None, float | None], ...]:
+    """(head_dim, decode, prefill) attention GFLOP/s per thread per head width, from each attention model's run at
+    DEEP tokens beside its run at CONTEXT: the extra seconds over the extra attention FLOPs, counted as
+    core.speed.work counts them (2·d for q·k and 2·d for p·v per head and key: 4 × hidden per key and layer; a
+    prefill's query i attends to i keys). A rate is None where the deep run took no longer than its matmuls (noise)."""
+    out = []
     tri = lambda t: t * (t + 1) / 2  # noqa: E731
-    decode_s = deep["decode_s"] - base["decode_s"]
-    prefill_s = deep["prefill_s"] - d / n * base["prefill_s"]  # the matmuls scale with the tokens, attention faster
-    decode = per_key * (d - n) / (threads * decode_s) / 1e9 if decode_s > 0 else None
-    prefill = per_key * (tri(d) - d / n * tri(n)) / (threads * prefill_s) / 1e9 if prefill_s > 0 else None
-    return decode, prefill
+    for d, r in sorted(attention.items(), key=lambda kv: int(kv[0])):
+        base, deep, m = r["base"], r["deep"], r["model"]
+        per_key = 4.0 * m["hidden"] * m["layers"]
+        n, k = base["context"], deep["context"]
+        decode_s = deep["decode_s"] - base["decode_s"]
+        prefill_s = deep["prefill_s"] - k / n * base["prefill_s"]  # the matmuls scale with the tokens
+        decode = per_key * (k - n) / (threads * decode_s) / 1e9 if decode_s > 0 else None
+        prefill = per_key * (tri(k) - k / n * tri(n)) / (threads * prefill_s) / 1e9 if prefill_s > 0 else None
+        out.append((int(d), decode, prefill))
+    return tuple(out)
 
 
 def llamacpp_runs(
     python: Path, threads: int, formats: tuple[str, ...], model: dict, time_threads: tuple[int, ...] = (),
-    deep: int | None = None,
+    head_dims: tuple[int, ...] = (),
 ) -> dict:
-    """The runner's {format: {"bytes", "runs": [{"threads", "prefill_s", "decode_s"}]}} (CONTEXT-token prompts)."""
+    """The runner's {"formats": {format: {"bytes", "runs": [{"threads", "prefill_s", "decode_s"}]}} (CONTEXT-token
+    prompts), "attention": {head_dim: {"model", "base", "deep"}}} (the attention models, for `head_dims`)."""
     gguf_py = python.parent.parent / "llama.cpp" / "gguf-py"
     env = os.environ | {"PYTHONPATH": str(gguf_py)} if gguf_py.exists() else dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="kvscope-calibrate-") as tmp:
         job = Path(tmp) / "job.json"
         spec = {"dir": tmp, "threads": threads, "context": CONTEXT, "decode_steps": DECODE_STEPS}
         spec |= {"formats": list(formats), "model": model, "time_threads": list(time_threads or (threads,))}
-        spec |= {"deep": deep} if deep else {}
+        spec |= {"attention": {"head_dims": list(head_dims), "deep": DEEP}} if head_dims else {}
         job.write_text(json.dumps(spec))
         cmd = [str(python), str(RUNNER), str(job)]
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if out.returncode != 0:
         raise InputError(f"llama.cpp calibration failed: {out.stderr.strip()[-500:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])["formats"]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def numpy_rates(threads: int) -> tuple[tuple[str, None, float], ...]:
@@ -124,13 +125,13 @@ def calibrate(
         version = subprocess.run(
             [str(python), "-c", "import llama_cpp; print(llama_cpp.__version__)"], capture_output=True, text=True
         ).stdout.strip()
-        runs = llamacpp_runs(python, threads, formats, model, deep=DEEP)
-        rates: tuple = rates_from(runs, threads, model)
-        attention = attention_rates(runs, threads, model)
+        runs = llamacpp_runs(python, threads, formats, model, head_dims=HEAD_DIMS)
+        rates: tuple = rates_from(runs["formats"], threads, model)
+        attention: tuple = attention_rates(runs["attention"], threads)
         method = f"llama.cpp {version} (llama-cpp-python), {threads} threads, random-weight GGUF per format"
     else:
         rates = numpy_rates(threads)
-        attention = (None, None)  # numpy times no attention kernel
+        attention = ()  # numpy times no attention kernel
         method = f"numpy float32 GEMM, {threads} threads (float prefill only)"
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return Calibration(host_key(), stamp, method, round(ram, 2), threads, rates, attention)

@@ -3,12 +3,13 @@ engines' venv, with gguf-py on PYTHONPATH; never imported by kvscope itself).
 
 Reads a JSON job from the file named by its argument: {"dir", "threads", "context", "decode_steps", "formats":
 [llama.cpp ftype names], "model": {"hidden", "ffn", "layers", "heads", "vocab"}, optionally "time_threads": [thread
-counts to time with, default [threads]] and "deep": a longer prompt, timed once on the first format at `threads`
-(the attention's share of the time shows at depth)}. Writes a random-weight llama GGUF in F16 with gguf-py (no
-vocabulary: tokenizer.ggml.model "none"), quantises it to each format with libllama's llama_model_quantize, then per
-format prefills `context` random tokens (fastest of 3) and decodes `decode_steps` single tokens (the 10th-percentile
-step). Prints one JSON line: {"formats": {name: {"bytes", "runs": [{"threads", "prefill_s", "decode_s"}]}}}, the
-first format with "deep": {"threads", "prefill_s", "decode_s", "context"} too. Weights load without the extra (AMX
+counts to time with, default [threads]] and "attention": {"head_dims": [...], "deep": tokens}: per head width, a
+small attention-heavy model timed at `context` and at `deep` tokens at `threads` (the attention's rate shows in the
+difference)}. Writes a random-weight llama GGUF in F16 with gguf-py (no vocabulary: tokenizer.ggml.model "none"),
+quantises it to each format with libllama's llama_model_quantize, then per format prefills `context` random tokens
+(fastest of 3) and decodes `decode_steps` single tokens (the 10th-percentile step). Prints one JSON line:
+{"formats": {name: {"bytes", "runs": [{"threads", "prefill_s", "decode_s"}]}}, "attention": {head_dim: {"model",
+"base": run, "deep": run}}}. Weights load without the extra (AMX
 repack) buffer types, as the project's CPU referee does (the repack crashes batches > 1 token on this project's
 Xeon: /work/shared/reference/engines-on-cpu.md).
 """
@@ -136,13 +137,23 @@ def main() -> None:
             quantize(f16, path, name, job["threads"])
         runs = [time_model(path, job, t) for t in job.get("time_threads", [job["threads"]])]
         out[name] = {"bytes": path.stat().st_size, "runs": runs}
-        if job.get("deep") and name == job["formats"][0]:  # the attention's share shows at depth, in any format
-            deep = time_model(path, job, job["threads"], job["deep"], repeats=1)
-            out[name]["deep"] = deep | {"context": job["deep"]}
         if path != f16:
             path.unlink()
     f16.unlink()
-    print("\n" + json.dumps({"formats": out}))
+    attention = {}
+    spec = job.get("attention") or {}
+    for d in spec.get("head_dims", ()):
+        # 8 heads of width d, 2 layers, a narrow FFN: at `deep` tokens the attention outweighs the matmuls
+        m = {"hidden": 8 * d, "ffn": 8 * d, "layers": 2, "heads": 8, "vocab": 1000}
+        path = folder / f"attn-{d}.gguf"
+        write_f16(path, m)
+        sub = job | {"model": m}
+        base = time_model(path, sub, job["threads"])
+        deep = time_model(path, sub, job["threads"], spec["deep"], repeats=1)
+        base |= {"context": job["context"]}
+        attention[d] = {"model": m, "base": base, "deep": deep | {"context": spec["deep"]}}
+        path.unlink()
+    print("\n" + json.dumps({"formats": out, "attention": attention}))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ its memory traffic; kvscope's decode roofline then reads max(bytes ÷ bandwidth,
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,8 +39,9 @@ class Calibration:
     ram_gb_s: float
     threads: int
     rates: tuple[tuple[str, float | None, float | None], ...]  # (format, decode, prefill) GFLOP/s per thread
-    # (decode, prefill) attention GFLOP/s per thread, from a deeper prompt (None: not measured; the fitted rate)
-    attention: tuple[float | None, float | None] = (None, None)
+    # (head_dim, decode, prefill) attention GFLOP/s per thread per head width, from a deeper prompt (None: not
+    # measured; the fitted rate then)
+    attention: tuple[tuple[int, float | None, float | None], ...] = ()
 
     @property
     def label(self) -> str:
@@ -54,20 +56,29 @@ class Calibration:
         family = sorted(r[i] for r in self.rates if format_family(r[0]) == format_family(fmt) and r[i])
         return family[len(family) // 2] if family else None
 
-    def attention_rate(self, prefill: bool) -> float | None:
-        return self.attention[1 if prefill else 0]
+    def attention_rate(self, prefill: bool, head_dim: int) -> float | None:
+        """The attention rate measured at the head width nearest `head_dim` (by ratio: llama.cpp's CPU attention
+        runs the head's dot products as vectors of that width); None if none was measured."""
+        i = 2 if prefill else 1
+        measured = [r for r in self.attention if r[i]]
+        if not measured:
+            return None
+        return min(measured, key=lambda r: abs(math.log(r[0] / max(1, head_dim))))[i]
 
     def record(self) -> dict:
         return {
             "host": self.host, "time": self.time, "method": self.method, "ram_gb_s": self.ram_gb_s,
-            "threads": self.threads, "rates": [list(r) for r in self.rates], "attention": list(self.attention),
+            "threads": self.threads, "rates": [list(r) for r in self.rates],
+            "attention": [list(a) for a in self.attention],
         }  # fmt: skip
 
     @classmethod
     def of(cls, d: dict) -> Calibration:
         rates = tuple((str(f), dec, pre) for f, dec, pre in d["rates"])
-        dec, pre = d.get("attention") or (None, None)  # calibrations stored before attention was timed lack it
-        return cls(d["host"], d["time"], d["method"], float(d["ram_gb_s"]), int(d["threads"]), rates, (dec, pre))
+        # calibrations stored before attention was timed per head width lack it: the fitted rate serves them
+        raw = d.get("attention") or ()
+        attention = tuple((int(a[0]), a[1], a[2]) for a in raw if isinstance(a, list | tuple) and len(a) == 3)
+        return cls(d["host"], d["time"], d["method"], float(d["ram_gb_s"]), int(d["threads"]), rates, attention)
 
 
 def path() -> Path:

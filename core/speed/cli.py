@@ -204,10 +204,9 @@ def print_calibration(out: dict) -> None:
     print(f"{'format':>8} {'decode GFLOP/s/thread':>22} {'prefill GFLOP/s/thread':>23}")
     for name, dec, pre in out["rates"]:
         print(f"{name:>8} {'-' if dec is None else f'{dec:.1f}':>22} {'-' if pre is None else f'{pre:.1f}':>23}")
-    dec, pre = out["attention"]
-    if dec is not None or pre is not None:
-        print(f"{'attention':>9} {'-' if dec is None else f'{dec:.1f}':>21} {'-' if pre is None else f'{pre:.1f}':>23}"
-              " (f16 cache, from a 2,048-token prompt beside the 256-token one)")  # fmt: skip
+    for head, dec, pre in out["attention"]:  # f16 cache, a 2,048-token prompt beside a 256-token one
+        name = f"attn d={head}"
+        print(f"{name:>10} {'-' if dec is None else f'{dec:.1f}':>20} {'-' if pre is None else f'{pre:.1f}':>23}")
     print(f"stored in {out['stored']}; every CPU speed figure on this host now uses it")
     if out["warning"]:
         print(f"warning: {out['warning']}; calibrate again when the machine is idle")

@@ -17,6 +17,7 @@ from core.engines.llamacpp import LlamaCppEngine, Offload
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
 from core.fit import Setup, setup_format
+from core.model.layers import FullAttention
 from core.model.params import count_params
 from core.speed.calibration import Calibration
 from core.speed.efficiency import Efficiency, efficiency_for
@@ -314,7 +315,8 @@ def _part(
         # (tokens × top-k ÷ experts: llama.cpp's mul_mat_id groups the batch by expert)
         mm_rate = base * fill(eff, pass_tokens) if prefill else base
         expert_rate = base * fill(eff, max(1, pass_tokens * top_k // n_experts)) if prefill else base
-    calibrated = hw.calibration.attention_rate(prefill) if hw.calibration and device == "cpu" else None
+    cal = hw.calibration if device == "cpu" else None
+    calibrated = cal.attention_rate(prefill, attention_head_dim(setup)) if cal else None
     attn_rate = attention_peak * (
         calibrated if calibrated is not None else eff.prefill_attention if prefill else eff.decode_attention
     )
@@ -327,6 +329,16 @@ def _part(
         (matmul - experts) / (mm_rate * 1e9) + experts / (expert_rate * 1e9), cache_bytes / rate,
         attention / (attn_rate * 1e9), eff, experts, expert_bytes,
     )  # fmt: skip
+
+
+def attention_head_dim(setup: Setup) -> int:
+    """The head width of the model's growing attention (its first such layer's; 128 for MLA, whose latent has no
+    head width of that kind): what a calibrated CPU attention rate is looked up by."""
+    for layer in setup.model.layers:
+        for part in layer.parts():
+            if isinstance(part, FullAttention):
+                return part.head_dim
+    return 128
 
 
 def _timing(work: PassWork, setup: Setup, hw: Hardware, prefill: bool, table: Table | None, passes: int = 1) -> Timing:

@@ -70,7 +70,7 @@ def record() -> None:
         sys.exit("the engines' venv cannot import llama_cpp; run `make engines`")
     load = os.getloadavg()
     ram = measure_ram_gb_s()
-    runs = llamacpp_runs(python, 2, RECORD_FORMATS, MODEL, time_threads=(1, 2))
+    runs = llamacpp_runs(python, 2, RECORD_FORMATS, MODEL, time_threads=(1, 2))["formats"]
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     with FORMATS_FILE.open("a") as f:
         for fmt, r in runs.items():
