@@ -14,8 +14,10 @@ import time
 from pathlib import Path
 
 from core.errors import InputError
+from core.model.layers import FullAttention
 from core.speed.calibration import Calibration, host_key
 from core.speed.ram import measure_ram_gb_s
+from core.speed.work import attended_sum, attention_flops_per_key
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).resolve().parent / "calibrate_llamacpp.py"
@@ -56,19 +58,20 @@ def rates_from(results: dict, threads: int, model: dict) -> tuple[tuple[str, flo
 
 def attention_rates(attention: dict, threads: int) -> tuple[tuple[int, float | None, float | None], ...]:
     """(head_dim, decode, prefill) attention GFLOP/s per thread per head width, from each attention model's run at
-    DEEP tokens beside its run at CONTEXT: the extra seconds over the extra attention FLOPs, counted as
-    core.speed.work counts them (2·d for q·k and 2·d for p·v per head and key: 4 × hidden per key and layer; a
-    prefill's query i attends to i keys). A rate is None where the deep run took no longer than its matmuls (noise)."""
+    DEEP tokens beside its run at CONTEXT: the extra seconds over the extra attention FLOPs, counted by
+    core.speed.work's own functions (FLOPs per key; a prefill's query i attends to i keys). A rate is None where the
+    deep run took no longer than its matmuls (noise)."""
     out = []
-    tri = lambda t: t * (t + 1) / 2  # noqa: E731
     for d, r in sorted(attention.items(), key=lambda kv: int(kv[0])):
         base, deep, m = r["base"], r["deep"], r["model"]
-        per_key = 4.0 * m["hidden"] * m["layers"]
+        layer = FullAttention(m["heads"], m["hidden"] // m["heads"])  # the attention model's MHA layer
+        per_key = attention_flops_per_key(layer, m["heads"]) * m["layers"]
         n, k = base["context"], deep["context"]
         decode_s = deep["decode_s"] - base["decode_s"]
         prefill_s = deep["prefill_s"] - k / n * base["prefill_s"]  # the matmuls scale with the tokens
+        pairs = attended_sum(k, None) - k / n * attended_sum(n, None)  # query-key pairs beyond the matmuls' share
         decode = per_key * (k - n) / (threads * decode_s) / 1e9 if decode_s > 0 else None
-        prefill = per_key * (tri(k) - k / n * tri(n)) / (threads * prefill_s) / 1e9 if prefill_s > 0 else None
+        prefill = per_key * pairs / (threads * prefill_s) / 1e9 if prefill_s > 0 else None
         out.append((int(d), decode, prefill))
     return tuple(out)
 

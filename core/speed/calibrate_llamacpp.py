@@ -8,8 +8,8 @@ small attention-heavy model timed at `context` and at `deep` tokens at `threads`
 difference)}. Writes a random-weight llama GGUF in F16 with gguf-py (no vocabulary: tokenizer.ggml.model "none"),
 quantises it to each format with libllama's llama_model_quantize, then per format prefills `context` random tokens
 (fastest of 3) and decodes `decode_steps` single tokens (the 10th-percentile step). Prints one JSON line:
-{"formats": {name: {"bytes", "runs": [{"threads", "prefill_s", "decode_s"}]}}, "attention": {head_dim: {"model",
-"base": run, "deep": run}}}. Weights load without the extra (AMX
+{"formats": {name: {"bytes", "runs": [{"threads", "context", "prefill_s", "decode_s"}]}}, "attention": {head_dim:
+{"model", "base": run, "deep": run}}}. Weights load without the extra (AMX
 repack) buffer types, as the project's CPU referee does (the repack crashes batches > 1 token on this project's
 Xeon: /work/shared/reference/engines-on-cpu.md).
 """
@@ -116,7 +116,8 @@ def time_model(path: Path, job: dict, threads: int, context: int | None = None, 
             prefill.append(run(ctx, [rng.randrange(vocab) for _ in range(n)], 0))
         run(ctx, [1], n)  # warm-up step
         decode = [run(ctx, [rng.randrange(vocab)], n + 1 + i) for i in range(steps)]
-        return {"threads": threads, "prefill_s": min(prefill), "decode_s": statistics.quantiles(decode, n=10)[0]}
+        decode_s = statistics.quantiles(decode, n=10)[0]
+        return {"threads": threads, "context": n, "prefill_s": min(prefill), "decode_s": decode_s}
     finally:
         llama_cpp.llama_free(ctx)
         llama_cpp.llama_model_free(model)
@@ -150,8 +151,7 @@ def main() -> None:
         sub = job | {"model": m}
         base = time_model(path, sub, job["threads"])
         deep = time_model(path, sub, job["threads"], spec["deep"], repeats=1)
-        base |= {"context": job["context"]}
-        attention[d] = {"model": m, "base": base, "deep": deep | {"context": spec["deep"]}}
+        attention[d] = {"model": m, "base": base, "deep": deep}
         path.unlink()
     print("\n" + json.dumps({"formats": out, "attention": attention}))
 

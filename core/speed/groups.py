@@ -126,6 +126,7 @@ class ErrorBar:
     within: float | None = None  # share of the rows within ±ERROR_BAND
     ratio: float | None = None  # typical predicted ÷ measured (the median)
     calibrated: str = ""  # "calibrated on this host at <date>" when a host calibration set the rates
+    on_cpu: bool = False  # a CPU group's error: calibrating the host replaces the constants it measures
 
     @property
     def checked(self) -> bool:
@@ -140,7 +141,7 @@ class ErrorBar:
             text = f"±{self.median * 100:.0f} % typical, {self.rows} held-out {self.kind} runs of {self.group}"
         if self.calibrated:  # the group's error is that of uncalibrated constants on another CPU
             return f"{self.calibrated}; {calibrated_check_text()} (uncalibrated: {text})"
-        if self.group == group_label("llama.cpp", "cpu", "cpu"):
+        if self.on_cpu:
             return f"{text}; `python -m core calibrate` times this host"
         return text
 
@@ -173,8 +174,8 @@ def error_bar(engine: str, backend: str, klass: str, kind: str, calibrated: str 
     label = group_label(engine, backend, klass)
     for e in fitted().get("errors", ()):
         if (e["engine"], e["backend"], e["card_class"], e["kind"]) == (engine, backend, klass, kind) and e["rows"]:
-            return ErrorBar(kind, label, e["rows"], e["median"], e["within"], e["ratio"], calibrated)
-    return ErrorBar(kind, label, calibrated=calibrated)
+            return ErrorBar(kind, label, e["rows"], e["median"], e["within"], e["ratio"], calibrated, backend == "cpu")
+    return ErrorBar(kind, label, calibrated=calibrated, on_cpu=backend == "cpu")
 
 
 _RUNS_ON = {"cuda": ("NVIDIA", "custom"), "rocm": ("AMD",), "metal": ("Apple",), "sycl": ("Intel",)}

@@ -56,7 +56,7 @@ def predicted(
     row: dict[str, Any], engine: str, ram_gb_s: float, table=None, calibration: Calibration | None = None
 ) -> tuple[float, float, str]:
     """(decode tok/s, prefill tok/s, decode bound) kvscope predicts for one measured row; with `calibration`, at
-    this host's measured matmul rates (python -m core calibrate)."""
+    this host's measured matmul and attention rates (python -m core calibrate)."""
     setup, weights = cpu_setup(row["model"], engine)
     hw = Hardware(ram_gb_s=ram_gb_s, threads=row["threads"], cpu_only=True, calibration=calibration)
     s = predict(setup, hw, row["context"], 1, table=table, weights=weights)
