@@ -22,6 +22,7 @@ from core.speed.calibration import load as host_calibration
 from core.speed.ram import ram_gb_s
 from core.speed.report import speed_lines, speed_or_none
 from core.units import format_bytes, format_tokens
+from ui.arrow import arrow_table
 from ui.inputs import downloads, sidebar
 from ui.layout import FAVICON, after_first_paint, mobile_css
 
@@ -121,55 +122,49 @@ if in_ram:
 result_key = f"{setup!r} {[r.context for r in result.rows]}"  # the setup and its table's contexts
 speed_rows, no_speed = speeds(result, ram, threads, result_key)
 
-# pandas (~0.25 s to import on a server's first page) and plotly are imported only here and below, after the
-# verdict: a visitor reads the answer while they load.
-import pandas as pd  # noqa: E402
-
 st.subheader("Context table")
 st.caption(f"{setup.card.name}" + (f" × {setup.gpus}" if setup.gpus > 1 else "") + ", per GPU")
-shown = pd.DataFrame(display_records(result))
+shown = display_records(result)
 if constant_table(result):  # a pure state-space model: one row says it all
-    shown = shown[shown["context"] == format_tokens(context)]
+    shown = [r for r in shown if r["context"] == format_tokens(context)]
     st.caption(
         f"Every context from {format_tokens(result.rows[0].context)} to {format_tokens(result.rows[-1].context)} "
         "gives the same numbers: this model's cache is fixed state that does not grow with context."
     )
-SPEED_COLUMNS = ["decode tok/s", "aggregate tok/s"]
 if speed_rows:
     by_context = {format_tokens(r["context"]): r for r in speed_rows}
-    shown["decode tok/s"] = [by_context[c]["decode_tok_s"] for c in shown["context"]]
-    shown["aggregate tok/s"] = [by_context[c]["aggregate_tok_s"] for c in shown["context"]]
-# A row that does not fit has no speed: "—" with why, where a bare None would read as missing data. The Styler
-# only sets what is displayed; the table's values (and its CSV) stay numbers.
-styled = (
-    shown.style.format(
-        {"decode tok/s": "{:,.1f}", "aggregate tok/s": "{:,.0f}"}, na_rep="— (does not fit)", subset=SPEED_COLUMNS
-    )
-    if speed_rows
-    else shown
-)
+    shown = [
+        r | {"decode tok/s": by_context[r["context"]]["decode_tok_s"],
+             "aggregate tok/s": by_context[r["context"]]["aggregate_tok_s"]}
+        for r in shown
+    ]  # fmt: skip
 st.dataframe(
-    styled,
+    arrow_table(shown),  # not a pandas DataFrame: no pandas import before the first table
     hide_index=True,
     width="stretch",
+    lazy=False,  # a few rows: sent whole (deciding whether to send them lazily imports pandas)
+    # A row that does not fit has no speed (null): "—" with why, where a bare None would read as missing data.
+    # Only the speed columns can be null; the values stay numbers.
+    placeholder="— (does not fit)",
     column_config={
         "context": st.column_config.TextColumn("context", pinned=True),
         "memory used (%)": st.column_config.ProgressColumn(
             "memory used (%)", min_value=0.0, max_value=100.0, format="%.1f%%"
         ),
-        **{c: st.column_config.NumberColumn(c, format="%.3f") for c in shown.columns if "GiB" in c},
+        **{c: st.column_config.NumberColumn(c, format="%.3f") for c in shown[0] if "GiB" in c},
         # vLLM reports a fractional concurrency; the other engines run whole sequences
         "requests": st.column_config.NumberColumn("requests", format="%.2f" if result.vllm else "%d"),
-        "decode tok/s": st.column_config.Column("decode tok/s", help="one sequence"),
-        "aggregate tok/s": st.column_config.Column(
-            "aggregate tok/s", help="all sequences together, with as many running as fit"
+        "decode tok/s": st.column_config.NumberColumn("decode tok/s", format="%.1f", help="one sequence"),
+        "aggregate tok/s": st.column_config.NumberColumn(
+            "aggregate tok/s", format="%.0f", help="all sequences together, with as many running as fit"
         ),
     },
 )
 st.caption(
     "Per GPU. Binary units: 1 GiB = 2³⁰ bytes. Requests = how many of that length fit at once. Decode tok/s: "
     "one sequence; aggregate: as many sequences as fit, together (a roofline with fitted or assumed engine "
-    "efficiencies, see below)." + (f" No speed: {no_speed}" if no_speed else "")
+    "efficiencies, see below)."
+    + (f" No speed: {no_speed}" if no_speed else "")
     + (f" Decode error bar: {speed_rows[0]['decode_error']}." if speed_rows else "")
 )
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import math
 from dataclasses import dataclass, replace
 
 from core.engines import Engine
@@ -48,6 +51,23 @@ def display_records(fit: Fit) -> list[dict]:
         }
         for r in table_records(fit)
     ]
+
+
+def csv_text(records: list[dict], leading: dict) -> str:
+    """The table as CSV: the `leading` columns (the inputs that produced it) on every row, then each record's, its
+    floats to the 3 digits the page shows; a missing value (None, NaN) is an empty cell."""
+
+    def cell(value):
+        if isinstance(value, float):
+            return "" if math.isnan(value) else round(value, 3)
+        return "" if value is None else value
+
+    columns = [*leading, *(k for k in (records[0] if records else {}) if k not in leading)]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: cell(v) for k, v in (leading | r).items()} for r in records)
+    return out.getvalue()
 
 
 def constant_table(fit: Fit) -> bool:

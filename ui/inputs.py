@@ -21,7 +21,7 @@ from core.model.loading import DEFAULT_MODEL, load_raw, model_from_config, prese
 from core.model.resolver import RESOLVER
 from core.model.spec import ModelSpec
 from core.model.whatif import edited
-from core.report import check, engine_format_warning, gpu_counts
+from core.report import check, csv_text, engine_format_warning, gpu_counts
 from core.units import format_bytes, format_tokens, parse_tokens
 from ui.layout import fold_sidebar_on_phones, nav, share_box
 from ui.state import (
@@ -442,7 +442,9 @@ def setup_for(inputs: Inputs, model: ModelSpec, weights_file: WeightFile | None 
     )
 
 
-def downloads(inputs: Inputs, frame, payload: dict, name: str = "kvscope", kv_used: str | None = None) -> None:
+def downloads(
+    inputs: Inputs, records: list[dict], payload: dict, name: str = "kvscope", kv_used: str | None = None
+) -> None:
     """The table as shown (CSV, with the inputs that produced it as leading columns, its numbers to the digits the
     page shows) and everything as JSON. `kv_used`: the KV dtype `auto` resolved to, as the page names it."""
     main = {
@@ -455,11 +457,8 @@ def downloads(inputs: Inputs, frame, payload: dict, name: str = "kvscope", kv_us
     }
     skip = (*main, "gib", "config", "ctx", *PAGE_FIELDS)  # other pages' settings did not produce this table
     carried = main | {k: v for k, v in to_query(inputs).items() if k not in skip}
-    table = frame.round(3)
-    for i, (key, value) in enumerate(carried.items()):
-        table.insert(i, key, value)
     c1, c2 = st.columns(2)
-    c1.download_button("Download table (CSV)", table.to_csv(index=False), f"{name}-table.csv", "text/csv")
+    c1.download_button("Download table (CSV)", csv_text(records, carried), f"{name}-table.csv", "text/csv")
     c2.download_button(
         "Download JSON",
         json.dumps({"inputs": asdict(inputs), **payload}, indent=2, default=str),

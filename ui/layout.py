@@ -48,7 +48,7 @@ def fold_sidebar_on_phones(key: str) -> None:
 # runs unsandboxed in the page).
 _PAINTED_JS = """
 export default function ({ data, setStateValue }) {
-  if (!data) requestIdleCallback(() => setStateValue("painted", true), { timeout: 2000 });
+  if (!data.painted) requestIdleCallback(() => setStateValue("painted", true), { timeout: 2000 });
 }
 """
 _painted = st.components.v2.component("kvscope_painted", js=_PAINTED_JS)
@@ -59,7 +59,9 @@ def after_first_paint(key: str) -> bool:
     `st.fragment`, goes what can wait: a plotly chart costs a fresh browser tab ~0.6 s of main thread (plotly.js),
     which otherwise delays the verdict and the table above it; the fragment alone reruns to draw it."""
     seen = bool((st.session_state.get(key) or {}).get("painted"))
-    return bool(_painted(key=key, data=seen, on_painted_change=lambda: None, width="content", height=0).painted)
+    return bool(
+        _painted(key=key, data={"painted": seen}, on_painted_change=lambda: None, width="content", height=0).painted
+    )
 
 
 PAGES = (
@@ -83,8 +85,18 @@ def nav() -> None:
 def share_box(query: str, notes: tuple[str, ...] = ()) -> None:
     """The link to this view, to copy (the code box has a copy button), and what it carries."""
     with st.expander("Share this view"):
-        url = st.context.url.split("?")[0] if st.context.url else ""
-        st.code(f"{url}?{query}", language=None, wrap_lines=True)
-        st.caption("Copy the link with the button in the box's corner; it reproduces every input.")
-        for note in notes:
-            st.caption(note)
+        _share_code(query, notes)
+
+
+@st.fragment
+def _share_code(query: str, notes: tuple[str, ...]) -> None:
+    """The code box once the browser has drawn the page: its syntax highlighter costs a fresh tab ~0.25 s of main
+    thread, which would otherwise come before the verdict (the box sits collapsed in the sidebar meanwhile)."""
+    if not after_first_paint("kv_painted_share"):
+        st.caption("Preparing the link…")
+        return
+    url = st.context.url.split("?")[0] if st.context.url else ""
+    st.code(f"{url}?{query}", language=None, wrap_lines=True)
+    st.caption("Copy the link with the button in the box's corner; it reproduces every input.")
+    for note in notes:
+        st.caption(note)
