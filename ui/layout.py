@@ -23,24 +23,27 @@ def mobile_css() -> None:
     st.html(_MOBILE_CSS)
 
 
-# Runs in the component's same-origin iframe. `key` changes with the inputs, so the script runs again (and only)
-# after an input changed; on a phone-width window it then folds the sidebar away so the new results show.
-_FOLD_SIDEBAR = """
-<script>
-const doc = window.parent.document;
-const bar = doc.querySelector('[data-testid="stSidebar"]');
-if (window.parent.innerWidth <= 640 && bar && bar.dataset.collapsed === "false") {
-  const button = doc.querySelector('[data-testid="stSidebarCollapseButton"] button');
-  if (button) button.click();
+# Runs in the page (components v2 code is not sandboxed; our own constant script). `data` is the inputs' key: the
+# script acts when it differs from the last one this tab saw (first load, or after an input changed); on a
+# phone-width window it then folds the sidebar away so the new results show. No iframe: a frame per page costs a
+# fresh tab a document of its own before the first paint.
+_FOLD_SIDEBAR_JS = """
+let seen = null;
+export default function ({ data }) {
+  if (data.key === seen) return;
+  seen = data.key;
+  const bar = document.querySelector('[data-testid="stSidebar"]');
+  if (window.innerWidth <= 640 && bar && bar.dataset.collapsed === "false") {
+    const button = document.querySelector('[data-testid="stSidebarCollapseButton"] button');
+    if (button) button.click();
+  }
 }
-</script>
-<!-- %s -->
 """
+_fold_sidebar = st.components.v2.component("kvscope_fold_sidebar", js=_FOLD_SIDEBAR_JS)
 
 
 def fold_sidebar_on_phones(key: str) -> None:
-    # st.iframe, not st.components.v1.html (deprecated): our own constant script, same-origin as it needs to be
-    st.iframe(_FOLD_SIDEBAR % key.replace("-", ""), height=1)
+    _fold_sidebar(key="kv_fold_sidebar", data={"key": key}, width="content", height=0)
 
 
 # No markup: once the page's main thread is idle after mounting it (what the run drew is on screen; at most 2 s
