@@ -294,6 +294,18 @@ def test_calibrate_command_numpy_stores_for_this_host(tmp_path, monkeypatch, cap
     assert speed["ram_source"].startswith("calibrated on this host") and speed["calibration"]["host"] == host_key()
 
 
+def test_the_attention_models_caches_are_past_the_cpu_caches():
+    """The attention models' f16 caches at 2,048 tokens are 64 MiB (2-layer models' 8-34 MB stayed in this Xeon's
+    caches and timed real models' attention 1.6-1.8x too fast): 8 heads × d wide K and V, 2 bytes, per layer
+    4 MiB at d = 64, 8 MiB at 128, 16 MiB at 256."""
+    from core.speed.calibrate import DEEP, HEAD_DIMS, attention_models
+
+    models = attention_models(HEAD_DIMS)
+    assert DEEP == 2048 and [models[d]["layers"] for d in HEAD_DIMS] == [16, 8, 4]
+    assert all(m["hidden"] == m["heads"] * d for d, m in models.items())
+    assert attention_models((64,), deep=65536)[64]["layers"] == 2  # never fewer than two
+
+
 def test_llamacpp_calibration_runs_the_real_kernels(tmp_path, monkeypatch):
     """libllama quantises a tiny random GGUF and times it; Q4_0 reads fewer bytes than F16 per decode step."""
     from core.speed.calibrate import calibrate, engines_python

@@ -7,6 +7,7 @@ float prefill (numpy runs no quantised kernel, and its GEMV would time numpy, no
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import tempfile
@@ -60,6 +61,17 @@ def rates_from(results: dict, threads: int, model: dict) -> tuple[tuple[str, flo
     return tuple(out)
 
 
+def attention_models(head_dims: tuple[int, ...], deep: int = DEEP) -> dict[int, dict]:
+    """Per head width d, the attention model the runner times: 8 heads of width d, an FFN as narrow as the hidden
+    size, and the fewest layers (at least 2) whose f16 cache at `deep` tokens reaches ATTENTION_KV_BYTES."""
+    out = {}
+    for d in head_dims:
+        per_layer = 2 * sum(FullAttention(8, d).token_rows()) * deep  # f16 K and V of `deep` tokens
+        layers = max(2, math.ceil(ATTENTION_KV_BYTES / per_layer))
+        out[d] = {"hidden": 8 * d, "ffn": 8 * d, "layers": layers, "heads": 8, "vocab": 1000}
+    return out
+
+
 def attention_rates(attention: dict, threads: int) -> tuple[tuple[int, float | None, float | None], ...]:
     """(head_dim, decode, prefill) attention GFLOP/s per thread per head width, from each attention model's run at
     DEEP tokens beside its run at CONTEXT: the extra seconds over the extra attention FLOPs, counted by
@@ -92,7 +104,7 @@ def llamacpp_runs(
         job = Path(tmp) / "job.json"
         spec = {"dir": tmp, "threads": threads, "context": CONTEXT, "decode_steps": DECODE_STEPS}
         spec |= {"formats": list(formats), "model": model, "time_threads": list(time_threads or (threads,))}
-        attention = {"head_dims": list(head_dims), "deep": DEEP, "kv_bytes": ATTENTION_KV_BYTES}
+        attention = {"models": attention_models(head_dims), "deep": DEEP}
         spec |= {"attention": attention} if head_dims else {}
         job.write_text(json.dumps(spec))
         cmd = [str(python), str(RUNNER), str(job)]

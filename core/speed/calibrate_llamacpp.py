@@ -3,9 +3,9 @@ engines' venv, with gguf-py on PYTHONPATH; never imported by kvscope itself).
 
 Reads a JSON job from the file named by its argument: {"dir", "threads", "context", "decode_steps", "formats":
 [llama.cpp ftype names], "model": {"hidden", "ffn", "layers", "heads", "vocab"}, optionally "time_threads": [thread
-counts to time with, default [threads]] and "attention": {"head_dims": [...], "deep": tokens, "kv_bytes": bytes}:
-per head width, a small attention-heavy model with a `kv_bytes` cache at `deep` tokens, timed at `context` and at
-`deep` tokens at `threads` (the attention's rate shows in the difference)}. Writes a random-weight llama GGUF in
+counts to time with, default [threads]] and "attention": {"models": {head_dim: model}, "deep": tokens}: per head
+width, a small attention-heavy model (core.speed.calibrate.attention_models) timed at `context` and at `deep` tokens
+at `threads` (the attention's rate shows in the difference)}. Writes a random-weight llama GGUF in
 F16 with gguf-py (no vocabulary: tokenizer.ggml.model "none"), quantises it to each format with libllama's
 llama_model_quantize, then per format prefills `context` random tokens (fastest of 3) and decodes `decode_steps`
 single tokens (the 10th-percentile step). Prints one JSON line: {"formats": {name: {"bytes", "runs": [{"threads",
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import math
 import random
 import statistics
 import sys
@@ -144,11 +143,7 @@ def main() -> None:
     f16.unlink()
     attention = {}
     spec = job.get("attention") or {}
-    for d in spec.get("head_dims", ()):
-        # 8 heads of width d, a narrow FFN: at `deep` tokens the attention outweighs the matmuls; enough layers for
-        # an f16 cache of `kv_bytes` at `deep` tokens (K and V, 2 bytes each)
-        layers = max(2, math.ceil(spec["kv_bytes"] / (2 * 8 * d * 2 * spec["deep"])))
-        m = {"hidden": 8 * d, "ffn": 8 * d, "layers": layers, "heads": 8, "vocab": 1000}
+    for d, m in spec.get("models", {}).items():  # core.speed.calibrate.attention_models
         path = folder / f"attn-{d}.gguf"
         write_f16(path, m)
         sub = job | {"model": m}
