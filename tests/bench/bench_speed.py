@@ -85,9 +85,9 @@ def compare(rows: list[dict], engine: str, ram: float) -> list[tuple[str, float,
 
 def calibrated(rows: list[dict], ram: float) -> None:
     """The same runs predicted at this host's own calibration (python -m core calibrate: llama.cpp's matmul rate per
-    format on its own random-weight model, whose shape is neither llama-s's nor llama-m's, and its attention rate per
-    head width on three small attention models): what a user's CPU figures are once they press Calibrate, checked on
-    models the calibration never ran."""
+    format on its own random-weight model, whose shape is none of the checked models', and its attention rate per
+    head width on three small MHA attention models): what a user's CPU figures are once they press Calibrate, checked
+    on models the calibration never ran (llama-g's grouped-query attention is a shape no attention model has)."""
     threads = max(r["threads"] for r in rows)
     cal = calibrate(threads=threads, engine="llama.cpp")
     rates = ", ".join(f"{f} {d:.1f}/{p:.1f}" for f, d, p in cal.rates)
@@ -107,7 +107,8 @@ def calibrated(rows: list[dict], ram: float) -> None:
     record = {
         "cpu": cal.host, "time": cal.time, "method": cal.method, "band": BAND, "figures": len(errors),
         "within": inside, "median": statistics.median(abs(e) for e in errors),
-        "runs": "real llama.cpp (tests/bench/speed_runs.py: llama-s, llama-m F16 GGUFs; contexts "
+        "runs": f"real llama.cpp (tests/bench/speed_runs.py: {', '.join(sorted({r['model'] for r in rows}))} F16 "
+        "GGUFs; contexts "
         f"{sorted({r['context'] for r in rows})}, threads {sorted({r['threads'] for r in rows})}; decode and prefill)",
         "source": "tests/bench/bench_speed.py calibrated(), run by make bench-speed",
     }  # fmt: skip

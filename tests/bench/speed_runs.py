@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 os.environ.setdefault("KVSCOPE_ENGINES_VENV", str(ROOT / ".venv-engines"))
 ARTIFACTS = ROOT / "tests" / "artifacts" / "speed"
 
-# Llama-architecture models, all heads keeping their own K/V (MHA) so the cache is a visible share of each decode
-# step's bytes; two sizes so a fit on one can be checked on the other. F16 weights (the converter's --outtype f16).
+# Llama-architecture models: two sizes with every head keeping its own K/V (MHA), so the cache is a visible share of
+# each decode step's bytes and a fit on one can be checked on the other, and one with grouped-query attention 128
+# wide. F16 weights (the converter's --outtype f16).
 _BASE = {
     "model_type": "llama",
     "vocab_size": 32000,
@@ -46,6 +47,16 @@ MODELS: dict[str, dict[str, Any]] = {
         "num_attention_heads": 16,
         "num_key_value_heads": 16,
         "head_dim": 64,
+    },
+    # grouped-query attention, 128 wide (Llama 3's and Qwen's shape): no calibration attention model has it
+    "llama-g": _BASE
+    | {
+        "hidden_size": 1024,
+        "intermediate_size": 2816,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 128,
     },
 }
 CONTEXTS = (256, 1024, 4096)
