@@ -97,18 +97,6 @@ def test_the_chart_comes_after_the_verdict_and_the_table_reach_the_browser():
     assert {len(bar["x"]) for bar in figure["data"]} == {len(result.rows)}  # one bar per row of the table
 
 
-def test_the_share_box_comes_after_the_first_paint():
-    """Issue 20 item 13: the share box's code block (its syntax highlighter costs a fresh tab ~0.25 s) is drawn by
-    its fragment once the browser reports the page drawn; until then the collapsed box says the link is coming."""
-    at = app()
-    assert metrics(at) and not at.sidebar.code
-    assert "Preparing the link…" in [c.value for c in at.sidebar.caption]
-    at.session_state["kv_painted_share"] = {"painted": True}  # what the component sends from the browser
-    at.run()
-    (code,) = at.sidebar.code
-    assert "model=Qwen%2FQwen3.5-9B" in code.value and "Preparing the link…" not in [c.value for c in at.caption]
-
-
 def test_driving_widgets_changes_the_answer_to_cores():
     at = app()
     at.selectbox(key="in_card").set_value("GeForce RTX 4090 24GB")

@@ -26,11 +26,7 @@ HYBRID = "pages/1_hybrid_vs_dense.py"
 
 
 def share_link(at: AppTest) -> str:
-    """The "Share this view" box on every page; its code box is drawn once the browser reports the page drawn."""
-    if not at.sidebar.code:
-        at.session_state["kv_painted_share"] = {"painted": True}  # what the component sends from the browser
-        at.run()
-    (code,) = [c for c in at.sidebar.code]
+    (code,) = [c for c in at.sidebar.code]  # the "Share this view" box on every page
     return code.value
 
 

@@ -88,18 +88,8 @@ def nav() -> None:
 def share_box(query: str, notes: tuple[str, ...] = ()) -> None:
     """The link to this view, to copy (the code box has a copy button), and what it carries."""
     with st.expander("Share this view"):
-        _share_code(query, notes)
-
-
-@st.fragment
-def _share_code(query: str, notes: tuple[str, ...]) -> None:
-    """The code box once the browser has drawn the page: its syntax highlighter costs a fresh tab ~0.25 s of main
-    thread, which would otherwise come before the verdict (the box sits collapsed in the sidebar meanwhile)."""
-    if not after_first_paint("kv_painted_share"):
-        st.caption("Preparing the link…")
-        return
-    url = st.context.url.split("?")[0] if st.context.url else ""
-    st.code(f"{url}?{query}", language=None, wrap_lines=True)
-    st.caption("Copy the link with the button in the box's corner; it reproduces every input.")
-    for note in notes:
-        st.caption(note)
+        url = st.context.url.split("?")[0] if st.context.url else ""
+        st.code(f"{url}?{query}", language=None, wrap_lines=True)
+        st.caption("Copy the link with the button in the box's corner; it reproduces every input.")
+        for note in notes:
+            st.caption(note)

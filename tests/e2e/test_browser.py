@@ -208,7 +208,6 @@ def shared_link(page) -> str:
     sidebar = page.locator('[data-testid="stSidebar"]')
     box = sidebar.locator('[data-testid="stExpander"]').filter(has_text="Share this view")
     code = box.locator("code")
-    code.wait_for(state="attached")  # drawn once the page is (after the first paint)
     if not code.is_visible():
         box.locator("summary").click()
     return code.inner_text().strip()

@@ -13,10 +13,9 @@ def _mapped(pid: int, fragment: str) -> bool:
     return fragment in Path(f"/proc/{pid}/maps").read_text()
 
 
-def test_the_first_render_needs_neither_pandas_nor_the_code_box(chromium, tmp_path):
+def test_the_first_render_does_not_import_pandas(chromium, tmp_path):
     """A fresh server: pandas (~0.3 s to import, which a visitor's first request waited on) is not loaded by the
-    time the verdict and the table are drawn, and the share box's code block (its syntax highlighter, ~0.25 s of a
-    fresh tab) comes only after the first paint, with the full link."""
+    time the verdict and the table are drawn; the share box holds this view's link and the chart comes after."""
     from playwright.sync_api import expect
 
     server = Server(env={"KVSCOPE_CACHE": str(tmp_path)}, log=ARTIFACTS / "streamlit-first-paint.log")
@@ -30,7 +29,6 @@ def test_the_first_render_needs_neither_pandas_nor_the_code_box(chromium, tmp_pa
             expect(page.locator('[data-testid="stMetric"]')).to_have_count(4, timeout=60_000)
             expect(page.locator('[data-testid="stDataFrame"]')).to_have_count(1)
             assert not _mapped(server.proc.pid, "pandas/_libs"), "the first render imported pandas"
-            # after the paint: the code box with the link to this very view, then the chart
             box = page.locator('[data-testid="stSidebar"] [data-testid="stExpander"]').filter(has_text="Share")
             box.locator("summary").click()
             link = box.locator("code")
