@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from core.dtypes import FP16
 from core.errors import InputError
 from core.model.layers import FullAttention
 from core.speed.calibration import Calibration, host_key
@@ -29,7 +30,7 @@ CONTEXT = 256
 DEEP = 2048  # each attention model's second prompt: the attention's rate from the difference
 # each attention model's cache at DEEP tokens (its layers follow): past what a CPU's caches hold of it, as a real
 # model's cache is. A 2-layer model's 8 MiB at width 64 timed 1.6-1.8x faster per key on this project's Xeon than
-# llama-s's and llama-m's caches (34-168 MB) did; 8 or more layers timed as they do.
+# llama-s's and llama-m's caches (17-168 MB) did; 8 or more layers timed as they do.
 ATTENTION_KV_BYTES = 64 * 2**20
 HEAD_DIMS = (64, 128, 256)  # gpt-oss and small models; Llama, Qwen; Gemma 3 and Qwen3.5's full-attention layers
 DECODE_STEPS = 48  # the 10th-percentile step of 48: steps a busy machine did not slow
@@ -66,9 +67,9 @@ def attention_models(head_dims: tuple[int, ...], deep: int = DEEP) -> dict[int, 
     size, and the fewest layers (at least 2) whose f16 cache at `deep` tokens reaches ATTENTION_KV_BYTES."""
     out = {}
     for d in head_dims:
-        per_layer = 2 * sum(FullAttention(8, d).token_rows()) * deep  # f16 K and V of `deep` tokens
-        layers = max(2, math.ceil(ATTENTION_KV_BYTES / per_layer))
-        out[d] = {"hidden": 8 * d, "ffn": 8 * d, "layers": layers, "heads": 8, "vocab": 1000}
+        m = {"hidden": 8 * d, "ffn": 8 * d, "heads": 8, "vocab": 1000}
+        per_layer = sum(FP16.bytes_for(row) for row in FullAttention(m["heads"], d).token_rows()) * deep
+        out[d] = m | {"layers": max(2, math.ceil(ATTENTION_KV_BYTES / per_layer))}
     return out
 
 
@@ -104,8 +105,7 @@ def llamacpp_runs(
         job = Path(tmp) / "job.json"
         spec = {"dir": tmp, "threads": threads, "context": CONTEXT, "decode_steps": DECODE_STEPS}
         spec |= {"formats": list(formats), "model": model, "time_threads": list(time_threads or (threads,))}
-        attention = {"models": attention_models(head_dims), "deep": DEEP}
-        spec |= {"attention": attention} if head_dims else {}
+        spec |= {"attention": {"models": attention_models(head_dims), "deep": DEEP}} if head_dims else {}
         job.write_text(json.dumps(spec))
         cmd = [str(python), str(RUNNER), str(job)]
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
