@@ -217,7 +217,7 @@ def test_calibrated_rates_set_each_formats_cpu_speed():
 
 
 def test_calibrated_attention_rates_set_the_cpu_attention_time():
-    widths = ((64, 0.1, 1.0), (128, 0.5, 4.0), (256, 2.0, 8.0))  # Qwen3-8B's heads are 128 wide
+    widths = ((64, 0.1, 1.0, None), (128, 0.5, 4.0, None), (256, 2.0, 8.0, None))  # Qwen3-8B's heads are 128 wide
     cal = Calibration(host_key(), "2026-12-01 15:00 UTC", "test", 500.0, 2, (("Q8_0", 1.0, 10.0),), widths)
     hw = Hardware(500.0, 2, cpu_only=True, calibration=cal)
     s = predict(cpu_setup("q8_0"), hw, 8192)
@@ -231,23 +231,63 @@ def test_calibrated_attention_rates_set_the_cpu_attention_time():
     assert math.isclose(plain.decode.parts[0].attention_s, dec.attention_flops / (2 * rate * 1e9), rel_tol=1e-9)
 
 
-def test_attention_rates_come_from_the_deeper_prompts_extra_time():
+def test_a_calibrated_cache_rate_streams_the_decode_cache():
+    """A decode step reads the cache at this host's measured per-thread stream (at the nearest width); a prefill,
+    whose keys come from the CPU's caches, and an uncalibrated host read it at the RAM bandwidth × efficiency."""
+    widths = ((64, 0.1, 1.0, 9.0), (128, 2.0, 4.0, 0.25))
+    cal = Calibration(host_key(), "2026-12-01 15:00 UTC", "test", 500.0, 2, (("Q8_0", 1.0, 10.0),), widths)
+    s = predict(cpu_setup("q8_0"), Hardware(500.0, 2, cpu_only=True, calibration=cal), 8192)
+    dec, pre = s.decode.parts[0], s.prefill.parts[0]
+    assert dec.cache_gb_s == 2 * 0.25 and math.isclose(dec.cache_s, dec.cache_bytes / 0.5e9, rel_tol=1e-9)
+    assert dec.cache_s > dec.attention_s  # 0.25 GB/s per thread sets the attention's share of the step
+    assert math.isclose(dec.seconds, max(dec.weights_s, dec.matmul_s) + dec.cache_s, rel_tol=1e-9)
+    bandwidth = 500e9 * pre.efficiency.bandwidth
+    assert pre.cache_gb_s == 0 and math.isclose(pre.cache_s, pre.cache_bytes / bandwidth, rel_tol=1e-9)
+    plain = predict(cpu_setup("q8_0"), Hardware(500.0, 2, cpu_only=True), 8192).decode.parts[0]
+    assert plain.cache_gb_s == 0 and math.isclose(plain.cache_s, plain.cache_bytes / bandwidth, rel_tol=1e-9)
+
+
+def test_a_calibrated_cache_rate_is_in_the_printed_formula():
+    from core.speed.report import speed_lines
+    from tests.test_app_formulas import evaluate, formulas
+
+    cal = Calibration(host_key(), "t", "test", 500.0, 2, (("Q8_0", 1.0, 10.0),), ((128, 0.5, 4.0, 0.25),))
+    lines = speed_lines(predict(cpu_setup("q8_0"), Hardware(500.0, 2, cpu_only=True, calibration=cal), 8192))
+    cache = [line for line in lines if "B ÷ (2 threads × 250,000,000 B/s)" in line]
+    assert len(cache) == 1  # the decode step's; the prefill's reads at the bandwidth
+    checked = 0
+    for left, printed in formulas(cache[0]):
+        got, want = evaluate(left)[0], evaluate(printed)[0]
+        assert got == pytest.approx(want, rel=2e-3, abs=2e-6), (cache[0], got, want)
+        checked += 1
+    assert checked >= 4
+
+
+def test_attention_rates_split_the_cache_stream_from_the_flops():
+    """Synthetic timings of an MHA and a GQA attention model, each decode step the slower of its cache stream and its
+    FLOPs: the MHA model is timed by its bytes, the GQA one (a quarter the bytes, the same FLOPs) by its FLOPs, and
+    attention_rates gives back both rates and the MHA model's prefill rate."""
     from core.speed.calibrate import CONTEXT, DEEP, attention_rates
 
-    m = {"hidden": 512, "ffn": 512, "layers": 2, "heads": 8, "vocab": 1000}
-    per_key, threads = 4 * 512 * 2, 2
-    dec_rate, pre_rate, mm_s = 3e9, 12e9, 0.01  # FLOP/s per thread; a 256-token prompt's matmul seconds
-    tri = lambda n: n * (n + 1) / 2  # noqa: E731
-    base = {"threads": threads, "context": CONTEXT, "decode_s": 0.002 + per_key * CONTEXT / (threads * dec_rate),
-            "prefill_s": mm_s + per_key * tri(CONTEXT) / (threads * pre_rate)}  # fmt: skip
-    deep = {"threads": threads, "context": DEEP, "decode_s": 0.002 + per_key * DEEP / (threads * dec_rate),
-            "prefill_s": mm_s * DEEP / CONTEXT + per_key * tri(DEEP) / (threads * pre_rate)}  # fmt: skip
-    ((d, dec, pre),) = attention_rates({"64": {"model": m, "base": base, "deep": deep}}, threads)
+    threads, dec_rate, stream, pre_rate, mm_s = 2, 3e9, 1.5e9, 12e9, 0.01  # per thread: FLOP/s, B/s, FLOP/s; s
+
+    def at(n: int, kv_heads: int) -> dict:
+        per_key, key_bytes = 4 * 512 * 2, 2 * 2 * kv_heads * 64 * 2  # FLOPs; f16 K and V bytes; 2 layers
+        step = 0.002 + n * max(per_key / dec_rate, key_bytes / stream) / threads
+        prefill = mm_s * n / CONTEXT + per_key * n * (n + 1) / 2 / (threads * pre_rate)
+        return {"threads": threads, "context": n, "decode_s": step, "prefill_s": prefill}
+
+    runs = {}
+    for label, kv_heads in (("64", 8), ("64-gqa", 2)):
+        m = {"hidden": 512, "ffn": 64, "layers": 2, "heads": 8, "kv_heads": kv_heads, "vocab": 1000}
+        runs[label] = {"model": m, "base": at(CONTEXT, kv_heads), "deep": at(DEEP, kv_heads)}
+    ((d, dec, pre, gb_s),) = attention_rates(runs, threads)
     assert d == 64 and math.isclose(dec * 1e9, dec_rate, rel_tol=1e-9)
-    assert math.isclose(pre * 1e9, pre_rate, rel_tol=1e-9)
+    assert math.isclose(gb_s * 1e9, stream, rel_tol=1e-9) and math.isclose(pre * 1e9, pre_rate, rel_tol=1e-9)
     # a deep run no slower than its matmuls (noise) measures nothing
-    flat = deep | {"decode_s": base["decode_s"], "prefill_s": base["prefill_s"] * DEEP / CONTEXT}
-    assert attention_rates({"64": {"model": m, "base": base, "deep": flat}}, threads) == ((64, None, None),)
+    flat = {k: r | {"deep": r["deep"] | {"decode_s": r["base"]["decode_s"], "prefill_s": r["base"]["prefill_s"] * 8}}
+            for k, r in runs.items()}  # fmt: skip
+    assert attention_rates(flat, threads) == ((64, None, None, None),)
 
 
 def test_a_calibration_stored_before_attention_was_timed_still_loads(tmp_path, monkeypatch):
@@ -258,7 +298,9 @@ def test_a_calibration_stored_before_attention_was_timed_still_loads(tmp_path, m
         (tmp_path / cal_mod.FILE).write_text(json.dumps({"hosts": {host_key(): record}}))
         loaded = cal_mod.load()
         assert loaded is not None and loaded.attention == () and loaded.rate("gguf_f16", True) == 2
-    cal = replace(Calibration.of(old), attention=((128, 0.5, None),))
+    three = Calibration.of(old | {"attention": [[128, 0.5, 4.0]]})  # before the cache stream was timed apart
+    assert three.attention == ((128, 0.5, 4.0, None),) and three.cache_rate(128) is None
+    cal = replace(Calibration.of(old), attention=((128, 0.5, None, 2.5),))
     assert Calibration.of(cal.record()) == cal  # what store writes, load reads back
 
 
@@ -297,27 +339,49 @@ def test_calibrate_command_numpy_stores_for_this_host(tmp_path, monkeypatch, cap
 def test_the_attention_models_caches_are_past_the_cpu_caches():
     """The attention models' f16 caches at 2,048 tokens are 64 MiB (2-layer models' 8-34 MB stayed in this Xeon's
     caches and timed real models' attention 1.6-1.8x too fast): 8 heads × d wide K and V, 2 bytes, per layer
-    4 MiB at d = 64, 8 MiB at 128, 16 MiB at 256."""
+    4 MiB at d = 64, 8 MiB at 128, 16 MiB at 256; the grouped models' 2 K/V heads a quarter of that."""
     from core.speed.calibrate import DEEP, HEAD_DIMS, attention_models
 
     models = attention_models(HEAD_DIMS)
-    assert DEEP == 2048 and [models[d]["layers"] for d in HEAD_DIMS] == [16, 8, 4]
-    assert all(m["hidden"] == m["heads"] * d for d, m in models.items())
-    assert attention_models((64,), deep=65536)[64]["layers"] == 2  # never fewer than two
+    assert DEEP == 2048 and [models[f"{d}"]["layers"] for d in HEAD_DIMS] == [16, 8, 4]
+    assert [models[f"{d}-gqa"]["layers"] for d in HEAD_DIMS] == [64, 32, 16]
+    assert all(m["hidden"] == m["heads"] * d for d in HEAD_DIMS for m in (models[f"{d}"], models[f"{d}-gqa"]))
+    assert {(m["heads"], m["kv_heads"]) for m in models.values()} == {(8, 8), (8, 2)}
+    assert attention_models((64,), deep=65536)["64"]["layers"] == 2  # never fewer than two
 
 
 def test_llamacpp_calibration_runs_the_real_kernels(tmp_path, monkeypatch):
-    """libllama quantises a tiny random GGUF and times it; Q4_0 reads fewer bytes than F16 per decode step."""
+    """libllama quantises a tiny random GGUF and times it; Q4_0 reads fewer bytes than F16 per decode step; the
+    128-wide attention models give a decode FLOP rate, a cache stream and a prefill rate."""
     from core.speed.calibrate import calibrate, engines_python
 
     if engines_python() is None:
         pytest.fail("the engines' venv cannot import llama_cpp; run `make engines`")
     tiny = {"hidden": 256, "ffn": 768, "layers": 2, "heads": 4, "vocab": 1000}
-    cal = calibrate(1, "llama.cpp", ("F16", "Q4_0"), model=tiny)
+    cal = calibrate(1, "llama.cpp", ("F16", "Q4_0"), model=tiny, head_dims=(128,))
     assert cal.method.startswith("llama.cpp") and {r[0] for r in cal.rates} == {"F16", "Q4_0"}
     assert all(dec > 0 and pre > 0 for _, dec, pre in cal.rates)
-    assert [d for d, _, _ in cal.attention] == [64, 128, 256]
-    assert all(dec is not None and dec > 0 for _, dec, _ in cal.attention)  # a 2,048-token cache costs a step more
+    ((d, dec, pre, gb_s),) = cal.attention
+    assert d == 128 and dec and dec > 0 and pre and pre > 0 and gb_s and gb_s > 0  # a deep cache costs a step more
+
+
+def test_llamacpp_decode_attention_costs_per_k_v_head_not_per_query_head():
+    """What the cache stream rests on, asked of llama.cpp itself: 8 query heads reading 2 K/V heads (GQA) take well
+    under the time per query head and key that 8 reading 8 (MHA) take, the same FLOPs from a quarter of the bytes.
+    Were the attention's cost its FLOPs, the two would match."""
+    from core.speed.calibrate import CONTEXT, DEEP, engines_python, llamacpp_runs
+
+    python = engines_python()
+    if python is None:
+        pytest.fail("the engines' venv cannot import llama_cpp; run `make engines`")
+    tiny = {"hidden": 256, "ffn": 256, "layers": 1, "heads": 4, "vocab": 1000}
+    runs = llamacpp_runs(python, 1, ("F16",), tiny, head_dims=(128,))["attention"]
+
+    def per_head_key(r: dict) -> float:
+        return (r["deep"]["decode_s"] - r["base"]["decode_s"]) / ((DEEP - CONTEXT) * r["model"]["layers"] * 8)
+
+    mha, gqa = per_head_key(runs["128"]), per_head_key(runs["128-gqa"])
+    assert 0 < gqa < 0.75 * mha, (gqa, mha)
 
 
 # -- the corpus fit and the bench table --------------------------------------------------------------------------

@@ -62,34 +62,50 @@ def rates_from(results: dict, threads: int, model: dict) -> tuple[tuple[str, flo
     return tuple(out)
 
 
-def attention_models(head_dims: tuple[int, ...], deep: int = DEEP) -> dict[int, dict]:
-    """Per head width d, the attention model the runner times: 8 heads of width d, an FFN as narrow as the hidden
-    size, and the fewest layers (at least 2) whose f16 cache at `deep` tokens reaches ATTENTION_KV_BYTES."""
+def attention_models(head_dims: tuple[int, ...], deep: int = DEEP) -> dict[str, dict]:
+    """Per head width d, two attention models the runner times: 8 query heads of width d, each with its own K/V
+    ("d", MHA) or four to a K/V head ("d-gqa", as Llama 3 and Qwen group them); an FFN one head wide (its time
+    cancels in the difference); the fewest layers (at least 2) whose f16 cache at `deep` tokens reaches
+    ATTENTION_KV_BYTES. The two read the same FLOPs per key from a quarter of the bytes: apart, the cache's streaming
+    rate and the attention's FLOP rate (attention_rates)."""
     out = {}
     for d in head_dims:
-        m = {"hidden": 8 * d, "ffn": 8 * d, "heads": 8, "vocab": 1000}
-        per_layer = sum(FP16.bytes_for(row) for row in FullAttention(m["heads"], d).token_rows()) * deep
-        out[d] = m | {"layers": max(2, math.ceil(ATTENTION_KV_BYTES / per_layer))}
+        for label, kv_heads in ((f"{d}", 8), (f"{d}-gqa", 2)):
+            m = {"hidden": 8 * d, "ffn": d, "heads": 8, "kv_heads": kv_heads, "vocab": 1000}
+            per_layer = sum(FP16.bytes_for(row) for row in FullAttention(kv_heads, d).token_rows()) * deep
+            out[label] = m | {"layers": max(2, math.ceil(ATTENTION_KV_BYTES / per_layer))}
     return out
 
 
-def attention_rates(attention: dict, threads: int) -> tuple[tuple[int, float | None, float | None], ...]:
-    """(head_dim, decode, prefill) attention GFLOP/s per thread per head width, from each attention model's run at
-    DEEP tokens beside its run at CONTEXT: the extra seconds over the extra attention FLOPs, counted by
-    core.speed.work's own functions (FLOPs per key; a prefill's query i attends to i keys). A rate is None where the
-    deep run took no longer than its matmuls (noise)."""
-    out = []
-    for d, r in sorted(attention.items(), key=lambda kv: int(kv[0])):
+def attention_rates(attention: dict, threads: int) -> tuple[tuple[int, float | None, float | None, float | None], ...]:
+    """(head_dim, decode GFLOP/s, prefill GFLOP/s, decode cache GB/s) per thread per head width, from each attention
+    model's run at DEEP tokens beside its run at CONTEXT: the extra seconds over the extra attention FLOPs and cache
+    bytes, counted by core.speed.work's own functions (FLOPs per key; a prefill's query i attends to i keys).
+
+    Decode is a roofline, max(cache ÷ GB/s, FLOPs ÷ GFLOP/s): each rate is the fastest its models show, so the
+    MHA model (a quarter the bytes' worth of FLOPs) is timed by its bytes and the GQA one by its FLOPs, and a model
+    of another grouping falls between. Prefill re-reads each key from the CPU's caches: its rate is the MHA
+    model's. A rate is None where the deep run took no longer than its matmuls (noise)."""
+    widths: dict[int, list[tuple[dict, float, float, float, float]]] = {}
+    for r in attention.values():
         base, deep, m = r["base"], r["deep"], r["model"]
-        layer = FullAttention(m["heads"], m["hidden"] // m["heads"])  # the attention model's MHA layer
+        d, kv_heads = m["hidden"] // m["heads"], m.get("kv_heads", m["heads"])
+        layer = FullAttention(kv_heads, d)
         per_key = attention_flops_per_key(layer, m["heads"]) * m["layers"]
+        key_bytes = sum(FP16.bytes_for(row) for row in layer.token_rows()) * m["layers"]
         n, k = base["context"], deep["context"]
-        decode_s = deep["decode_s"] - base["decode_s"]
+        decode_s = (deep["decode_s"] - base["decode_s"]) / (k - n) * threads  # per key, one thread's share
         prefill_s = deep["prefill_s"] - k / n * base["prefill_s"]  # the matmuls scale with the tokens
         pairs = attended_sum(k, None) - k / n * attended_sum(n, None)  # query-key pairs beyond the matmuls' share
-        decode = per_key * (k - n) / (threads * decode_s) / 1e9 if decode_s > 0 else None
-        prefill = per_key * pairs / (threads * prefill_s) / 1e9 if prefill_s > 0 else None
-        out.append((int(d), decode, prefill))
+        prefill = per_key * pairs / (threads * prefill_s) if prefill_s > 0 and kv_heads == m["heads"] else 0.0
+        widths.setdefault(d, []).append((m, decode_s, per_key, key_bytes, prefill))
+    out = []
+    for d, runs in sorted(widths.items()):
+        timed = [(s, f, b) for _, s, f, b, _ in runs if s > 0]
+        decode = max((f / s / 1e9 for s, f, _ in timed), default=None)
+        stream = max((b / s / 1e9 for s, _, b in timed), default=None)
+        prefill = max((p / 1e9 for *_, p in runs), default=0.0) or None
+        out.append((d, decode, prefill, stream))
     return tuple(out)
 
 
@@ -98,7 +114,7 @@ def llamacpp_runs(
     head_dims: tuple[int, ...] = (),
 ) -> dict:
     """The runner's {"formats": {format: {"bytes", "runs": [{"threads", "prefill_s", "decode_s"}]}} (CONTEXT-token
-    prompts), "attention": {head_dim: {"model", "base", "deep"}}} (the attention models, for `head_dims`)."""
+    prompts), "attention": {label: {"model", "base", "deep"}}} (attention_models(head_dims))."""
     gguf_py = python.parent.parent / "llama.cpp" / "gguf-py"
     env = os.environ | {"PYTHONPATH": str(gguf_py)} if gguf_py.exists() else dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="kvscope-calibrate-") as tmp:
@@ -131,10 +147,14 @@ def numpy_rates(threads: int) -> tuple[tuple[str, None, float], ...]:
 
 
 def calibrate(
-    threads: int | None = None, engine: str = "auto", formats: tuple[str, ...] = FORMATS, model: dict = MODEL
+    threads: int | None = None,
+    engine: str = "auto",
+    formats: tuple[str, ...] = FORMATS,
+    model: dict = MODEL,
+    head_dims: tuple[int, ...] = HEAD_DIMS,
 ) -> Calibration:
     """Measure this host now. engine: "llama.cpp" (fail without it), "numpy", or "auto" (llama.cpp if importable);
-    `model` (the random-weight GGUF's shape) is smaller only in tests."""
+    `model` (the random-weight GGUF's shape) and `head_dims` are fewer only in tests."""
     threads = threads or os.cpu_count() or 1
     python = engines_python() if engine != "numpy" else None
     if engine == "llama.cpp" and python is None:
@@ -145,7 +165,7 @@ def calibrate(
         version = subprocess.run(
             [str(python), "-c", "import llama_cpp; print(llama_cpp.__version__)"], capture_output=True, text=True
         ).stdout.strip()
-        runs = llamacpp_runs(python, threads, formats, model, head_dims=HEAD_DIMS)
+        runs = llamacpp_runs(python, threads, formats, model, head_dims=head_dims)
         rates: tuple = rates_from(runs["formats"], threads, model)
         attention: tuple = attention_rates(runs["attention"], threads)
         method = f"llama.cpp {version} (llama-cpp-python), {threads} threads, random-weight GGUF per format"

@@ -32,6 +32,7 @@ import numpy as np
 def write_f16(path: Path, m: dict) -> None:
     """A llama-architecture GGUF with random F16 matrices (numpy shape (out, in): ggml's ne reversed)."""
     h, f, n, heads, vocab = m["hidden"], m["ffn"], m["layers"], m["heads"], m["vocab"]
+    kv = m.get("kv_heads", heads) * (h // heads)  # K and V rows: grouped-query attention shares them
     rng = np.random.default_rng(0)
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_context_length(8192)
@@ -39,7 +40,7 @@ def write_f16(path: Path, m: dict) -> None:
     w.add_block_count(n)
     w.add_feed_forward_length(f)
     w.add_head_count(heads)
-    w.add_head_count_kv(heads)
+    w.add_head_count_kv(m.get("kv_heads", heads))
     w.add_rope_dimension_count(h // heads)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
@@ -55,8 +56,8 @@ def write_f16(path: Path, m: dict) -> None:
     mat("token_embd.weight", vocab, h)
     for i in range(n):
         norm(f"blk.{i}.attn_norm.weight")
-        for t in ("q", "k", "v", "output"):
-            mat(f"blk.{i}.attn_{t}.weight", h, h)
+        for t, rows in (("q", h), ("k", kv), ("v", kv), ("output", h)):
+            mat(f"blk.{i}.attn_{t}.weight", rows, h)
         norm(f"blk.{i}.ffn_norm.weight")
         mat(f"blk.{i}.ffn_gate.weight", f, h)
         mat(f"blk.{i}.ffn_up.weight", f, h)

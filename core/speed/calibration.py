@@ -39,9 +39,9 @@ class Calibration:
     ram_gb_s: float
     threads: int
     rates: tuple[tuple[str, float | None, float | None], ...]  # (format, decode, prefill) GFLOP/s per thread
-    # (head_dim, decode, prefill) attention GFLOP/s per thread per head width, from a deeper prompt (None: not
-    # measured; the fitted rate then)
-    attention: tuple[tuple[int, float | None, float | None], ...] = ()
+    # (head_dim, decode, prefill, cache) per thread per head width, from a deeper prompt: attention GFLOP/s and the
+    # decode cache's streaming GB/s (None: not measured; the fitted rate, or the RAM bandwidth, then)
+    attention: tuple[tuple[int, float | None, float | None, float | None], ...] = ()
 
     @property
     def label(self) -> str:
@@ -56,14 +56,20 @@ class Calibration:
         family = sorted(r[i] for r in self.rates if format_family(r[0]) == format_family(fmt) and r[i])
         return family[len(family) // 2] if family else None
 
-    def attention_rate(self, prefill: bool, head_dim: int) -> float | None:
-        """The attention rate measured at the head width nearest `head_dim` (by ratio: llama.cpp's CPU attention
-        runs the head's dot products as vectors of that width); None if none was measured."""
-        i = 2 if prefill else 1
+    def _nearest(self, i: int, head_dim: int) -> float | None:
+        """Field i measured at the head width nearest `head_dim` (by ratio: llama.cpp's CPU attention runs the
+        head's dot products as vectors of that width); None if none was measured."""
         measured = [r for r in self.attention if r[i]]
         if not measured:
             return None
         return min(measured, key=lambda r: abs(math.log(r[0] / max(1, head_dim))))[i]
+
+    def attention_rate(self, prefill: bool, head_dim: int) -> float | None:
+        return self._nearest(2 if prefill else 1, head_dim)
+
+    def cache_rate(self, head_dim: int) -> float | None:
+        """GB/s per thread a decode step streams the attention cache at (K/V rows of this width)."""
+        return self._nearest(3, head_dim)
 
     def record(self) -> dict:
         return {
@@ -75,9 +81,14 @@ class Calibration:
     @classmethod
     def of(cls, d: dict) -> Calibration:
         rates = tuple((str(f), dec, pre) for f, dec, pre in d["rates"])
-        # calibrations stored before attention was timed per head width lack it: the fitted rate serves them
+        # calibrations stored before attention was timed per head width lack it (the fitted rate serves them), and
+        # before the cache's rate was timed apart from the FLOPs' they lack its fourth field
         raw = d.get("attention") or ()
-        attention = tuple((int(a[0]), a[1], a[2]) for a in raw if isinstance(a, list | tuple) and len(a) == 3)
+        attention = tuple(
+            (int(a[0]), a[1], a[2], a[3] if len(a) == 4 else None)
+            for a in raw
+            if isinstance(a, list | tuple) and len(a) in (3, 4)
+        )
         return cls(d["host"], d["time"], d["method"], float(d["ram_gb_s"]), int(d["threads"]), rates, attention)
 
 

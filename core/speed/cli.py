@@ -204,9 +204,11 @@ def print_calibration(out: dict) -> None:
     print(f"{'format':>8} {'decode GFLOP/s/thread':>22} {'prefill GFLOP/s/thread':>23}")
     for name, dec, pre in out["rates"]:
         print(f"{name:>8} {'-' if dec is None else f'{dec:.1f}':>22} {'-' if pre is None else f'{pre:.1f}':>23}")
-    for head, dec, pre in out["attention"]:  # f16 cache, a 2,048-token prompt beside a 256-token one
+    for head, dec, pre, stream in out["attention"]:  # f16 cache, a 2,048-token prompt beside a 256-token one
         name = f"attn d={head}"
-        print(f"{name:>10} {'-' if dec is None else f'{dec:.1f}':>20} {'-' if pre is None else f'{pre:.1f}':>23}")
+        cache = "" if stream is None else f"   decode cache {stream:.2f} GB/s/thread"
+        dec_s, pre_s = ("-" if r is None else f"{r:.1f}" for r in (dec, pre))
+        print(f"{name:>10} {dec_s:>20} {pre_s:>23}{cache}")
     print(f"stored in {out['stored']}; every CPU speed figure on this host now uses it")
     if out["warning"]:
         print(f"warning: {out['warning']}; calibrate again when the machine is idle")

@@ -93,6 +93,7 @@ class DevicePart:
     efficiency: Efficiency
     expert_flops: float = 0.0  # the routed experts' share of matmul_flops (timed at their own GEMM fill)
     expert_bytes: float = 0.0  # the routed experts' share of weight_bytes (read at Efficiency.expert_bandwidth)
+    cache_gb_s: float = 0.0  # the cache's streaming rate this host's calibration measured, all threads (0: none)
 
     @property
     def bytes(self) -> float:
@@ -316,7 +317,10 @@ def _part(
         mm_rate = base * fill(eff, pass_tokens) if prefill else base
         expert_rate = base * fill(eff, max(1, pass_tokens * top_k // n_experts)) if prefill else base
     cal = hw.calibration if device == "cpu" else None
-    calibrated = cal.attention_rate(prefill, attention_head_dim(setup)) if cal else None
+    head_dim = attention_head_dim(setup)
+    calibrated = cal.attention_rate(prefill, head_dim) if cal else None
+    # a decode step streams the cache at this host's measured rate where it has one, else as the weights
+    stream = attention_peak * (cal.cache_rate(head_dim) or 0.0) if cal and not prefill else 0.0
     attn_rate = attention_peak * (
         calibrated if calibrated is not None else eff.prefill_attention if prefill else eff.decode_attention
     )
@@ -326,8 +330,9 @@ def _part(
     return DevicePart(
         device, len(layers), weight_bytes, cache_bytes, matmul, attention, bw, peak, attention_peak,
         (weight_bytes - expert_bytes) / rate + expert_bytes / (rate * eff.expert_bandwidth),
-        (matmul - experts) / (mm_rate * 1e9) + experts / (expert_rate * 1e9), cache_bytes / rate,
-        attention / (attn_rate * 1e9), eff, experts, expert_bytes,
+        (matmul - experts) / (mm_rate * 1e9) + experts / (expert_rate * 1e9),
+        cache_bytes / (stream * 1e9) if stream else cache_bytes / rate, attention / (attn_rate * 1e9), eff, experts,
+        expert_bytes, stream,
     )  # fmt: skip
 
 

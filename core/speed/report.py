@@ -91,6 +91,8 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
     out = []
     for p in t.parts:
         bw, mm, at = _rates(p, prefill)
+        # this host's calibrated cache stream, per thread as its other rates
+        cache = f"{p.peak_gflops:g} threads × {_n(p.cache_gb_s / p.peak_gflops * 1e9)} B/s" if p.cache_gb_s else bw
         read = f"{_n(p.weight_bytes)} B ÷ ({bw})"
         if p.expert_bytes and p.efficiency.expert_bandwidth != 1:  # routed experts at their own share (efficiency)
             read = (
@@ -100,7 +102,7 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
         out.append(
             f"- {p.device.upper()} ({p.layers} layers) — weights and state: {read} = "
             f"{_s(p.weights_s)}; matmuls: {_n(p.matmul_flops)} FLOP ÷ ({mm}) = {_s(p.matmul_s)}; "
-            f"cache: {_n(p.cache_bytes)} B ÷ ({bw}) = {_s(p.cache_s)}; attention: {_n(p.attention_flops)} FLOP ÷ "
+            f"cache: {_n(p.cache_bytes)} B ÷ ({cache}) = {_s(p.cache_s)}; attention: {_n(p.attention_flops)} FLOP ÷ "
             f"({at}) = {_s(p.attention_s)}; on this device: {_s(p.seconds)} (the slower of weights and matmuls plus "
             "the slower of cache and attention)"
         )
