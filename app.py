@@ -24,7 +24,7 @@ from core.speed.report import speed_lines, speed_or_none
 from core.units import format_bytes, format_tokens
 from ui.arrow import arrow_table
 from ui.inputs import downloads, sidebar
-from ui.layout import FAVICON, after_first_paint, mobile_css
+from ui.layout import FAVICON, after_first_paint, mobile_css, opened
 
 st.set_page_config(page_title="kvscope — fit a card", page_icon=FAVICON, layout="wide")
 mobile_css()
@@ -194,13 +194,15 @@ def memory_chart(result, key: str) -> None:
         st.caption("Drawing the chart…")
 
 
-with st.expander("How is this computed?"):
-    st.markdown(usable_line(result))
-    st.markdown("\n\n".join(row_lines(result, row)))
-    st.caption(f"Engine rules: {setup.engine.name}; see core/engines/ for the source each rule was read from.")
+# Both drawn only while open: closed, their text would still be sent and drawn, hidden, before the first paint.
+if how := opened("How is this computed?", "kv_how"):
+    with how:
+        st.markdown(usable_line(result))
+        st.markdown("\n\n".join(row_lines(result, row)))
+        st.caption(f"Engine rules: {setup.engine.name}; see core/engines/ for the source each rule was read from.")
 
-if speed_rows:
-    with st.expander("How is the speed computed?"):
+if speed_rows and (how_speed := opened("How is the speed computed?", "kv_how_speed")):
+    with how_speed:
         if row.fits:
             st.markdown(speed_text(setup, ram, threads, context, repr(setup)))
         else:  # the table shows "—" for this row: no figure here either

@@ -36,6 +36,12 @@ def app(params: dict[str, str] | None = None) -> AppTest:
     return at.run()
 
 
+def opened(at: AppTest, key: str) -> AppTest:
+    """Open a lazy expander (ui.layout.opened) as a click does: its state set, the page rerun."""
+    at.session_state[key] = True
+    return at.run()
+
+
 def open_page(page: str, params: dict[str, str], timeout: int = 180) -> AppTest:
     """A link to `page` as a browser opens it: the app reads the link, then the page runs; no exception."""
     at = AppTest.from_file(APP, default_timeout=timeout)

@@ -15,7 +15,7 @@ from core.explain import row_lines, usable_line
 from core.fit import Setup, default_split, fit
 from core.memory.gpus import card_named
 from core.model.loading import load_model
-from tests.test_app import app
+from tests.test_app import app, opened
 
 UNITS = {"GiB": 1 << 30, "MiB": 1 << 20, "KiB": 1 << 10, "B": 1}
 NUMBER = r"\d+(?:\.\d+)?"
@@ -109,6 +109,6 @@ def test_the_evaluator_catches_the_reported_mismatch():
 
 def test_the_app_prints_the_checked_formulas():
     at = app({"model": "Qwen/Qwen3.5-9B", "engine": "vllm", "weights": "bf16", "card": "H100 80GB SXM5"})
-    text = "\n".join(m.value for m in at.markdown)
+    text = "\n".join(m.value for m in opened(at, "kv_how").markdown)
     assert "layer slots ×" in text and "blocks per request" in text
     assert sum(check_line(line) for line in text.splitlines()) >= 6

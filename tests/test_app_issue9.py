@@ -19,14 +19,15 @@ from core.memory.gpus import Card, card_named
 from core.model.loading import load_model
 from core.report import engine_format_warning, verdict
 from core.units import format_tokens
-from tests.test_app import app, metrics
+from tests.test_app import app, metrics, opened
 from ui.state import DEFAULTS, Inputs, from_query, share_query
 
 HYBRID = "pages/1_hybrid_vs_dense.py"
 
 
 def share_link(at: AppTest) -> str:
-    (code,) = [c for c in at.sidebar.code]  # the "Share this view" box on every page
+    """The "Share this view" box on every page, opened as a person opens it (it draws only while open)."""
+    (code,) = [c for c in opened(at, "kv_share").sidebar.code]
     return code.value
 
 

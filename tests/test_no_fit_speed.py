@@ -3,7 +3,7 @@ explanation works out no figure for a context that does not fit."""
 
 from __future__ import annotations
 
-from tests.test_app import app
+from tests.test_app import app, opened
 
 
 def test_rows_that_do_not_fit_say_so_instead_of_none():
@@ -21,6 +21,6 @@ def test_rows_that_do_not_fit_say_so_instead_of_none():
 def test_the_speed_explanation_has_no_figure_for_a_context_that_does_not_fit():
     at = app({"model": "Qwen/Qwen3-8B", "card": "GeForce RTX 4060 8GB", "ctx": "1M"})
     assert at.metric[0].value != "yes"
-    expander = next(e for e in at.expander if e.label == "How is the speed computed?")
+    expander = next(e for e in opened(at, "kv_how_speed").expander if e.label == "How is the speed computed?")
     text = "\n".join(m.value for m in expander.markdown)
     assert "do not fit" in text and "tok/s" not in text

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from core.speed.published import published
-from tests.test_app import app
+from tests.test_app import app, opened
 
 A100_VLLM = {"card": "A100 80GB PCIe", "engine": "vllm", "weights": "bf16"}
 
@@ -33,7 +33,7 @@ def test_context_table_has_decode_and_aggregate_columns(fit_page):
 
 
 def test_speed_explanation_names_every_term_and_efficiency(fit_page):
-    expander = next(e for e in fit_page.expander if e.label == "How is the speed computed?")
+    expander = next(e for e in opened(fit_page, "kv_how_speed").expander if e.label == "How is the speed computed?")
     text = "\n".join(m.value for m in expander.markdown)
     for term in (
         "Decode step",

@@ -85,9 +85,20 @@ def nav() -> None:
     st.divider()
 
 
+def opened(label: str, key: str):
+    """An expander whose content runs only while it is open (opening it reruns the page); None while it is closed.
+    What a closed expander holds is otherwise drawn, hidden, into a fresh tab's first render: the share box's code
+    box costs ~0.25 s of main thread (its syntax highlighter), the explanations long markdown."""
+    box = st.expander(label, key=key, on_change="rerun")
+    return box if box.open else None
+
+
 def share_box(query: str, notes: tuple[str, ...] = ()) -> None:
     """The link to this view, to copy (the code box has a copy button), and what it carries."""
-    with st.expander("Share this view"):
+    box = opened("Share this view", "kv_share")
+    if box is None:
+        return
+    with box:
         url = st.context.url.split("?")[0] if st.context.url else ""
         st.code(f"{url}?{query}", language=None, wrap_lines=True)
         st.caption("Copy the link with the button in the box's corner; it reproduces every input.")
