@@ -78,7 +78,7 @@ def test_every_value_round_trips_through_the_encoded_query():
 
 # --- 5. an invalid what-if edit: the receiver sees what the sender saw -------------------------------------------
 def test_link_with_an_invalid_edit_shows_the_receiver_the_same_view():
-    sender = app()
+    sender = opened(app(), "kv_whatif")
     sender.number_input(key="in_layers").set_value(18)
     sender.text_input(key="in_pat").input("XYZ")
     sender.run()

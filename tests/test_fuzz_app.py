@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
 from core.errors import InputError
-from tests.test_app import app
+from tests.test_app import app, opened
 from tests.test_app_issue9 import share_link
 from tests.tiny_configs import tiny_raw
 from ui.state import DEFAULTS, MAX_SHARED_CONFIG, Inputs, from_query, pack_config, unpack_config
@@ -130,10 +130,10 @@ def test_every_silent_value_warns_in_the_app():
         assert f"{key}=" in warning, key
     # the widgets hold the defaults, not a clamped version of the link's values; the context box, a text box,
     # holds the text as sent and says what is wrong with it in place of the results
-    assert at.number_input(key="in_layers").value == DEFAULTS.layers
     assert at.text_input(key="in_ctx_text").value == SILENT["ctx"]
     assert any("more than kvscope sizes" in e.value for e in at.error) and not at.metric
     assert "ignored" in shown
+    assert opened(at, "kv_whatif").number_input(key="in_layers").value == DEFAULTS.layers
 
 
 SERVER_PATHS = ["/etc/hostname", "/etc/passwd", "../../etc/passwd", "/nonexistent/x.json", "core/model/presets/x.json"]

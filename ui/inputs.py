@@ -23,7 +23,7 @@ from core.model.spec import ModelSpec
 from core.model.whatif import edited
 from core.report import check, csv_text, engine_format_warning, gpu_counts
 from core.units import format_bytes, format_tokens, parse_tokens
-from ui.layout import fold_sidebar_on_phones, nav, share_box
+from ui.layout import fold_sidebar_on_phones, nav, opened, share_box
 from ui.state import (
     BOUNDS,
     CUSTOM_CARD,
@@ -171,7 +171,13 @@ def _model_inputs() -> list[str]:
                 problems.append(str(err))
         elif not st.session_state.get("in_config"):
             problems.append("Upload or paste a config.json to size it.")
-    with st.expander("Edit (what-if)"):
+    # open by itself while an edit is set (a link's): the edited model shows what changed. Closed, its inputs are not
+    # drawn; their values stay (_init_from_url re-commits every in_ key each run).
+    edits = any(st.session_state.get(f"in_{key}") for key in EDITS)
+    whatif = opened("Edit (what-if)", "kv_whatif", expanded=edits)
+    if whatif is None:
+        return problems
+    with whatif:
         st.caption("0 keeps the config's value.")
         for key, label, step in (("layers", "Layers", 1), ("kvh", "KV heads", 1), ("hd", "Head dim", 1)):
             st.number_input(label, *BOUNDS[key], step=step, key=f"in_{key}")

@@ -85,11 +85,11 @@ def nav() -> None:
     st.divider()
 
 
-def opened(label: str, key: str):
+def opened(label: str, key: str, expanded: bool = False):
     """An expander whose content runs only while it is open (opening it reruns the page); None while it is closed.
     What a closed expander holds is otherwise drawn, hidden, into a fresh tab's first render: the share box's code
     box costs ~0.25 s of main thread (its syntax highlighter), the explanations long markdown."""
-    box = st.expander(label, key=key, on_change="rerun")
+    box = st.expander(label, expanded=expanded, key=key, on_change="rerun")
     return box if box.open else None
 
 
