@@ -139,12 +139,14 @@ def run_llamacpp(ggufs: dict[str, str], cases: list[dict[str, Any]], passes: int
     return best_of([case | measured[case["id"]] for case in cases])
 
 
-def time_llamacpp(names=tuple(MODELS), contexts=CONTEXTS, threads=THREADS) -> list[dict[str, Any]]:
+def time_llamacpp(
+    names=tuple(MODELS), contexts=CONTEXTS, threads=THREADS, passes: int = PASSES
+) -> list[dict[str, Any]]:
     """Build the GGUFs (once) and time every model × threads × context, after a throw-away first case (the first
     decode after loading faults the mmapped weights in)."""
     ggufs = build_ggufs(tuple(names))
     warm = [c | {"id": "warm-" + c["id"]} for c in llamacpp_cases(names[:1], (256,), (threads[-1],), 4)]
-    rows = run_llamacpp(ggufs, warm + llamacpp_cases(names, contexts, threads))
+    rows = run_llamacpp(ggufs, warm + llamacpp_cases(names, contexts, threads), passes)
     return [r for r in rows if not r["id"].startswith("warm-")]
 
 
