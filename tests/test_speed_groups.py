@@ -263,6 +263,20 @@ def test_a_calibrated_cache_rate_is_in_the_printed_formula():
     assert checked >= 4
 
 
+def test_the_calibrate_command_prints_each_widths_cache_stream(capsys):
+    from core.speed.cli import print_calibration
+
+    cal = Calibration(
+        host_key(), "t", "test", 20.0, 2, (("F16", 7.6, 79.6),), ((64, 2.5, 31.1, 1.31), (128, 13.9, 40.9, None))
+    )
+    print_calibration(cal.record() | {"stored": "/tmp/x", "warning": None})
+    lines = capsys.readouterr().out.splitlines()
+    (d64,) = [line for line in lines if "attn d=64" in line]
+    (d128,) = [line for line in lines if "attn d=128" in line]
+    assert "2.5" in d64 and "31.1" in d64 and "decode cache 1.31 GB/s/thread" in d64
+    assert "13.9" in d128 and "decode cache" not in d128  # a record from before the split has none
+
+
 def test_attention_rates_split_the_cache_stream_from_the_flops():
     """Synthetic timings of an MHA and a GQA attention model, each decode step the slower of its cache stream and its
     FLOPs: the MHA model is timed by its bytes, the GQA one (a quarter the bytes, the same FLOPs) by its FLOPs, and
