@@ -83,10 +83,10 @@ def attention_rates(attention: dict, threads: int) -> tuple[tuple[int, float | N
     bytes, counted by core.speed.work's own functions (FLOPs per key; a prefill's query i attends to i keys).
 
     Decode is a roofline, max(cache ÷ GB/s, FLOPs ÷ GFLOP/s): each rate is the fastest its models show, so the
-    MHA model (a quarter the bytes' worth of FLOPs) is timed by its bytes and the GQA one by its FLOPs, and a model
-    of another grouping falls between. Prefill re-reads each key from the CPU's caches: its rate is the MHA
-    model's. A rate is None where the deep run took no longer than its matmuls (noise)."""
-    widths: dict[int, list[tuple[dict, float, float, float, float]]] = {}
+    MHA model (four times the GQA one's bytes for the same FLOPs) is timed by its bytes and the GQA one by its
+    FLOPs, and a model of another grouping falls between. Prefill re-reads each key from the CPU's caches: its rate
+    is the MHA model's. A rate is None where the deep run took no longer than its matmuls (noise)."""
+    widths: dict[int, list[tuple[float, float, float, float]]] = {}
     for r in attention.values():
         base, deep, m = r["base"], r["deep"], r["model"]
         d, kv_heads = m["hidden"] // m["heads"], m.get("kv_heads", m["heads"])
@@ -94,14 +94,14 @@ def attention_rates(attention: dict, threads: int) -> tuple[tuple[int, float | N
         per_key = attention_flops_per_key(layer, m["heads"]) * m["layers"]
         key_bytes = sum(FP16.bytes_for(row) for row in layer.token_rows()) * m["layers"]
         n, k = base["context"], deep["context"]
-        decode_s = (deep["decode_s"] - base["decode_s"]) / (k - n) * threads  # per key, one thread's share
+        decode_s = (deep["decode_s"] - base["decode_s"]) / (k - n) * threads  # thread-seconds per extra key
         prefill_s = deep["prefill_s"] - k / n * base["prefill_s"]  # the matmuls scale with the tokens
         pairs = attended_sum(k, None) - k / n * attended_sum(n, None)  # query-key pairs beyond the matmuls' share
         prefill = per_key * pairs / (threads * prefill_s) if prefill_s > 0 and kv_heads == m["heads"] else 0.0
-        widths.setdefault(d, []).append((m, decode_s, per_key, key_bytes, prefill))
+        widths.setdefault(d, []).append((decode_s, per_key, key_bytes, prefill))
     out = []
     for d, runs in sorted(widths.items()):
-        timed = [(s, f, b) for _, s, f, b, _ in runs if s > 0]
+        timed = [(s, f, b) for s, f, b, _ in runs if s > 0]
         decode = max((f / s / 1e9 for s, f, _ in timed), default=None)
         stream = max((b / s / 1e9 for s, _, b in timed), default=None)
         prefill = max((p / 1e9 for *_, p in runs), default=0.0) or None
