@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 FAVICON = str(Path(__file__).resolve().parents[1] / "static" / "favicon.svg")  # inlined SVG: no icon font from a CDN
 
@@ -85,10 +86,10 @@ def nav() -> None:
     st.divider()
 
 
-def opened(label: str, key: str, expanded: bool = False):
+def opened(label: str, key: str, expanded: bool = False) -> DeltaGenerator | None:
     """An expander whose content runs only while it is open (opening it reruns the page); None while it is closed.
     What a closed expander holds is otherwise drawn, hidden, into a fresh tab's first render: the share box's code
-    box costs ~0.25 s of main thread (its syntax highlighter), the explanations long markdown."""
+    box costs ~0.25 s of main thread (its syntax highlighter), the explanations' long markdown."""
     box = st.expander(label, expanded=expanded, key=key, on_change="rerun")
     return box if box.open else None
 
