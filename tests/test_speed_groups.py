@@ -392,7 +392,8 @@ def test_llamacpp_decode_attention_costs_per_k_v_head_not_per_query_head():
     runs = llamacpp_runs(python, 1, ("F16",), tiny, head_dims=(128,))["attention"]
 
     def per_head_key(r: dict) -> float:
-        return (r["deep"]["decode_s"] - r["base"]["decode_s"]) / ((DEEP - CONTEXT) * r["model"]["layers"] * 8)
+        m = r["model"]
+        return (r["deep"]["decode_s"] - r["base"]["decode_s"]) / ((DEEP - CONTEXT) * m["layers"] * m["heads"])
 
     mha, gqa = per_head_key(runs["128"]), per_head_key(runs["128-gqa"])
     assert 0 < gqa < 0.75 * mha, (gqa, mha)

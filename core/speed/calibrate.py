@@ -16,7 +16,7 @@ from pathlib import Path
 
 from core.dtypes import FP16
 from core.errors import InputError
-from core.model.layers import FullAttention
+from core.model.layers import FullAttention, Storage
 from core.speed.calibration import Calibration, host_key
 from core.speed.ram import measure_ram_gb_s
 from core.speed.work import attended_sum, attention_flops_per_key
@@ -34,6 +34,7 @@ DEEP = 2048  # each attention model's second prompt: the attention's rate from t
 ATTENTION_KV_BYTES = 64 * 2**20
 HEAD_DIMS = (64, 128, 256)  # gpt-oss and small models; Llama, Qwen; Gemma 3 and Qwen3.5's full-attention layers
 DECODE_STEPS = 48  # the 10th-percentile step of 48: steps a busy machine did not slow
+F16_CACHE = Storage(FP16, FP16, FP16, FP16)  # the attention models' cache: llama.cpp's default f16 K and V
 
 
 def engines_python() -> Path | None:
@@ -72,7 +73,7 @@ def attention_models(head_dims: tuple[int, ...], deep: int = DEEP) -> dict[str, 
     for d in head_dims:
         for label, kv_heads in ((f"{d}", 8), (f"{d}-gqa", 2)):
             m = {"hidden": 8 * d, "ffn": d, "heads": 8, "kv_heads": kv_heads, "vocab": 1000}
-            per_layer = sum(FP16.bytes_for(row) for row in FullAttention(kv_heads, d).token_rows()) * deep
+            per_layer = FullAttention(kv_heads, d).bytes_per_token(F16_CACHE) * deep
             out[label] = m | {"layers": max(2, math.ceil(ATTENTION_KV_BYTES / per_layer))}
     return out
 
@@ -92,7 +93,7 @@ def attention_rates(attention: dict, threads: int) -> tuple[tuple[int, float | N
         d, kv_heads = m["hidden"] // m["heads"], m.get("kv_heads", m["heads"])
         layer = FullAttention(kv_heads, d)
         per_key = attention_flops_per_key(layer, m["heads"]) * m["layers"]
-        key_bytes = sum(FP16.bytes_for(row) for row in layer.token_rows()) * m["layers"]
+        key_bytes = layer.bytes_per_token(F16_CACHE) * m["layers"]
         n, k = base["context"], deep["context"]
         decode_s = (deep["decode_s"] - base["decode_s"]) / (k - n) * threads  # thread-seconds per extra key
         prefill_s = deep["prefill_s"] - k / n * base["prefill_s"]  # the matmuls scale with the tokens

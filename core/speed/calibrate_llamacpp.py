@@ -32,7 +32,8 @@ import numpy as np
 def write_f16(path: Path, m: dict) -> None:
     """A llama-architecture GGUF with random F16 matrices (numpy shape (out, in): ggml's ne reversed)."""
     h, f, n, heads, vocab = m["hidden"], m["ffn"], m["layers"], m["heads"], m["vocab"]
-    kv = m.get("kv_heads", heads) * (h // heads)  # K and V rows: grouped-query attention shares them
+    kv_heads = m.get("kv_heads", heads)  # fewer than heads: grouped-query attention shares K and V
+    kv = kv_heads * (h // heads)  # K and V projections' rows
     rng = np.random.default_rng(0)
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_context_length(8192)
@@ -40,7 +41,7 @@ def write_f16(path: Path, m: dict) -> None:
     w.add_block_count(n)
     w.add_feed_forward_length(f)
     w.add_head_count(heads)
-    w.add_head_count_kv(m.get("kv_heads", heads))
+    w.add_head_count_kv(kv_heads)
     w.add_rope_dimension_count(h // heads)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)

@@ -317,7 +317,7 @@ def _part(
         mm_rate = base * fill(eff, pass_tokens) if prefill else base
         expert_rate = base * fill(eff, max(1, pass_tokens * top_k // n_experts)) if prefill else base
     cal = hw.calibration if device == "cpu" else None
-    head_dim = attention_head_dim(setup)
+    head_dim = attention_head_dim(setup) if cal else 0  # what the calibrated rates are looked up by
     calibrated = cal.attention_rate(prefill, head_dim) if cal else None
     # a decode step streams the cache at this host's measured rate where it has one, else as the weights
     stream = attention_peak * (cal.cache_rate(head_dim) or 0.0) if cal and not prefill else 0.0

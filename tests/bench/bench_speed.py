@@ -87,9 +87,9 @@ def compare(rows: list[dict], engine: str, ram: float) -> list[tuple[str, float,
 
 def calibrated(rows: list[dict], ram: float, cal: Calibration) -> None:
     """The same runs predicted at this host's own calibration (python -m core calibrate: llama.cpp's matmul rate per
-    format on its own random-weight model, whose shape is none of the checked models', and its attention rate per
-    head width on three small MHA attention models): what a user's CPU figures are once they press Calibrate, checked
-    on models the calibration never ran (llama-g's grouped-query attention is a shape no attention model has)."""
+    format on its own random-weight model, whose shape is none of the checked models', and per head width its
+    attention's FLOP rate and cache stream from an MHA and a GQA attention model): what a user's CPU figures are once
+    they press Calibrate, checked on models the calibration never ran."""
     rates = ", ".join(f"{f} {d:.1f}/{p:.1f}" for f, d, p in cal.rates)
     print(f"calibration ({cal.method}): RAM {cal.ram_gb_s:.1f} GB/s; decode/prefill GFLOP/s per thread: {rates}")
     print(f"{'model':>8} {'thr':>3} {'context':>7} | {'decode pred':>11} {'measured':>9} {'error':>7} | "
