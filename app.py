@@ -24,7 +24,7 @@ from core.speed.report import speed_lines, speed_or_none
 from core.units import format_bytes, format_tokens
 from ui.arrow import arrow_table
 from ui.inputs import downloads, sidebar
-from ui.layout import FAVICON, after_first_paint, mobile_css, opened
+from ui.layout import FAVICON, mobile_css, opened, painted
 
 st.set_page_config(page_title="kvscope — fit a card", page_icon=FAVICON, layout="wide")
 mobile_css()
@@ -102,7 +102,8 @@ def ollama_line(_setup: Setup, context: int, key: str) -> tuple[str, bool]:
 if setup.engine.name == "llama.cpp" and inputs.fe == "ollama":
     text, whole = ollama_line(setup, context, repr(setup))
     (st.info if whole else st.warning)(text)
-    st.page_link("pages/5_ollama.py", label="Ollama on your card: its split in detail", icon=":material/memory:")
+    if painted():  # as the sidebar's links: none before the first paint's rerun (ui.inputs.sidebar)
+        st.page_link("pages/5_ollama.py", label="Ollama on your card: its split in detail", icon=":material/memory:")
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -185,15 +186,6 @@ def speed_text(_setup: Setup, ram: float, threads: int, context: int, key: str) 
     return "\n\n".join(speed_lines(predict(_setup, hw, context)))
 
 
-@st.fragment
-def memory_chart(result, key: str) -> None:
-    """The chart after the verdict and the table are on screen, by a rerun of this fragment alone."""
-    if after_first_paint("kv_painted_fit"):
-        st.plotly_chart(breakdown_chart(result, key), width="stretch")
-    else:
-        st.caption("Drawing the chart…")
-
-
 # Both drawn only while open: closed, their text would still be sent and drawn, hidden, before the first paint.
 if how := opened("How is this computed?", "kv_how"):
     with how:
@@ -213,7 +205,10 @@ if speed_rows and (how_speed := opened("How is the speed computed?", "kv_how_spe
 
 downloads(inputs, shown, {"table": table_records(result)}, kv_used=row.account.kv_dtype)
 
-# Last on the page: the component in it reports once the browser is idle after this run, i.e. with everything above
-# drawn, and only then is plotly.js (~0.6 s of a fresh tab's main thread) loaded.
+# Last on the page, and on a session's first run only once the browser has drawn the rest (ui.layout.wait_for_paint):
+# plotly.js costs a fresh tab ~0.6 s of main thread.
 st.subheader("Where the memory goes")
-memory_chart(result, result_key)
+if painted():
+    st.plotly_chart(breakdown_chart(result, result_key), width="stretch")
+else:
+    st.caption("Drawing the chart…")

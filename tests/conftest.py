@@ -13,3 +13,20 @@ os.environ.setdefault("KVSCOPE_CACHE", tempfile.mkdtemp(prefix="kvscope-test-cac
 os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="kvscope-test-hf-"))
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+def _as_painted(init):
+    """AppTest runs no browser, so nothing reports a session's first run drawn (ui.layout.wait_for_paint): every
+    AppTest starts as a session whose browser has drawn it, inputs and charts included. Tests of the first run
+    itself set `_kv_painted` to False before running."""
+
+    def wrapped(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        self.session_state["_kv_painted"] = True
+
+    return wrapped
+
+
+from streamlit.testing.v1 import AppTest  # noqa: E402  (after the environment above)
+
+AppTest.__init__ = _as_painted(AppTest.__init__)

@@ -87,20 +87,44 @@ def test_default_view_shows_cores_numbers():
     assert list(table["context"]) == [format_tokens(r.context) for r in result.rows]
 
 
-def test_the_chart_comes_after_the_verdict_and_the_table_reach_the_browser():
-    """Issue 20 item 13: the first run draws the verdict, the metrics and the table, and only a placeholder for the
-    chart; once the browser reports the page drawn (the component's state), the chart's fragment draws it."""
-    at = app()
-    result, _ = expected(DEFAULTS)
-    assert metrics(at) and at.dataframe and not at.get("plotly_chart")
+def first_run(params: dict[str, str]) -> AppTest:
+    """A session's first run, before its browser has reported it drawn (tests/conftest.py starts AppTests after)."""
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.session_state["_kv_painted"] = False
+    at.query_params.update(params)
+    return at.run()
+
+
+def test_the_inputs_and_the_chart_come_after_the_results_reach_the_browser():
+    """Issue 20 item 13: a session's first run draws the verdict, the metrics and the table of the link's inputs, and
+    neither the sidebar's inputs and page links nor the chart; once the browser reports that run drawn (the
+    component's state), the page reruns with them, the inputs holding the link's values."""
+    inputs = Inputs(model="Qwen/Qwen3-8B", card="GeForce RTX 4090 24GB", engine="vllm", kv="fp8", ctx=65_536)
+    at = first_run(to_query(inputs))
+    result, row = expected(inputs)
+    assert not at.exception
+    assert metrics(at)["Cache at this context"] == format_bytes(row.cache_bytes)
+    assert list(at.dataframe[0].value["context"]) == [format_tokens(r.context) for r in result.rows]
+    assert not at.sidebar.selectbox and not at.sidebar.text_input and not at.get("plotly_chart")
+    assert not at.get("page_link")  # a link clicked before the rerun below would lose to it
+    assert "Loading the inputs…" in [c.value for c in at.sidebar.caption]
     assert "Drawing the chart…" in [c.value for c in at.caption]
-    at.session_state["kv_painted_fit"] = {"painted": True}  # what the component sends from the browser
+    assert from_query(dict(at.query_params))[0] == inputs  # the link is whole before the inputs are drawn
+
+    at.session_state["kv_painted"] = {"painted": True}  # what the component sends from the browser
     at.run()
-    assert not at.exception and "Drawing the chart…" not in [c.value for c in at.caption]
+    assert not at.exception and metrics(at)["Cache at this context"] == format_bytes(row.cache_bytes)
+    shown = {w.key: w.value for w in [*at.sidebar.selectbox, *at.sidebar.text_input]}
+    assert shown["in_model"] == inputs.model and shown["in_card"] == inputs.card and shown["in_kv"] == "fp8"
+    assert shown["in_engine"] == "vllm" and shown["in_ctx_text"] == "64K"
+    assert "Loading the inputs…" not in [c.value for c in at.sidebar.caption]
+    assert len(at.get("page_link")) == len(PAGES)
     (chart,) = at.get("plotly_chart")
     figure = json.loads(chart.proto.spec)
     assert [s["y0"] for s in figure["layout"]["shapes"]] == [pytest.approx(result.usable_bytes / 2**30)]
     assert {len(bar["x"]) for bar in figure["data"]} == {len(result.rows)}  # one bar per row of the table
+    at.run()  # the reporter is gone; the inputs stay
+    assert at.sidebar.selectbox and not at.exception
 
 
 def test_driving_widgets_changes_the_answer_to_cores():

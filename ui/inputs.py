@@ -23,7 +23,7 @@ from core.model.spec import ModelSpec
 from core.model.whatif import edited
 from core.report import check, csv_text, engine_format_warning, gpu_counts
 from core.units import format_bytes, format_tokens, parse_tokens
-from ui.layout import fold_sidebar_on_phones, nav, opened, share_box
+from ui.layout import fold_sidebar_on_phones, nav, opened, share_box, wait_for_paint
 from ui.state import (
     BOUNDS,
     CUSTOM_CARD,
@@ -136,18 +136,28 @@ def _set_gpus(n: int) -> None:
     st.session_state["in_gpus"] = n
 
 
-def _model_inputs() -> list[str]:
-    """Draw the model inputs; return what cannot be read (shown in place of the results)."""
+class _Unseen:
+    """Stands in for `st` while the inputs wait for the first paint: no widget is drawn, and each input's value is
+    its session state (the link's, or the default), as the widget would return it."""
+
+    def __getattr__(self, name: str):
+        return lambda *args, **kwargs: None
+
+
+def _model_inputs(w) -> list[str]:
+    """Draw the model inputs with `w` (`st`, or `_Unseen`); return what cannot be read (shown in place of the
+    results)."""
     problems = []
-    source = st.radio("Model from", SOURCES, key="in_source", horizontal=True)
+    w.radio("Model from", SOURCES, key="in_source", horizontal=True)
+    source = st.session_state["in_source"]
     if source == "Preset":
         names = sorted(presets())
         if st.session_state.get("in_model") not in names:
             st.session_state["in_model"] = DEFAULT_MODEL
-        st.selectbox("Model", names, key="in_model", help="Bundled config.json files; type to search")
+        w.selectbox("Model", names, key="in_model", help="Bundled config.json files; type to search")
         st.session_state["in_config"] = ""
     elif source == "Hub":
-        st.text_input(
+        w.text_input(
             "Hugging Face repo id",
             key="in_model",
             placeholder="org/name",
@@ -161,8 +171,8 @@ def _model_inputs() -> list[str]:
         elif model_problem(repo):
             problems.append(model_problem(repo))
     else:
-        upload = st.file_uploader("config.json", type=["json"], help="A checkpoint's config.json")
-        pasted = st.text_area("…or paste it", height=80)
+        upload = w.file_uploader("config.json", type=["json"], help="A checkpoint's config.json")
+        pasted = w.text_area("…or paste it", height=80) or ""
         text = upload.getvalue() if upload is not None else pasted.strip()
         if text:
             try:
@@ -174,7 +184,7 @@ def _model_inputs() -> list[str]:
     # open by itself while an edit is set (a link's): the edited model shows what changed. Closed, its inputs are not
     # drawn; their values stay (_init_from_url re-commits every in_ key each run).
     edits = any(st.session_state.get(f"in_{key}") for key in EDITS)
-    whatif = opened("Edit (what-if)", "kv_whatif", expanded=edits)
+    whatif = opened("Edit (what-if)", "kv_whatif", expanded=edits) if w is st else None
     if whatif is None:
         return problems
     with whatif:
@@ -193,18 +203,19 @@ def _model_inputs() -> list[str]:
     return problems
 
 
-def _hardware_inputs(gguf_caption: str | None) -> list[str]:
-    """`gguf_caption`: the model is a Hub GGUF, whose header gives the weights (named in place of the selectbox)."""
+def _hardware_inputs(w, gguf_caption: str | None) -> list[str]:
+    """Drawn with `w` (`st`, or `_Unseen`). `gguf_caption`: the model is a Hub GGUF, whose header gives the weights
+    (named in place of the selectbox)."""
     problems = []
     options = [CUSTOM_CARD, *cards()]
-    st.selectbox("Card", options, key="in_card", format_func=lambda n: "Custom memory (GiB)" if n == CUSTOM_CARD else n)
+    w.selectbox("Card", options, key="in_card", format_func=lambda n: "Custom memory (GiB)" if n == CUSTOM_CARD else n)
     if st.session_state["in_card"] == CUSTOM_CARD:
-        st.number_input("GPU memory (GiB)", *BOUNDS["gib"], step=1.0, key="in_gib")
+        w.number_input("GPU memory (GiB)", *BOUNDS["gib"], step=1.0, key="in_gib")
         # Blank by default: a card known by its memory alone has no speed (the page says which figure to give).
-        st.number_input(
+        w.number_input(
             "Bandwidth (GB/s)", *BOUNDS["gbs"], value=None, step=10.0, key="in_gbs", placeholder="not given"
         )
-        st.number_input(
+        w.number_input(
             "Dense 16-bit TFLOPS (BF16, else FP16; no sparsity)",
             *BOUNDS["tflops"],
             value=None,
@@ -213,12 +224,12 @@ def _hardware_inputs(gguf_caption: str | None) -> list[str]:
             placeholder="not given",
             help="The card's dense tensor-core peak at 16 bits, as its datasheet gives it without sparsity",
         )
-    st.number_input("GPUs", *BOUNDS["gpus"], step=1, key="in_gpus")
+    w.number_input("GPUs", *BOUNDS["gpus"], step=1, key="in_gpus")
     if gguf_caption is None:
-        st.selectbox("Weights", list(FORMATS), key="in_weights", help="Weight quantisation")
+        w.selectbox("Weights", list(FORMATS), key="in_weights", help="Weight quantisation")
     else:
-        st.caption(gguf_caption)
-    st.selectbox("Engine", list(ENGINES), key="in_engine", on_change=_on_engine)
+        w.caption(gguf_caption)
+    w.selectbox("Engine", list(ENGINES), key="in_engine", on_change=_on_engine)
     engine = st.session_state["in_engine"]
     if gguf_caption is not None and engine != "llama.cpp":
         problems.append(
@@ -229,29 +240,29 @@ def _hardware_inputs(gguf_caption: str | None) -> list[str]:
     if st.session_state.get("in_kv") not in kv_options:
         st.session_state["in_kv"] = "auto"
     st.session_state["eight_bit"] = st.session_state["in_kv"] in EIGHT_BIT
-    st.toggle(
+    w.toggle(
         "8-bit KV cache",
         key="eight_bit",
         on_change=_on_eight_bit,
         disabled=engine not in EIGHT_BIT_KV,
         help="fp8 on vLLM, q8_0 on llama.cpp; transformers keeps K/V in the compute dtype",
     )
-    st.selectbox("KV dtype", kv_options, key="in_kv", on_change=_forget_eight_bit)
-    st.caption(f"Rules: {ENGINES[engine].rules_version}")
+    w.selectbox("KV dtype", kv_options, key="in_kv", on_change=_forget_eight_bit)
+    w.caption(f"Rules: {ENGINES[engine].rules_version}")
     if engine == "vllm":
-        st.selectbox(
+        w.selectbox(
             "vLLM platform",
             PLATFORMS,
             key="in_plat",
             help="CUDA GPUs, or vLLM's CPU backend (Xeon serving): other block sizes and state dtypes",
         )
-        st.selectbox(
+        w.selectbox(
             "vLLM version (log line)",
             VERSIONS,
             key="in_vver",
             help="Which release's 'KV cache size: N tokens' formula to reproduce; it changed in 0.21",
         )
-        st.number_input(
+        w.number_input(
             "GPU memory utilization",
             *BOUNDS["util"],
             step=0.01,
@@ -259,35 +270,35 @@ def _hardware_inputs(gguf_caption: str | None) -> list[str]:
             help="vLLM's --gpu-memory-utilization: the share of the card vLLM may use (default 0.92)",
         )
     if engine == "llama.cpp":
-        st.selectbox(
+        w.selectbox(
             "llama.cpp front end",
             list(FRONTENDS),
             key="in_fe",
             help="Whose defaults apply: llama-server (unified buffer), llama-cli, or the library "
             "(llama-cpp-python: full-size sliding-window cache)",
         )
-        st.radio(
+        w.radio(
             "Sliding-window cache (--swa-full)",
             list(SWITCH),
             key="in_swa",
             horizontal=True,
             help="on: sliding layers keep the whole context; off: only the window (+ a batch); auto: default",
         )
-        st.radio(
+        w.radio(
             "Unified KV buffer (--kv-unified)",
             list(SWITCH),
             key="in_kvu",
             horizontal=True,
             help="on: all sequences share one buffer of cells; off: one stream per sequence; auto: default",
         )
-        st.number_input(
+        w.number_input(
             "GPU layers (-ngl; -1 = all)",
             *BOUNDS["ngl"],
             step=1,
             key="in_ngl",
             help="Layers offloaded to the GPU; the others and their KV stay in system RAM",
         )
-        st.number_input(
+        w.number_input(
             "MoE experts in RAM (--n-cpu-moe)",
             *BOUNDS["ncmoe"],
             step=1,
@@ -295,7 +306,7 @@ def _hardware_inputs(gguf_caption: str | None) -> list[str]:
             help="MoE models: the routed experts of the first N layers stay in system RAM (their attention stays "
             "on the GPU); 0 = none",
         )
-    context_box()
+    context_box(w)
     return problems
 
 
@@ -339,8 +350,15 @@ def sidebar(*, model_only: bool = False, context: bool | None = None) -> tuple[I
     RESOLVER.start_soon()  # once per server, after this first page: ready before a visitor's new config needs it
     _init_from_url()
     with st.sidebar:
-        nav()
-        problems = _model_inputs()
+        # A session's first run draws the results from the inputs' values alone; the page links and the inputs
+        # follow once the browser has drawn it. No link before that rerun: one clicked first would lose to it.
+        drawn = wait_for_paint()
+        w = st if drawn else _Unseen()
+        if drawn:
+            nav()
+        else:
+            st.caption("Loading the inputs…")
+        problems = _model_inputs(w)
         weights_file, gguf_caption = None, None
         gguf = None if problems else _gguf_in_box(_current())
         if gguf is not None:
@@ -349,7 +367,7 @@ def sidebar(*, model_only: bool = False, context: bool | None = None) -> tuple[I
             except InputError as err:  # no figures from the selectbox's format in place of the file's
                 problems.append(f"Model: {gguf[:80]!r} cannot be used: {err}")
         if not model_only:
-            problems += _hardware_inputs(gguf_caption)
+            problems += _hardware_inputs(w, gguf_caption)
     context = not model_only if context is None else context
     ctx_problem = _sync_context()
     if context and ctx_problem:
@@ -359,9 +377,10 @@ def sidebar(*, model_only: bool = False, context: bool | None = None) -> tuple[I
     # A context box that cannot be read travels as typed (bounded), not as its last valid value.
     typed = {"ctx": st.session_state.get("in_ctx_text", "").strip()[:40]} if context and ctx_problem else {}
     st.query_params.from_dict(to_query(inputs) | typed)
-    with st.sidebar:
-        _share_link(inputs, problems, typed)
-        fold_sidebar_on_phones(share_query(inputs, typed))
+    if drawn:
+        with st.sidebar:
+            _share_link(inputs, problems, typed)
+            fold_sidebar_on_phones(share_query(inputs, typed))
     ignored = st.session_state.get("_kv_ignored")
     if ignored:
         st.warning("Some link parameters were ignored and defaults used instead: " + "; ".join(ignored))
@@ -372,7 +391,8 @@ def sidebar(*, model_only: bool = False, context: bool | None = None) -> tuple[I
         model, origin = _spec(inputs.model.strip() or DEFAULT_MODEL, inputs.config, hub)
         if origin.startswith("bundled preset ("):
             st.warning(f"{inputs.model}: using the {origin}")
-        st.sidebar.caption(f"Config: {origin}")
+        if drawn:
+            st.sidebar.caption(f"Config: {origin}")
     except InputError as err:  # no stand-in model: its figures would be read as the requested one's
         what = "The uploaded config.json" if inputs.config else f"{inputs.model.strip()[:80]!r}"
         _stop(f"{what} cannot be used: {err}")

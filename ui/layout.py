@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 
 import streamlit as st
@@ -48,24 +49,35 @@ def fold_sidebar_on_phones(key: str) -> None:
 
 
 # No markup: once the page's main thread is idle after mounting it (what the run drew is on screen; at most 2 s
-# later), it reports `painted`, which reruns the fragment it sits in. Our own constant script (components v2 code
-# runs unsandboxed in the page).
+# later), it reports `painted`, which reruns the page. Our own constant script (components v2 code runs unsandboxed
+# in the page).
 _PAINTED_JS = """
+let asked = null;
 export default function ({ data, setStateValue }) {
-  if (!data.painted) requestIdleCallback(() => setStateValue("painted", true), { timeout: 2000 });
+  if (data.session === asked) return;  // once a session: the rerun it causes draws it again
+  asked = data.session;
+  requestIdleCallback(() => setStateValue("painted", true), { timeout: 2000 });
 }
 """
 _painted = st.components.v2.component("kvscope_painted", js=_PAINTED_JS)
 
 
-def after_first_paint(key: str) -> bool:
-    """False on a page's first run in a session, True once the browser has drawn that run. Behind it, in an
-    `st.fragment`, goes what can wait: a plotly chart costs a fresh browser tab ~0.6 s of main thread (plotly.js),
-    which otherwise delays the verdict and the table above it; the fragment alone reruns to draw it."""
-    seen = bool((st.session_state.get(key) or {}).get("painted"))
-    return bool(
-        _painted(key=key, data={"painted": seen}, on_painted_change=lambda: None, width="content", height=0).painted
-    )
+def painted() -> bool:
+    """Whether the browser has drawn this session's first run (`wait_for_paint` asks it)."""
+    return bool(st.session_state.get("_kv_painted"))
+
+
+def wait_for_paint() -> bool:
+    """False on a session's first run, True once the browser has drawn that run: then the page reruns, with what
+    waited. Waiting go the sidebar's inputs (~0.4 s of a fresh tab's first render, while the results need only their
+    values) and a plotly chart (plotly.js costs a fresh tab ~0.6 s of main thread). Call once per run."""
+    if not painted():
+        session = st.session_state.setdefault("_kv_session", secrets.token_hex(8))  # a new one after a server restart
+        state = _painted(
+            key="kv_painted", data={"session": session}, on_painted_change=lambda: None, width="content", height=0
+        )
+        st.session_state["_kv_painted"] = bool(state.painted)  # a plain key: kept once the reporter is gone
+    return painted()
 
 
 PAGES = (

@@ -121,31 +121,14 @@ def page_busy_s(cdp) -> float:
     return next(m["value"] for m in cdp.send("Performance.getMetrics")["metrics"] if m["name"] == "TaskDuration")
 
 
-# Installed before the page's own scripts: stamps (wall clock, ms) the first moment the page is complete: connected,
-# the script run over, no running indicator, and `count` of `selector` drawn. Stamped inside the page, so a rerun
-# that starts right after it (Fit a card's deferred chart fragment, once the browser is idle) is never counted into
-# the first render, however late the harness looks; polling from outside caught that rerun in some rounds.
-_FIRST_DONE_JS = """
-window.__kvFirstDone = null;
-new MutationObserver(() => {
-  if (window.__kvFirstDone !== null) return;
-  const app = document.querySelector('[data-testid="stApp"]');
-  if (!app || app.getAttribute('data-test-connection-state') !== 'CONNECTED') return;
-  if (app.getAttribute('data-test-script-state') !== 'notRunning') return;
-  if (document.querySelector('[data-testid="stStatusWidget"]')) return;
-  if (document.querySelectorAll('%s').length < %d) return;
-  window.__kvFirstDone = Date.now();
-}).observe(document, {subtree: true, childList: true, attributes: true});
-"""
-
-
 def first_render(browser, cache_dir: Path, minimal: bool = False) -> dict[str, float]:
     """Seconds from the server's process start to: /_stcore/health "ok", the page's load event, the first complete
     render (kvscope: 4 metrics drawn; minimal page: its title; both: script not running, no running indicator;
-    stamped in the page by _FIRST_DONE_JS) and, for kvscope, the breakdown chart drawn."""
+    stamped in the page by FIRST_DONE_JS) and, for kvscope, the sidebar's inputs and the breakdown chart drawn (the
+    rerun after the first paint, ui.layout.wait_for_paint)."""
     from playwright.sync_api import expect
 
-    from tests.e2e.conftest import VIEWPORT, Server, wait_for_app
+    from tests.e2e.conftest import FIRST_DONE_JS, VIEWPORT, Server, wait_for_app
 
     with served_from(minimal_folder()) if minimal else contextlib.nullcontext():
         server = Server(env={"KVSCOPE_CACHE": str(cache_dir)}, log=BENCH_TMP / "server.log")
@@ -155,7 +138,7 @@ def first_render(browser, cache_dir: Path, minimal: bool = False) -> dict[str, f
         try:
             page = context.new_page()
             done = ("h1", 1) if minimal else ('[data-testid="stMetric"]', 4)
-            page.add_init_script(_FIRST_DONE_JS % done)
+            page.add_init_script(FIRST_DONE_JS % done)
             cdp = context.new_cdp_session(page)  # the page's main-thread time: Chrome's own Performance metrics
             cdp.send("Performance.enable")
             page.goto(server.url + URL_PATH, timeout=60_000)
@@ -173,6 +156,8 @@ def first_render(browser, cache_dir: Path, minimal: bool = False) -> dict[str, f
             out["render"] = time.perf_counter() - (time.time() - stamp) - server.started
             wait_for_app(page, timeout=120_000)
             if not minimal:
+                sidebar = page.locator('[data-testid="stSidebar"]')
+                expect(sidebar.get_by_role("textbox", name="Context (tokens)")).to_be_visible(timeout=120_000)
                 expect(page.locator('[data-testid="stPlotlyChart"] .main-svg').first).to_be_visible(timeout=120_000)
                 out["chart"] = time.perf_counter() - server.started
             if page.locator('[data-testid="stException"]').count():
@@ -273,8 +258,8 @@ def main() -> int:
         print(f"  {label:<24} {times} {chart} {ratio:>5.2f}x  {med['cpu']:>5.2f} {cpu_ratio:>5.2f}x  "
               f"{med['page']:>5.2f} {page_ratio:>5.2f}x  {listed:<18} {mark}")  # fmt: skip
     print("  (seen = the metrics (the minimal page's title) visible; render = the targets' measure: also the script "
-          "run over, stamped in the page (a deferred rerun just after it is not counted); chart = the breakdown chart "
-          "drawn too; CPU = the server's process group's "
+          "run over, stamped in the page (a deferred rerun just after it is not counted); chart = the sidebar's "
+          "inputs and the chart drawn too, by that rerun; CPU = the server's process group's "
           "CPU seconds from its start to the render, steadier than wall time on a loaded machine; page = the browser "
           "tab's main thread busy until the render (Chrome's TaskDuration). Headless "
           "Chromium, no GPU.)")  # fmt: skip

@@ -39,6 +39,25 @@ SERVER_START_S = 60  # health must answer "ok" within this
 WAIT_MS = 30_000  # default bound on every Playwright wait
 
 
+# Installed before the page's own scripts: stamps (wall clock, ms) the first moment the page is complete: connected,
+# the script run over, no running indicator, and `count` of `selector` drawn. Stamped inside the page, so a rerun
+# that starts right after it (the rerun that draws the inputs and the chart once the browser is idle,
+# ui.layout.wait_for_paint) is never counted into the first render, however late the harness looks; polling from
+# outside caught that rerun in some rounds.
+FIRST_DONE_JS = """
+window.__kvFirstDone = null;
+new MutationObserver(() => {
+  if (window.__kvFirstDone !== null) return;
+  const app = document.querySelector('[data-testid="stApp"]');
+  if (!app || app.getAttribute('data-test-connection-state') !== 'CONNECTED') return;
+  if (app.getAttribute('data-test-script-state') !== 'notRunning') return;
+  if (document.querySelector('[data-testid="stStatusWidget"]')) return;
+  if (document.querySelectorAll('%s').length < %d) return;
+  window.__kvFirstDone = Date.now();
+}).observe(document, {subtree: true, childList: true, attributes: true});
+"""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

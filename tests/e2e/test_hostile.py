@@ -22,7 +22,7 @@ from core.fit import context_limit, fit, table_contexts
 from core.model.loading import presets
 from core.report import max_context_text
 from core.units import format_bytes
-from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, wait_for_app
+from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS, FIRST_DONE_JS, VIEWPORT, wait_for_app
 from ui.state import from_query, share_query
 
 TEAM_SIZE = 20
@@ -141,43 +141,63 @@ async def _metrics(page) -> dict[str, str]:
     return out
 
 
-async def _load(browser, url: str, ready: str, count: int, read: bool) -> tuple[float, dict[str, str], str, int]:
-    """One user: a fresh browser context opens `url`; seconds until `count` of `ready` are visible and the script
-    has finished; what the page shows; its final URL; and how many exception boxes it drew."""
+@dataclass(frozen=True)
+class Answer:
+    """One user's page: seconds to its first render (`count` of `ready` drawn and the script run over, stamped in the
+    page) and, on kvscope, to its sidebar's inputs too (the rerun after the first paint, ui.layout.wait_for_paint);
+    what its metrics show; its final URL; how many exception boxes it drew."""
+
+    first: float
+    inputs: float | None
+    shown: dict[str, str]
+    url: str
+    errors: int
+
+
+async def _load(browser, url: str, ready: str, count: int, read: bool, inputs: bool) -> Answer:
+    """One user: a fresh browser context opens `url` (`inputs`: a kvscope page, whose inputs follow its first
+    render)."""
     from playwright.async_api import expect
 
     context = await browser.new_context(viewport=VIEWPORT)
     try:
         page = await context.new_page()
-        start = time.perf_counter()
+        await page.add_init_script(FIRST_DONE_JS % (ready, count))
+        started, start = time.time(), time.perf_counter()
         await page.goto(url, timeout=TEAM_TIMEOUT_MS)
-        await expect(page.locator(ready)).to_have_count(count, timeout=TEAM_TIMEOUT_MS)
+        await page.wait_for_function("window.__kvFirstDone !== null", timeout=TEAM_TIMEOUT_MS, polling="raf")
+        first = await page.evaluate("window.__kvFirstDone") / 1000 - started
+        if inputs:
+            box = page.locator('[data-testid="stSidebar"]').get_by_role("textbox", name="Context (tokens)")
+            await expect(box).to_be_visible(timeout=TEAM_TIMEOUT_MS)
         app = page.locator('[data-testid="stApp"]')
         await expect(app).to_have_attribute("data-test-script-state", "notRunning", timeout=TEAM_TIMEOUT_MS)
-        elapsed = time.perf_counter() - start
+        drawn = time.perf_counter() - start if inputs else None
         shown = await _metrics(page) if read else {}
         errors = await page.locator('[data-testid="stException"]').count()
-        return elapsed, shown, page.url, errors
+        return Answer(first, drawn, shown, page.url, errors)
     finally:
         await context.close()
 
 
-async def _team_round(urls: list[str], ready: str, count: int, read: bool):
+async def _team_round(urls: list[str], ready: str, count: int, read: bool, inputs: bool) -> list[Answer]:
     from playwright.async_api import async_playwright
 
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=60_000)
         try:
-            return await asyncio.gather(*(_load(browser, url, ready, count, read) for url in urls))
+            return await asyncio.gather(*(_load(browser, url, ready, count, read, inputs) for url in urls))
         finally:
             await browser.close()
 
 
-def drive_team(urls: list[str], ready: str = '[data-testid="stMetric"]', count: int = 4, read: bool = True):
+def drive_team(
+    urls: list[str], ready: str = '[data-testid="stMetric"]', count: int = 4, read: bool = True, inputs: bool = True
+) -> list[Answer]:
     """Every URL opened at once, each in its own browser context (its own session), in one Chromium. Runs on its
     own thread: Playwright's sync API (the other tests' fixtures) owns this thread's event loop."""
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, _team_round(urls, ready, count, read)).result()
+        return pool.submit(asyncio.run, _team_round(urls, ready, count, read, inputs)).result()
 
 
 def test_a_whole_team_at_once_sees_each_its_own_view(server):
@@ -185,9 +205,9 @@ def test_a_whole_team_at_once_sees_each_its_own_view(server):
     assert len({m.link for m in members}) == TEAM_SIZE
     assert len({tuple(m.expected.items()) for m in members}) >= TEAM_SIZE // 2  # cross-talk would show
     answers = drive_team([server.url + m.link for m in members])
-    for member, (elapsed, shown, url, errors) in zip(members, answers, strict=True):
-        assert errors == 0, member.link
-        assert {k: shown.get(k) for k in member.expected} == member.expected, (member.link, shown)
+    for member, answer in zip(members, answers, strict=True):
+        assert answer.errors == 0, member.link
+        assert {k: answer.shown.get(k) for k in member.expected} == member.expected, (member.link, answer.shown)
         mine = parse_qs(urlsplit(member.link).query)
-        assert parse_qs(urlsplit(url).query)["model"] == mine["model"]
-        assert elapsed * 1000 < TEAM_TIMEOUT_MS
+        assert parse_qs(urlsplit(answer.url).query)["model"] == mine["model"]
+        assert answer.first < answer.inputs < TEAM_TIMEOUT_MS / 1000
