@@ -27,7 +27,7 @@ from core.speed.report import curve
 from core.units import GIB, MIB, format_tokens
 from ui.charts import bars, curves, palette
 from ui.inputs import sidebar
-from ui.layout import FAVICON, mobile_css
+from ui.layout import FAVICON, mobile_css, opened
 
 st.set_page_config(page_title="kvscope — hybrid vs full attention", page_icon=FAVICON, layout="wide")
 mobile_css()
@@ -229,8 +229,8 @@ else:
         f"Decode error bar: {next(iter(timed.values()))[0]['decode_error'] if any(timed.values()) else 'not checked'}."
     )
 
-with st.expander("How is this computed?"):
-    st.markdown(
+if how := opened("How is this computed?", "kv_how_hybrid"):  # drawn only while open (ui.layout.opened)
+    how.markdown(
         "\n".join(
             f"- **{s.name}** ({s.layout}): cache(n) = {s.kv_bytes_per_token:,} B/token × tokens held + "
             f"{s.fixed_bytes:,} B of fixed state per sequence (tokens held: n, or the window on sliding layers, "
@@ -238,7 +238,7 @@ with st.expander("How is this computed?"):
             for s in all_series
         )
     )
-    st.markdown(
+    how.markdown(
         "Ratio = the comparator's cache ÷ this model's cache at the same n; its asymptote is the ratio of the "
         "per-token rates once every window is full. Concurrency and longest context come from the same solver as "
         "*Fit a card* (weights, overhead and the engine's rules on this card); a card-size bar is the longest "

@@ -13,7 +13,7 @@ from core.errors import InputError
 from core.memory.gpus import card_named, cards
 from core.units import format_bytes, format_tokens
 from ui.inputs import context_box, sidebar
-from ui.layout import FAVICON, mobile_css
+from ui.layout import FAVICON, mobile_css, opened
 from ui.state import BOUNDS, DEFAULTS, SWITCH, to_query
 
 st.set_page_config(page_title="kvscope — vLLM across nodes", page_icon=FAVICON, layout="wide")
@@ -124,12 +124,13 @@ titles = {
     "plain_tp": "Plain TP: TP inside a node, PP across nodes",
     "dp_attention": "DP-attention: one engine core per GPU",
 }
-with st.expander(f"How is it computed? Best plan: {best['layout']}"):
-    st.code("\n".join(out["best_arithmetic"]), language=None, wrap_lines=True)
+# Drawn only while open (ui.layout.opened): each code box loads Streamlit's syntax highlighter into a fresh tab.
+if box := opened(f"How is it computed? Best plan: {best['layout']}", "kv_how_cluster"):
+    box.code("\n".join(out["best_arithmetic"]), language=None, wrap_lines=True)
 for name, recipe in out["recipes"].items():
     vs = f" — {recipe['requests_vs_plain_tp']:.2f}× plain TP" if recipe["requests_vs_plain_tp"] else ""
-    with st.expander(f"{titles[name]} ({recipe['layout']}){vs}"):
-        st.code("\n".join(recipe["arithmetic"]), language=None, wrap_lines=True)
+    if box := opened(f"{titles[name]} ({recipe['layout']}){vs}", f"kv_how_{name}"):
+        box.code("\n".join(recipe["arithmetic"]), language=None, wrap_lines=True)
 st.caption(
     "Not modelled: the all-to-all buffers of EP kernels (DeepEP reserves its own), EPLB's redundant experts, "
     "decode context parallel, MTP draft layers. Rules and their vLLM sources: core/engines/vllm_cluster.py."

@@ -20,6 +20,7 @@ from core.memory.gpus import card_named
 from core.memory.overhead import vllm_overhead
 from core.model.loading import load_model
 from core.units import format_bytes
+from tests.test_app import opened
 from tests.test_cluster_page import _page
 from ui.state import from_query
 
@@ -64,6 +65,8 @@ def test_table_row_and_arithmetic_show_the_same_stage():
     """DeepSeek-V3, 2 × 8 H200, 32K: the best plan is TP 1 × PP 2 × DP 8, whose stage 1 (31 layers) sets the block
     count; the table showed stage 2's weights and budget (47.67 / 77.70 GiB) beside stage 1's arithmetic."""
     at = _page(LINK)
+    assert not next(e for e in at.expander if e.label.startswith("How is it computed?")).code  # closed: not drawn
+    at = opened(at, "kv_how_cluster")
     row = at.dataframe[0].value.iloc[0]
     arithmetic = next(e for e in at.expander if e.label.startswith("How is it computed?")).code[0].value
     assert (row["weights / GPU"], row["KV budget / GPU"]) == ("46.24 GiB", "79.13 GiB")
