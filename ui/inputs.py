@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, fields
+from typing import Any
 
 import streamlit as st
 
@@ -140,11 +142,11 @@ class _Unseen:
     """Stands in for `st` while the inputs wait for the first paint: no widget is drawn, and each input's value is
     its session state (the link's, or the default), as the widget would return it."""
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Callable[..., None]:
         return lambda *args, **kwargs: None
 
 
-def _model_inputs(w) -> list[str]:
+def _model_inputs(w: Any) -> list[str]:
     """Draw the model inputs with `w` (`st`, or `_Unseen`); return what cannot be read (shown in place of the
     results)."""
     problems = []
@@ -203,7 +205,7 @@ def _model_inputs(w) -> list[str]:
     return problems
 
 
-def _hardware_inputs(w, gguf_caption: str | None) -> list[str]:
+def _hardware_inputs(w: Any, gguf_caption: str | None) -> list[str]:
     """Drawn with `w` (`st`, or `_Unseen`). `gguf_caption`: the model is a Hub GGUF, whose header gives the weights
     (named in place of the selectbox)."""
     problems = []

@@ -69,8 +69,9 @@ def painted() -> bool:
 
 def wait_for_paint() -> bool:
     """False on a session's first run, True once the browser has drawn that run: then the page reruns, with what
-    waited. Waiting go the sidebar's inputs (~0.4 s of a fresh tab's first render, while the results need only their
-    values) and a plotly chart (plotly.js costs a fresh tab ~0.6 s of main thread). Call once per run."""
+    waited. What waits: the sidebar's inputs and page links (~0.4 s of a fresh tab's first render, while the results
+    need only the inputs' values) and a plotly chart (plotly.js costs a fresh tab ~0.6 s of main thread). Call once
+    per run."""
     if not painted():
         session = st.session_state.setdefault("_kv_session", secrets.token_hex(8))  # a new one after a server restart
         state = _painted(
