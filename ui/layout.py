@@ -49,14 +49,16 @@ def fold_sidebar_on_phones(key: str) -> None:
 
 
 # No markup: once the page's main thread is idle after mounting it (what the run drew is on screen; at most 2 s
-# later), it reports `painted`, which reruns the page. Our own constant script (components v2 code runs unsandboxed
-# in the page).
+# later; without requestIdleCallback, 50 ms later), it reports `painted`, which reruns the page. Our own constant
+# script (components v2 code runs unsandboxed in the page).
 _PAINTED_JS = """
 let asked = null;
 export default function ({ data, setStateValue }) {
   if (data.session === asked) return;  // once a session: the rerun it causes draws it again
   asked = data.session;
-  requestIdleCallback(() => setStateValue("painted", true), { timeout: 2000 });
+  const report = () => setStateValue("painted", true);
+  if (window.requestIdleCallback) requestIdleCallback(report, { timeout: 2000 });
+  else setTimeout(report, 50);  // Safari has no requestIdleCallback
 }
 """
 _painted = st.components.v2.component("kvscope_painted", js=_PAINTED_JS)

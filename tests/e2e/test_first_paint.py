@@ -49,3 +49,25 @@ def test_the_first_render_does_not_import_pandas(chromium, tmp_path):
         assert _mapped(server.proc.pid, "pandas/_libs")
     finally:
         server.stop()
+
+
+def test_the_inputs_follow_in_a_browser_without_request_idle_callback(chromium, server):
+    """The inputs wait for the browser's report that the first run is drawn (ui.layout.wait_for_paint), sent when
+    the tab is idle. Safari has no requestIdleCallback: there the report must still come, or the page would keep
+    "Loading the inputs…" for good. This Chromium is made to lack it too."""
+    from playwright.sync_api import expect
+
+    context = chromium.new_context(viewport=VIEWPORT)
+    try:
+        context.add_init_script("delete window.requestIdleCallback; delete Window.prototype.requestIdleCallback;")
+        page = context.new_page()
+        page.goto(server.url + "/?model=Qwen%2FQwen3-8B&ctx=16k")
+        assert page.evaluate("typeof window.requestIdleCallback") == "undefined"
+        sidebar = page.locator('[data-testid="stSidebar"]')
+        expect(sidebar.get_by_role("textbox", name="Context (tokens)")).to_have_value("16K", timeout=60_000)
+        expect(sidebar.get_by_role("link", name="Fact-check")).to_be_visible()
+        expect(sidebar.get_by_text("Loading the inputs…")).to_have_count(0)
+        wait_for_app(page)
+        assert not page.locator('[data-testid="stException"]').count()
+    finally:
+        context.close()
