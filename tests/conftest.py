@@ -18,15 +18,17 @@ if str(ROOT) not in sys.path:
 def _as_painted(init):
     """AppTest runs no browser, so nothing reports a session's first run drawn (ui.layout.wait_for_paint): every
     AppTest starts as a session whose browser has drawn it, inputs and charts included. Tests of the first run
-    itself set `_kv_painted` to False before running."""
+    itself set it (ui.layout.PAINTED) to False before running."""
 
     def wrapped(self, *args, **kwargs) -> None:
         init(self, *args, **kwargs)
-        self.session_state["_kv_painted"] = True
+        self.session_state[PAINTED] = True
 
     return wrapped
 
 
 from streamlit.testing.v1 import AppTest  # noqa: E402  (after the environment above)
+
+from ui.layout import PAINTED  # noqa: E402
 
 AppTest.__init__ = _as_painted(AppTest.__init__)

@@ -15,6 +15,7 @@ from core.memory.gpus import Card, card_named
 from core.model.loading import load_model
 from core.units import format_bytes, format_tokens
 from tests.conftest import ROOT
+from ui.layout import PAINTED
 from ui.state import DEFAULTS, Inputs, from_query, pack_config, to_query
 
 APP = str(ROOT / "app.py")
@@ -90,7 +91,7 @@ def test_default_view_shows_cores_numbers():
 def first_run(params: dict[str, str]) -> AppTest:
     """A session's first run, before its browser has reported it drawn (tests/conftest.py starts AppTests after)."""
     at = AppTest.from_file(APP, default_timeout=180)
-    at.session_state["_kv_painted"] = False
+    at.session_state[PAINTED] = False
     at.query_params.update(params)
     return at.run()
 

@@ -64,9 +64,12 @@ export default function ({ data, setStateValue }) {
 _painted = st.components.v2.component("kvscope_painted", js=_PAINTED_JS)
 
 
+PAINTED = "_kv_painted"  # session state: the browser has drawn this session's first run (AppTest sets it: no browser)
+
+
 def painted() -> bool:
     """Whether the browser has drawn this session's first run (`wait_for_paint` asks it)."""
-    return bool(st.session_state.get("_kv_painted"))
+    return bool(st.session_state.get(PAINTED))
 
 
 def wait_for_paint() -> bool:
@@ -79,7 +82,7 @@ def wait_for_paint() -> bool:
         state = _painted(
             key="kv_painted", data={"session": session}, on_painted_change=lambda: None, width="content", height=0
         )
-        st.session_state["_kv_painted"] = bool(state.painted)  # a plain key: kept once the reporter is gone
+        st.session_state[PAINTED] = bool(state.painted)  # a plain key: kept once the reporter is gone
     return painted()
 
 

@@ -48,12 +48,14 @@ def bench_reruns(reruns: int) -> list[tuple[str, float, float, bool]]:
     nothing the caches key on). The Fit page is also timed with a new context on every rerun (a cache miss)."""
     from streamlit.testing.v1 import AppTest
 
+    from ui.layout import PAINTED
+
     rows = []
     for page in PAGES:
         at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
         # no browser reports the first run drawn (ui.layout.wait_for_paint): a painted session, whose every run
         # draws the inputs too, as every rerun after a user's input does
-        at.session_state["_kv_painted"] = True
+        at.session_state[PAINTED] = True
         at.run()
         if page != "app.py":
             at.switch_page(page).run()
@@ -67,7 +69,7 @@ def bench_reruns(reruns: int) -> list[tuple[str, float, float, bool]]:
         assert not at.exception, f"{page}: {[e.value for e in at.exception]}"
         rows.append((page, *median_p90(times), True))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
-    at.session_state["_kv_painted"] = True  # as above
+    at.session_state[PAINTED] = True  # as above
     at.run()
     times = []
     for i in range(reruns):

@@ -59,11 +59,13 @@ def page_cpu(page: str, params: dict[str, str]) -> tuple[float, list[str]]:
     """CPU seconds of one page's run for a link, and any exception it showed."""
     from streamlit.testing.v1 import AppTest
 
+    from ui.layout import PAINTED
+
     forget()
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=900)
     # as after the browser's first-paint report (ui.layout.wait_for_paint): the run that computes the page draws the
     # inputs too, the heavier of a link's two runs
-    at.session_state["_kv_painted"] = True
+    at.session_state[PAINTED] = True
     at.query_params.update(params)
     if page != "app.py":
         at.run()  # the sidebar reads the link here; the page's own run is what is timed
