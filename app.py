@@ -24,9 +24,10 @@ from core.speed.report import speed_lines, speed_or_none
 from core.units import format_bytes, format_tokens
 from ui.arrow import arrow_table
 from ui.inputs import downloads, sidebar
-from ui.layout import FAVICON, mobile_css, opened, painted
+from ui.layout import mobile_css, opened, page_config, painted
+from ui.table import markdown_table
 
-st.set_page_config(page_title="kvscope — fit a card", page_icon=FAVICON, layout="wide")
+page_config("fit a card")
 mobile_css()
 st.title("Fit a card")
 inputs, model, setup = sidebar()
@@ -139,28 +140,45 @@ if speed_rows:
              "aggregate tok/s": by_context[r["context"]]["aggregate_tok_s"]}
         for r in shown
     ]  # fmt: skip
-st.dataframe(
-    arrow_table(shown),  # not a pandas DataFrame: no pandas import before the first table
-    hide_index=True,
-    width="stretch",
-    lazy=False,  # a few rows: sent whole (deciding whether to send them lazily imports pandas)
-    # A row that does not fit has no speed (null): "—" with why, where a bare None would read as missing data.
-    # Only the speed columns can be null; the values stay numbers.
-    placeholder="— (does not fit)",
-    column_config={
-        "context": st.column_config.TextColumn("context", pinned=True),
-        "memory used (%)": st.column_config.ProgressColumn(
-            "memory used (%)", min_value=0.0, max_value=100.0, format="%.1f%%"
-        ),
-        **{c: st.column_config.NumberColumn(c, format="%.3f") for c in shown[0] if "GiB" in c},
-        # vLLM reports a fractional concurrency; the other engines run whole sequences
-        "requests": st.column_config.NumberColumn("requests", format="%.2f" if result.vllm else "%d"),
-        "decode tok/s": st.column_config.NumberColumn("decode tok/s", format="%.1f", help="one sequence"),
-        "aggregate tok/s": st.column_config.NumberColumn(
-            "aggregate tok/s", format="%.0f", help="all sequences together, with as many running as fit"
-        ),
-    },
-)
+# printf formats, as the data grid's column_config takes them; vLLM reports a fractional concurrency, the other
+# engines run whole sequences
+formats = {c: "%.3f" for c in shown[0] if "GiB" in c} | {
+    "memory used (%)": "%.1f%%",
+    "requests": "%.2f" if result.vllm else "%d",
+    "decode tok/s": "%.1f",
+    "aggregate tok/s": "%.0f",
+}
+# A row that does not fit has no speed (null): "—" with why, where a bare None would read as missing data. Only the
+# speed columns can be null; the values stay numbers.
+no_fit = "— (does not fit)"
+if painted():
+    st.dataframe(
+        arrow_table(shown),  # not a pandas DataFrame: no pandas import before the first table
+        hide_index=True,
+        width="stretch",
+        lazy=False,  # a few rows: sent whole (deciding whether to send them lazily imports pandas)
+        placeholder=no_fit,
+        column_config={
+            "context": st.column_config.TextColumn("context", pinned=True),
+            "memory used (%)": st.column_config.ProgressColumn(
+                "memory used (%)", min_value=0.0, max_value=100.0, format=formats["memory used (%)"]
+            ),
+            **{c: st.column_config.NumberColumn(c, format=formats[c]) for c in shown[0] if "GiB" in c},
+            "requests": st.column_config.NumberColumn("requests", format=formats["requests"]),
+            "decode tok/s": st.column_config.NumberColumn(
+                "decode tok/s", format=formats["decode tok/s"], help="one sequence"
+            ),
+            "aggregate tok/s": st.column_config.NumberColumn(
+                "aggregate tok/s",
+                format=formats["aggregate tok/s"],
+                help="all sequences together, with as many running as fit",
+            ),
+        },
+    )
+else:
+    # A session's first run: the same figures in plain markdown. The data grid (pyarrow and numpy on a fresh
+    # server, the grid's code in the tab: ~0.1 s of a first render) comes with the inputs (ui.layout.wait_for_paint).
+    st.markdown(markdown_table(shown, formats, no_fit))
 st.caption(
     "Per GPU. Binary units: 1 GiB = 2³⁰ bytes. Requests = how many of that length fit at once. Decode tok/s: "
     "one sequence; aggregate: as many sequences as fit, together (a roofline with fitted or assumed engine "

@@ -27,9 +27,9 @@ from core.speed.report import curve
 from core.units import GIB, MIB, format_tokens
 from ui.charts import bars, curves, palette
 from ui.inputs import sidebar
-from ui.layout import FAVICON, mobile_css, opened
+from ui.layout import mobile_css, opened, page_config
 
-st.set_page_config(page_title="kvscope — hybrid vs full attention", page_icon=FAVICON, layout="wide")
+page_config("hybrid vs full attention")
 mobile_css()
 st.title("Hybrid vs full attention")
 inputs, model, setup = sidebar()

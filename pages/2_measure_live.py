@@ -24,10 +24,10 @@ from core.speed.calibrate_job import TIMEOUT_S, CalibrationBusy, CalibrationJob,
 from core.units import GIB, format_bytes, format_tokens, parse_tokens
 from ui.charts import curves
 from ui.inputs import sidebar
-from ui.layout import FAVICON
+from ui.layout import page_config
 from ui.state import unpack_config
 
-st.set_page_config(page_title="kvscope — measure live", page_icon=FAVICON, layout="wide")
+page_config("measure live")
 inputs, model, setup = sidebar(model_only=True)  # the probe takes no card, engine or context
 st.title("Measure live")
 st.caption(

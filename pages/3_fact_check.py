@@ -9,10 +9,11 @@ import streamlit as st
 
 from core.check import AGREES, CANNOT, DISAGREES, VERDICTS, check_all
 from core.errors import InputError
-from ui.layout import FAVICON, mobile_css, nav, share_box
+from ui.layout import mobile_css, nav, page_config, share_box
 from ui.state import link_query
 
-st.set_page_config(page_title="kvscope — fact-check", page_icon=FAVICON, layout="wide")
+# it imports pandas and plotly at once anyway, and has no rerun after a paint to wait for
+page_config("fact-check", icon_at_once=True)
 mobile_css()
 st.title("Fact-check")
 st.caption(

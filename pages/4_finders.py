@@ -11,10 +11,10 @@ from core.fit import Setup, context_limit
 from core.model.loading import load_model, presets
 from core.units import format_tokens
 from ui.inputs import sidebar
-from ui.layout import FAVICON, mobile_css
+from ui.layout import mobile_css, page_config
 from ui.state import FINDER_VIEWS
 
-st.set_page_config(page_title="kvscope — finders", page_icon=FAVICON, layout="wide")
+page_config("finders")
 mobile_css()
 st.title("Which card, which model")
 inputs, model, setup = sidebar()

@@ -24,10 +24,10 @@ from core.speed.cli import error_record
 from core.speed.predict import PREFILL_SPANS, prefill_spans
 from core.units import GIB, MIB, format_tokens, parse_tokens
 from ui.inputs import sidebar
-from ui.layout import FAVICON, mobile_css
+from ui.layout import mobile_css, page_config
 from ui.state import BOUNDS, MAX_OLLAMA_CARDS, OLLAMA_FLASH, OLLAMA_RAM, OLLAMA_WEIGHTS
 
-st.set_page_config(page_title="kvscope — Ollama", page_icon=FAVICON, layout="wide")
+page_config("Ollama")
 mobile_css()
 st.title("Ollama on your card")
 inputs, model, setup = sidebar(model_only=True)  # card, engine and context are Ollama's own here

@@ -13,10 +13,10 @@ from core.errors import InputError
 from core.memory.gpus import card_named, cards
 from core.units import format_bytes, format_tokens
 from ui.inputs import context_box, sidebar
-from ui.layout import FAVICON, mobile_css, opened
+from ui.layout import mobile_css, opened, page_config
 from ui.state import BOUNDS, DEFAULTS, SWITCH, to_query
 
-st.set_page_config(page_title="kvscope — vLLM across nodes", page_icon=FAVICON, layout="wide")
+page_config("vLLM across nodes")
 mobile_css()
 st.title("vLLM across nodes")
 inputs, model, _ = sidebar(model_only=True, context=True)

@@ -105,7 +105,14 @@ def test_the_inputs_and_the_chart_come_after_the_results_reach_the_browser():
     result, row = expected(inputs)
     assert not at.exception
     assert metrics(at)["Cache at this context"] == format_bytes(row.cache_bytes)
-    assert list(at.dataframe[0].value["context"]) == [format_tokens(r.context) for r in result.rows]
+    # the table as markdown: no data grid (pyarrow, numpy, the grid's code) before the first paint
+    (table,) = [m.value for m in at.markdown if m.value.startswith("| context |")]
+    header, _, *lines = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()]
+    assert [line[0] for line in lines] == [format_tokens(r.context) for r in result.rows]
+    cache = header.index("cache (GiB)")
+    assert [line[cache] for line in lines] == [f"{r.cache_bytes / 2**30:.3f}" for r in result.rows]
+    assert lines[[r.context for r in result.rows].index(row.context)][1] == ("yes" if row.fits else "no")
+    assert not at.dataframe
     assert not at.sidebar.selectbox and not at.sidebar.text_input and not at.get("plotly_chart")
     assert not at.get("page_link")  # a link clicked before the rerun below would lose to it
     assert "Loading the inputs…" in [c.value for c in at.sidebar.caption]
@@ -120,6 +127,8 @@ def test_the_inputs_and_the_chart_come_after_the_results_reach_the_browser():
     assert shown["in_engine"] == "vllm" and shown["in_ctx_text"] == "64K"
     assert "Loading the inputs…" not in [c.value for c in at.sidebar.caption]
     assert len(at.get("page_link")) == len(PAGES)
+    assert list(at.dataframe[0].value["context"]) == [format_tokens(r.context) for r in result.rows]
+    assert not [m for m in at.markdown if m.value.startswith("| context |")]
     (chart,) = at.get("plotly_chart")
     figure = json.loads(chart.proto.spec)
     assert [s["y0"] for s in figure["layout"]["shapes"]] == [pytest.approx(result.usable_bytes / 2**30)]

@@ -64,11 +64,23 @@ export default function ({ data, setStateValue }) {
 _painted = st.components.v2.component("kvscope_painted", js=_PAINTED_JS)
 
 
+_REPORTER = "kv_painted"  # the reporter's key: its state holds the browser's report
 PAINTED = "_kv_painted"  # session state: the browser has drawn this session's first run (AppTest sets it: no browser)
 
 
+def page_config(title: str, *, icon_at_once: bool = False) -> None:
+    """Title and wide layout; the page's icon from the first paint's rerun on (ui.layout.wait_for_paint), unless
+    `icon_at_once`: Streamlit turns any image icon into a URL through a function that imports numpy and Pillow,
+    ~60 ms of a fresh server's first run. Until then the tab shows Streamlit's own icon, as it does while loading."""
+    icon = FAVICON if icon_at_once or painted() else None
+    st.set_page_config(page_title=f"kvscope — {title}", page_icon=icon, layout="wide")
+
+
 def painted() -> bool:
-    """Whether the browser has drawn this session's first run (`wait_for_paint` asks it)."""
+    """Whether the browser has drawn this session's first run (`wait_for_paint` asks it). True from the top of the
+    rerun the browser's report causes: the report is already in the reporter's state then."""
+    if not st.session_state.get(PAINTED) and (st.session_state.get(_REPORTER) or {}).get("painted"):
+        st.session_state[PAINTED] = True
     return bool(st.session_state.get(PAINTED))
 
 
@@ -80,7 +92,7 @@ def wait_for_paint() -> bool:
     if not painted():
         session = st.session_state.setdefault("_kv_session", secrets.token_hex(8))  # a new one after a server restart
         state = _painted(
-            key="kv_painted", data={"session": session}, on_painted_change=lambda: None, width="content", height=0
+            key=_REPORTER, data={"session": session}, on_painted_change=lambda: None, width="content", height=0
         )
         st.session_state[PAINTED] = bool(state.painted)  # a plain key: kept once the reporter is gone
     return painted()

@@ -3,6 +3,7 @@ reaches a new visitor sooner (tests/bench/bench_app.py measures how much sooner)
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tests.e2e.conftest import ARTIFACTS, VIEWPORT, Server, wait_for_app
@@ -71,3 +72,48 @@ def test_the_inputs_follow_in_a_browser_without_request_idle_callback(chromium, 
         assert not page.locator('[data-testid="stException"]').count()
     finally:
         context.close()
+
+
+# Holds the page's idle callbacks until the test runs them: the paint report (ui.layout.wait_for_paint) waits.
+_HOLD_IDLE_JS = "window.__kvIdle = []; window.requestIdleCallback = (f) => window.__kvIdle.push(f);"
+
+
+def test_the_first_render_loads_no_array_library_and_the_grid_and_icon_follow(chromium, tmp_path):
+    """A fresh server's first render draws the context table as markdown and sets no page icon: numpy, pyarrow and
+    Pillow (the data grid's Arrow table, Streamlit's image-to-URL for the icon: ~0.15 s of the first run) are not
+    loaded then. Once the tab reports the run drawn, the data grid with the same contexts and the local SVG icon
+    follow."""
+    from playwright.sync_api import expect
+
+    libraries = ("numpy/_core/_multiarray_umath", "pyarrow/libarrow", "PIL/_imaging")
+    server = Server(env={"KVSCOPE_CACHE": str(tmp_path)}, log=ARTIFACTS / "streamlit-first-paint-grid.log")
+    try:
+        server.wait_healthy()
+        context = chromium.new_context(viewport=VIEWPORT)
+        try:
+            context.add_init_script(_HOLD_IDLE_JS)
+            page = context.new_page()
+            page.goto(server.url + "/?model=Qwen%2FQwen3-8B&ctx=16k")
+            expect(page.locator('[data-testid="stMetric"]')).to_have_count(4, timeout=60_000)
+            table = page.locator('[data-testid="stMarkdown"] table').filter(has_text="cache (GiB)")
+            expect(table.locator("tbody tr").first).to_be_visible()
+            contexts = table.locator("tbody tr td:first-child").all_inner_texts()
+            assert "16K" in contexts, contexts
+            wait_for_app(page)  # the first run is over
+            assert page.evaluate("window.__kvIdle.length") >= 1  # the paint report is waiting, not sent
+            loaded = [lib for lib in libraries if _mapped(server.proc.pid, lib)]
+            assert not loaded, f"the first render loaded {loaded}"
+            assert not page.locator('[data-testid="stDataFrame"]').count()
+
+            page.evaluate("window.__kvIdle.splice(0).forEach((f) => f({ didTimeout: false, timeRemaining: () => 0 }))")
+            expect(page.locator('[data-testid="stDataFrame"]')).to_have_count(1, timeout=60_000)
+            expect(table).to_have_count(0)
+            icon = page.locator('link[rel~="icon"]').first
+            expect(icon).to_have_attribute("href", re.compile(r"^data:image/svg\+xml;base64,"), timeout=30_000)
+            wait_for_app(page)
+            assert all(_mapped(server.proc.pid, lib) for lib in libraries[:2])  # the probe is not blind
+            assert not page.locator('[data-testid="stException"]').count()
+        finally:
+            context.close()
+    finally:
+        server.stop()
