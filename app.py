@@ -28,7 +28,6 @@ from ui.layout import mobile_css, opened, page_config, painted
 from ui.table import markdown_table
 
 page_config("fit a card")
-mobile_css()
 st.title("Fit a card")
 inputs, model, setup = sidebar()
 
@@ -152,6 +151,7 @@ formats = {c: "%.3f" for c in shown[0] if "GiB" in c} | {
 # speed columns can be null; the values stay numbers.
 no_fit = "— (does not fit)"
 if painted():
+    mobile_css()  # it moves the data grid below its toolbar on phones: no grid, no CSS (or its chunks)
     st.dataframe(
         arrow_table(shown),  # not a pandas DataFrame: no pandas import before the first table
         hide_index=True,
