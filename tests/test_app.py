@@ -209,6 +209,30 @@ def test_unknown_hub_model_offline_shows_a_message_and_the_default():
     assert not at.exception
 
 
+def test_a_model_that_cannot_be_read_is_asked_for_once_a_minute_not_again_by_the_paints_rerun(monkeypatch):
+    """A Hub id that cannot be reached costs its timeout (up to 5 s offline); st.cache_data keeps no exception, so
+    the paint's rerun and every other visitor of the link paid it again. The failure is remembered for a minute."""
+    import secrets
+
+    import ui.inputs
+
+    asked: list[str] = []
+    real = ui.inputs.load_raw
+    monkeypatch.setattr(ui.inputs, "load_raw", lambda source, **kw: (asked.append(source), real(source, **kw))[1])
+    name = f"nobody/not-a-model-{secrets.token_hex(4)}"  # in no cache from an earlier test
+    at = first_run({"model": name})
+    assert any(name in e.value for e in at.error) and not at.metric and not at.exception
+    assert asked == [name]
+    at.session_state["kv_painted"] = {"painted": True}  # the browser's report: the rerun with the inputs
+    at.run()
+    assert any(name in e.value for e in at.error) and not at.metric and at.sidebar.text_input
+    assert asked == [name]
+    assert any(name in e.value for e in first_run({"model": name}).error)  # another visitor, within the minute
+    assert asked == [name]
+    assert any("other" in e.value for e in first_run({"model": "nobody/other"}).error)
+    assert asked == [name, "nobody/other"]  # the probe sees a new name asked for
+
+
 def test_uploaded_config_travels_in_the_link():
     raw = json.loads((ROOT / "core" / "model" / "presets" / "Qwen__Qwen3-8B.json").read_text())
     at = app({"config": pack_config(raw), "engine": "transformers", "weights": "bf16", "card": "H100"})

@@ -61,6 +61,18 @@ def _spec(source: str, packed: str, hub: bool) -> tuple[ModelSpec, str]:
     return model_from_config(raw, name, isolated=True), origin
 
 
+@st.cache_data(show_spinner=False, max_entries=64, ttl=60)
+def _spec_failure(source: str, packed: str, hub: bool) -> str | None:
+    """Why `_spec` cannot read this model, remembered for a minute (st.cache_data keeps no exception), else None.
+    Without it, a Hub id that cannot be reached cost its timeout twice in a session's first second (the first run,
+    then the paint's rerun) and once more for every visitor of the same link."""
+    try:
+        _spec(source, packed, hub)
+    except InputError as err:
+        return str(err)
+    return None
+
+
 @st.cache_data(show_spinner="Reading the GGUF's header…", max_entries=64, ttl=3600)  # a new upload moves main
 def _gguf_weights(name: str) -> tuple[WeightFile, str]:
     """The exact weights of the GGUF a Hub name selects, from its header only (core.memory.gguf_hub: a ranged read,
@@ -390,7 +402,11 @@ def sidebar(*, model_only: bool = False, context: bool | None = None) -> tuple[I
         _stop("\n\n".join(problems))
     try:
         hub = st.session_state.get("in_source") == "Hub" or inputs.model not in presets()
-        model, origin = _spec(inputs.model.strip() or DEFAULT_MODEL, inputs.config, hub)
+        source = inputs.model.strip() or DEFAULT_MODEL
+        failure = _spec_failure(source, inputs.config, hub)
+        if failure:
+            raise InputError(failure)
+        model, origin = _spec(source, inputs.config, hub)
         if origin.startswith("bundled preset ("):
             st.warning(f"{inputs.model}: using the {origin}")
         if drawn:
