@@ -33,5 +33,5 @@ def test_full_size_cache_equals_prediction(repo_id):
     for n in LENGTHS:
         ids = torch.zeros((1, n), dtype=torch.long, device="meta")
         with torch.no_grad():
-            cache = model(input_ids=ids, use_cache=True, logits_to_keep=1).past_key_values
+            cache = model(input_ids=ids, use_cache=True, logits_to_keep=1).cache
         assert cache_bytes(cache) == engine.account(spec, n, kv_dtype="bf16").total, f"{repo_id} at {n} tokens"

@@ -53,7 +53,7 @@ def prefill(model, n: int, batch: int = 1):
     ids = torch.randint(0, model.config.vocab_size, (batch, n))
     with torch.no_grad():
         out = model(input_ids=ids, use_cache=True)
-    return out.past_key_values
+    return out.cache  # transformers 5's name (`past_key_values`: a deprecated alias)
 
 
 def check(model_type: str, kv: str, batch: int = 1) -> None:
@@ -104,6 +104,6 @@ def test_sliding_layers_pin_more_than_they_hold():
     assert cache_bytes(cache) == per_token * (WINDOW - 1)
     assert pinned_bytes(cache) == per_token * n
     with torch.no_grad():
-        model(input_ids=torch.zeros((1, 1), dtype=torch.long), past_key_values=cache, use_cache=True)
+        model(input_ids=torch.zeros((1, 1), dtype=torch.long), cache=cache, use_cache=True)
     assert cache_bytes(cache) == per_token * (WINDOW - 1)
     assert pinned_bytes(cache) == per_token * WINDOW

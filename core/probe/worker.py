@@ -285,14 +285,14 @@ def _prefill_kwargs(model: Any) -> dict[str, Any]:
 
 def decode_eager(torch: Any, model: Any, out: Any, steps: int, device: str) -> float:
     """tok/s over `steps` greedy steps continuing the prefill's own (dynamic) cache, one forward per token."""
-    cache = out.past_key_values
+    cache = out.cache  # transformers 5's name (`past_key_values`: a deprecated alias)
     token = out.logits[:, -1:].argmax(-1)
     _sync(torch, device)
     start = time.perf_counter()
     with torch.no_grad():
         for _ in range(steps):
-            step = model(input_ids=token, past_key_values=cache, use_cache=True)
-            cache = step.past_key_values
+            step = model(input_ids=token, cache=cache, use_cache=True)
+            cache = step.cache
             token = step.logits[:, -1:].argmax(-1)
     _sync(torch, device)
     return steps * token.shape[0] / (time.perf_counter() - start)
@@ -430,8 +430,8 @@ def run_transformers(req: ProbeRequest, ch: Channel, budget_s: float | None = No
         _sync(torch, device)
         prefill_s = time.perf_counter() - start
         peak = torch.cuda.max_memory_allocated() if device == "cuda" else None
-        measured = cache_bytes(out.past_key_values)
-        pinned = pinned_bytes(out.past_key_values)
+        measured = cache_bytes(out.cache)
+        pinned = pinned_bytes(out.cache)
         ch.progress(f"context {n:,}: decode {req.decode_steps} steps")
         mode = "eager"
         rate = None
