@@ -150,6 +150,7 @@ formats = {c: "%.3f" for c in shown[0] if "GiB" in c} | {
 # A row that does not fit has no speed (null): "—" with why, where a bare None would read as missing data. Only the
 # speed columns can be null; the values stay numbers.
 no_fit = "— (does not fit)"
+column_help = {"decode tok/s": "one sequence", "aggregate tok/s": "all sequences together, with as many running as fit"}
 if painted():
     mobile_css()  # it moves the data grid below its toolbar on phones: no grid, no CSS (or its chunks)
     st.dataframe(
@@ -159,19 +160,12 @@ if painted():
         lazy=False,  # a few rows: sent whole (deciding whether to send them lazily imports pandas)
         placeholder=no_fit,
         column_config={
+            c: st.column_config.NumberColumn(c, format=f, help=column_help.get(c)) for c, f in formats.items()
+        }
+        | {
             "context": st.column_config.TextColumn("context", pinned=True),
             "memory used (%)": st.column_config.ProgressColumn(
                 "memory used (%)", min_value=0.0, max_value=100.0, format=formats["memory used (%)"]
-            ),
-            **{c: st.column_config.NumberColumn(c, format=formats[c]) for c in shown[0] if "GiB" in c},
-            "requests": st.column_config.NumberColumn("requests", format=formats["requests"]),
-            "decode tok/s": st.column_config.NumberColumn(
-                "decode tok/s", format=formats["decode tok/s"], help="one sequence"
-            ),
-            "aggregate tok/s": st.column_config.NumberColumn(
-                "aggregate tok/s",
-                format=formats["aggregate tok/s"],
-                help="all sequences together, with as many running as fit",
             ),
         },
     )
