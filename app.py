@@ -23,6 +23,7 @@ from core.speed.ram import ram_gb_s
 from core.speed.report import speed_lines, speed_or_none
 from core.units import format_bytes, format_tokens
 from ui.arrow import arrow_table
+from ui.figures import figure_row
 from ui.inputs import downloads, sidebar
 from ui.layout import mobile_css, opened, page_config, painted
 from ui.table import markdown_table
@@ -51,11 +52,15 @@ if context < inputs.ctx:
 row = next(r for r in result.rows if r.context == context)
 v = verdict(result, row)
 (st.success if v.fits else st.error)(f"**{v.headline}.** {v.sentence}")
-c1, c2, c3, c4 = st.columns(4)
-c1.metric("Fits?", "yes" if row.fits else "no")
-c2.metric("Max context, one sequence", max_context_text(result))
-c3.metric(f"Requests at {format_tokens(context)}", requests_text(result, row))
-c4.metric("Cache at this context", format_bytes(row.cache_bytes), help="per GPU, one sequence")
+figure_row(
+    {
+        "Fits?": "yes" if row.fits else "no",
+        "Max context, one sequence": max_context_text(result),
+        f"Requests at {format_tokens(context)}": requests_text(result, row),
+        "Cache at this context": format_bytes(row.cache_bytes),
+    },
+    helps={"Cache at this context": "per GPU, one sequence"},
+)
 for note in result.notes:
     st.info(note)
 
@@ -215,7 +220,8 @@ if speed_rows and (how_speed := opened("How is the speed computed?", "kv_how_spe
                 "out; pick a shorter context or a larger card."
             )
 
-downloads(inputs, shown, {"table": table_records(result)}, kv_used=row.account.kv_dtype)
+if painted():  # the download buttons' code is one more fetch for a fresh tab: not before the first paint
+    downloads(inputs, shown, {"table": table_records(result)}, kv_used=row.account.kv_dtype)
 
 # Last on the page, and on a session's first run only once the browser has drawn the rest (ui.layout.wait_for_paint):
 # plotly.js costs a fresh tab ~0.6 s of main thread.

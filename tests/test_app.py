@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ from core.engines import engine_named
 from core.fit import Setup, context_limit, fit, table_contexts
 from core.memory.gpus import Card, card_named
 from core.model.loading import load_model
+from core.report import max_context_text, requests_text
 from core.units import format_bytes, format_tokens
 from tests.conftest import ROOT
 from ui.layout import PAINTED
@@ -88,6 +90,13 @@ def test_default_view_shows_cores_numbers():
     assert list(table["context"]) == [format_tokens(r.context) for r in result.rows]
 
 
+def figures(at: AppTest) -> dict[str, str]:
+    """The headline figures of a session's first run: markdown, the label small and the value a heading
+    (ui.figures.figure_row)."""
+    drawn = [re.fullmatch(r":small\[(.+)\]\n\n## (.+)", m.value) for m in at.markdown]
+    return {match[1]: match[2] for match in drawn if match}
+
+
 def first_run(params: dict[str, str]) -> AppTest:
     """A session's first run, before its browser has reported it drawn (tests/conftest.py starts AppTests after)."""
     at = AppTest.from_file(APP, default_timeout=180)
@@ -104,7 +113,14 @@ def test_the_inputs_and_the_chart_come_after_the_results_reach_the_browser():
     at = first_run(to_query(inputs))
     result, row = expected(inputs)
     assert not at.exception
-    assert metrics(at)["Cache at this context"] == format_bytes(row.cache_bytes)
+    # the figures as markdown: no st.metric (its code, fetched by a fresh tab once a metric arrives), no downloads
+    assert figures(at) == {
+        "Fits?": "yes" if row.fits else "no",
+        "Max context, one sequence": max_context_text(result),
+        f"Requests at {format_tokens(row.context)}": requests_text(result, row),
+        "Cache at this context": format_bytes(row.cache_bytes),
+    }
+    assert not at.metric and not at.get("download_button")
     # the table as markdown: no data grid (pyarrow, numpy, the grid's code) before the first paint
     (table,) = [m.value for m in at.markdown if m.value.startswith("| context |")]
     header, _, *lines = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()]
@@ -123,7 +139,8 @@ def test_the_inputs_and_the_chart_come_after_the_results_reach_the_browser():
 
     at.session_state["kv_painted"] = {"painted": True}  # what the component sends from the browser
     at.run()
-    assert not at.exception and metrics(at)["Cache at this context"] == format_bytes(row.cache_bytes)
+    assert not at.exception and metrics(at) == figures(first_run(to_query(inputs)))
+    assert not figures(at) and len(at.get("download_button")) == 2
     shown = {w.key: w.value for w in [*at.sidebar.selectbox, *at.sidebar.text_input]}
     assert shown["in_model"] == inputs.model and shown["in_card"] == inputs.card and shown["in_kv"] == "fp8"
     assert shown["in_engine"] == "vllm" and shown["in_ctx_text"] == "64K"

@@ -48,17 +48,34 @@ def fold_sidebar_on_phones(key: str) -> None:
     _fold_sidebar(key="kv_fold_sidebar", data={"key": key}, width="content", height=0)
 
 
-# No markup: once the page's main thread is idle after mounting it (what the run drew is on screen; at most 2 s
-# later; without requestIdleCallback, 50 ms later), it reports `painted`, which reruns the page. Our own constant
-# script (components v2 code runs unsandboxed in the page).
+# No markup. Once the run that mounted it is over in the tab (Streamlit's run state back to not running, its
+# running indicator gone) and the tab's main thread is idle (what the run drew is on screen; at most 2 s later;
+# without requestIdleCallback, 50 ms later), it reports `painted`, which reruns the page. Waiting for the run's end
+# matters under load: with 20 tabs on two cores the 2 s timeout fired while the tab was still drawing the first
+# run, and the rerun it caused kept the page running (tests/bench/bench_team.py). After 20 s it reports anyway, in
+# case a Streamlit upgrade renames the state attribute. Our own constant script (components v2 code runs
+# unsandboxed in the page).
 _PAINTED_JS = """
 let asked = null;
 export default function ({ data, setStateValue }) {
   if (data.session === asked) return;  // once a session: the rerun it causes draws it again
   asked = data.session;
   const report = () => setStateValue("painted", true);
-  if (window.requestIdleCallback) requestIdleCallback(report, { timeout: 2000 });
-  else setTimeout(report, 50);  // Safari has no requestIdleCallback
+  const whenIdle = () => window.requestIdleCallback
+    ? requestIdleCallback(report, { timeout: 2000 })
+    : setTimeout(report, 50);  // Safari has no requestIdleCallback
+  const app = document.querySelector('[data-testid="stApp"]');
+  const over = () => !["running", "rerunRequested"].includes(app.getAttribute("data-test-script-state"))
+    && !document.querySelector('[data-testid="stStatusWidget"]');
+  if (!app || over()) return whenIdle();
+  const late = setTimeout(() => { watch.disconnect(); report(); }, 20000);
+  const watch = new MutationObserver(() => {
+    if (!over()) return;
+    watch.disconnect();
+    clearTimeout(late);
+    whenIdle();
+  });
+  watch.observe(document.body, { attributes: true, childList: true, subtree: true });
 }
 """
 _painted = st.components.v2.component("kvscope_painted", js=_PAINTED_JS)

@@ -4,10 +4,10 @@ the same moment; the latency distribution beside the same load on a minimal Stre
     .venv/bin/python tests/bench/bench_team.py              # or: make bench
     .venv/bin/python tests/bench/bench_team.py --users 30 --rounds 3
 
-Latency = one user's page.goto until its first render (kvscope: its 4 metrics drawn; minimal page: its title; both:
-the script run over; stamped in the page). kvscope's sidebar inputs follow in a rerun once the browser has drawn
-that (ui.layout.wait_for_paint): "kvscope inputs" is page.goto until they are drawn. Rounds alternate kvscope and the
-minimal page so load on the machine hits both alike.
+Latency = one user's page.goto until its first render (kvscope: its 4 headline figures drawn; minimal page: its
+title; both: the script run over; stamped in the page). kvscope's sidebar inputs follow in a rerun once the browser
+has drawn that (ui.layout.wait_for_paint): "kvscope inputs" is page.goto until they are drawn. Rounds alternate
+kvscope and the minimal page so load on the machine hits both alike.
 Traffic goes to 127.0.0.1 only. A report, not a test (tests/e2e/test_hostile.py checks correctness under this load).
 """
 

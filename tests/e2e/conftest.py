@@ -44,6 +44,9 @@ WAIT_MS = 30_000  # default bound on every Playwright wait
 # that starts right after it (the rerun that draws the inputs and the chart once the browser is idle,
 # ui.layout.wait_for_paint) is never counted into the first render, however late the harness looks; polling from
 # outside caught that rerun in some rounds.
+# Fit a card's four headline figures: markdown headings on a session's first run, st.metric from the rerun after its
+# first paint (ui.figures.figure_row). Either way the verdict's numbers are on screen.
+FIGURES = '[data-testid="stMetric"], .st-key-kv_figures h2'
 FIRST_DONE_JS = """
 window.__kvFirstDone = null;
 new MutationObserver(() => {
@@ -65,9 +68,15 @@ def free_port() -> int:
 
 
 class Server:
-    """`python -m streamlit run app.py` on a free loopback port, in its own process group."""
+    """`python -m streamlit run app.py` (or `script`) on a free loopback port, in its own process group."""
 
-    def __init__(self, env: dict[str, str] | None = None, log: Path | None = None, watch_files: bool = False):
+    def __init__(
+        self,
+        env: dict[str, str] | None = None,
+        log: Path | None = None,
+        watch_files: bool = False,
+        script: Path | None = None,
+    ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log or Path(tempfile.mkstemp(prefix="kvscope-streamlit-", suffix=".log")[1])
@@ -75,7 +84,7 @@ class Server:
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(
             [
-                *(sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true"),
+                *(sys.executable, "-m", "streamlit", "run", str(script or "app.py"), "--server.headless", "true"),
                 *("--server.port", str(self.port), "--server.address", "127.0.0.1"),
                 *("--browser.gatherUsageStats", "false"),
                 # no watcher by default: an edit elsewhere in the repo mid-test must not rerun the app

@@ -22,7 +22,7 @@ from core.fit import context_limit, fit, table_contexts
 from core.model.loading import presets
 from core.report import max_context_text
 from core.units import format_bytes
-from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS, FIRST_DONE_JS, VIEWPORT, wait_for_app
+from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS, FIGURES, FIRST_DONE_JS, VIEWPORT, wait_for_app
 from ui.state import from_query, share_query
 
 TEAM_SIZE = 20
@@ -173,6 +173,8 @@ async def _load(browser, url: str, ready: str, count: int, read: bool, inputs: b
         app = page.locator('[data-testid="stApp"]')
         await expect(app).to_have_attribute("data-test-script-state", "notRunning", timeout=TEAM_TIMEOUT_MS)
         drawn = time.perf_counter() - start if inputs else None
+        if read:  # the rerun's metrics (ui.figures): their code may still be on its way when the inputs are drawn
+            await expect(page.locator('[data-testid="stMetric"]')).to_have_count(count, timeout=TEAM_TIMEOUT_MS)
         shown = await _metrics(page) if read else {}
         errors = await page.locator('[data-testid="stException"]').count()
         return Answer(first, drawn, shown, page.url, errors)
@@ -192,7 +194,7 @@ async def _team_round(urls: list[str], ready: str, count: int, read: bool, input
 
 
 def drive_team(
-    urls: list[str], ready: str = '[data-testid="stMetric"]', count: int = 4, read: bool = True, inputs: bool = True
+    urls: list[str], ready: str = FIGURES, count: int = 4, read: bool = True, inputs: bool = True
 ) -> list[Answer]:
     """Every URL opened at once, each in its own browser context (its own session), in one Chromium. Runs on its
     own thread: Playwright's sync API (the other tests' fixtures) owns this thread's event loop."""
