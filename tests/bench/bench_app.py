@@ -263,9 +263,9 @@ def main() -> int:
         times = " ".join(f"{med[k]:>7.2f}" for k in ("health", "load", "seen", "render"))
         print(f"  {label:<24} {times} {chart} {ratio:>5.2f}x  {med['cpu']:>5.2f} {cpu_ratio:>5.2f}x  "
               f"{med['page']:>5.2f} {page_ratio:>5.2f}x  {listed:<18} {mark}")  # fmt: skip
-    print("  (seen = the metrics (the minimal page's title) visible; render = the targets' measure: also the script "
-          "run over, stamped in the page (a deferred rerun just after it is not counted); chart = the sidebar's "
-          "inputs and the chart drawn too, by that rerun; CPU = the server's process group's "
+    print("  (seen = the headline figures (the minimal page's title) visible; render = the targets' measure: also "
+          "the script run over, stamped in the page (a deferred rerun just after it is not counted); chart = the "
+          "sidebar's inputs and the chart drawn too, by that rerun; CPU = the server's process group's "
           "CPU seconds from its start to the render, steadier than wall time on a loaded machine; page = the browser "
           "tab's main thread busy until the render (Chrome's TaskDuration). Headless "
           "Chromium, no GPU.)")  # fmt: skip
