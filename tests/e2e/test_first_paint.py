@@ -3,7 +3,9 @@ reaches a new visitor sooner (tests/bench/bench_app.py measures how much sooner)
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.e2e.conftest import ARTIFACTS, FIGURES, ROOT, VIEWPORT, Server, wait_for_app
@@ -92,6 +94,23 @@ window.requestIdleCallback = (f) => {
 _DEFERRED_CODE = ("Metric.", "numbro.", "DownloadButton.", "DataFrame.", "Html.", "rehype-raw.")
 
 
+@contextlib.contextmanager
+def _held_tab(chromium, server: Server, path: str) -> Iterator:
+    """A fresh tab at `path` on a fresh `server` (stopped afterwards), its idle callbacks held (_HOLD_IDLE_JS)."""
+    try:
+        server.wait_healthy()
+        context = chromium.new_context(viewport=VIEWPORT)
+        try:
+            context.add_init_script(_HOLD_IDLE_JS)
+            page = context.new_page()
+            page.goto(server.url + path)
+            yield page
+        finally:
+            context.close()
+    finally:
+        server.stop()
+
+
 def test_the_first_render_loads_no_array_library_and_the_grid_and_icon_follow(chromium, tmp_path):
     """A fresh server's first render draws the headline figures and the context table as markdown and sets no page
     icon: numpy, pyarrow and Pillow (the data grid's Arrow table, Streamlit's image-to-URL for the icon: ~0.15 s of
@@ -102,45 +121,35 @@ def test_the_first_render_loads_no_array_library_and_the_grid_and_icon_follow(ch
 
     libraries = ("numpy/_core/_multiarray_umath", "pyarrow/libarrow", "PIL/_imaging")
     server = Server(env={"KVSCOPE_CACHE": str(tmp_path)}, log=ARTIFACTS / "streamlit-first-paint-grid.log")
-    try:
-        server.wait_healthy()
-        context = chromium.new_context(viewport=VIEWPORT)
-        try:
-            context.add_init_script(_HOLD_IDLE_JS)
-            page = context.new_page()
-            page.goto(server.url + "/?model=Qwen%2FQwen3-8B&ctx=16k")
-            expect(page.locator(FIGURES)).to_have_count(4, timeout=60_000)
-            table = page.locator('[data-testid="stMarkdown"] table').filter(has_text="cache (GiB)")
-            expect(table.locator("tbody tr").first).to_be_visible()
-            contexts = table.locator("tbody tr td:first-child").all_inner_texts()
-            assert "16K" in contexts, contexts
-            wait_for_app(page)  # the first run is over
-            # the paint report is waiting, not sent, and was asked for once the run was over
-            assert page.evaluate("window.__kvIdleAsked") == ["notRunning"]
-            loaded = [lib for lib in libraries if _mapped(server.proc.pid, lib)]
-            assert not loaded, f"the first render loaded {loaded}"
-            assert not page.locator('[data-testid="stDataFrame"]').count()
-            assert not page.locator('[data-testid="stMetric"], [data-testid="stDownloadButton"]').count()
-            fetched = page.evaluate("performance.getEntriesByType('resource').map((e) => e.name.split('/').pop())")
-            early = [name for name in fetched if name.startswith(_DEFERRED_CODE)]
-            assert not early, f"the first render fetched {early}"
+    with _held_tab(chromium, server, "/?model=Qwen%2FQwen3-8B&ctx=16k") as page:
+        expect(page.locator(FIGURES)).to_have_count(4, timeout=60_000)
+        table = page.locator('[data-testid="stMarkdown"] table').filter(has_text="cache (GiB)")
+        expect(table.locator("tbody tr").first).to_be_visible()
+        contexts = table.locator("tbody tr td:first-child").all_inner_texts()
+        assert "16K" in contexts, contexts
+        wait_for_app(page)  # the first run is over
+        # the paint report is waiting, not sent, and was asked for once the run was over
+        assert page.evaluate("window.__kvIdleAsked") == ["notRunning"]
+        loaded = [lib for lib in libraries if _mapped(server.proc.pid, lib)]
+        assert not loaded, f"the first render loaded {loaded}"
+        assert not page.locator('[data-testid="stDataFrame"]').count()
+        assert not page.locator('[data-testid="stMetric"], [data-testid="stDownloadButton"]').count()
+        fetched = page.evaluate("performance.getEntriesByType('resource').map((e) => e.name.split('/').pop())")
+        early = [name for name in fetched if name.startswith(_DEFERRED_CODE)]
+        assert not early, f"the first render fetched {early}"
 
-            page.evaluate("window.__kvIdle.splice(0).forEach((f) => f({ didTimeout: false, timeRemaining: () => 0 }))")
-            expect(page.locator('[data-testid="stDataFrame"]')).to_have_count(1, timeout=60_000)
-            expect(table).to_have_count(0)
-            expect(page.locator('[data-testid="stMetric"]')).to_have_count(4)
-            expect(page.locator('[data-testid="stDownloadButton"]')).to_have_count(2)
-            fetched = page.evaluate("performance.getEntriesByType('resource').map((e) => e.name.split('/').pop())")
-            assert {p for p in _DEFERRED_CODE[:4] if any(n.startswith(p) for n in fetched)} == set(_DEFERRED_CODE[:4])
-            icon = page.locator('link[rel~="icon"]').first
-            expect(icon).to_have_attribute("href", re.compile(r"^data:image/svg\+xml;base64,"), timeout=30_000)
-            wait_for_app(page)
-            assert all(_mapped(server.proc.pid, lib) for lib in libraries[:2])  # the probe is not blind
-            assert not page.locator('[data-testid="stException"]').count()
-        finally:
-            context.close()
-    finally:
-        server.stop()
+        page.evaluate("window.__kvIdle.splice(0).forEach((f) => f({ didTimeout: false, timeRemaining: () => 0 }))")
+        expect(page.locator('[data-testid="stDataFrame"]')).to_have_count(1, timeout=60_000)
+        expect(table).to_have_count(0)
+        expect(page.locator('[data-testid="stMetric"]')).to_have_count(4)
+        expect(page.locator('[data-testid="stDownloadButton"]')).to_have_count(2)
+        fetched = page.evaluate("performance.getEntriesByType('resource').map((e) => e.name.split('/').pop())")
+        assert {p for p in _DEFERRED_CODE[:4] if any(n.startswith(p) for n in fetched)} == set(_DEFERRED_CODE[:4])
+        icon = page.locator('link[rel~="icon"]').first
+        expect(icon).to_have_attribute("href", re.compile(r"^data:image/svg\+xml;base64,"), timeout=30_000)
+        wait_for_app(page)
+        assert all(_mapped(server.proc.pid, lib) for lib in libraries[:2])  # the probe is not blind
+        assert not page.locator('[data-testid="stException"]').count()
 
 
 # A page whose first run goes on for 3 s after the paint reporter is drawn.
@@ -169,26 +178,16 @@ def test_the_paint_report_waits_for_the_end_of_the_run(chromium, tmp_path):
     script = tmp_path / "slow_first_run.py"
     script.write_text(_SLOW_FIRST_RUN)
     server = Server(env={"PYTHONPATH": str(ROOT), "KVSCOPE_CACHE": str(tmp_path)}, script=script)
-    try:
-        server.wait_healthy()
-        context = chromium.new_context(viewport=VIEWPORT)
-        try:
-            context.add_init_script(_HOLD_IDLE_JS)
-            page = context.new_page()
-            page.goto(server.url + "/")
-            app = page.locator('[data-testid="stApp"]')
-            expect(page.locator('[data-testid="stBidiComponentIsolated"]')).to_have_count(1, timeout=60_000)
-            assert app.get_attribute("data-test-script-state") == "running", "the reporter came after the run"
-            page.wait_for_timeout(500)
-            assert page.evaluate("window.__kvIdleAsked") == []  # mounted, waiting for the run's end
-            expect(page.get_by_text("The first run is over")).to_be_visible(timeout=30_000)
-            wait_for_app(page)
-            page.wait_for_function("window.__kvIdleAsked.length > 0", timeout=10_000)
-            assert page.evaluate("window.__kvIdleAsked") == ["notRunning"]
-            page.evaluate("window.__kvIdle.splice(0).forEach((f) => f({ didTimeout: false, timeRemaining: () => 0 }))")
-            expect(page.get_by_text("The rerun after the report")).to_be_visible(timeout=30_000)
-            assert not page.locator('[data-testid="stException"]').count()
-        finally:
-            context.close()
-    finally:
-        server.stop()
+    with _held_tab(chromium, server, "/") as page:
+        app = page.locator('[data-testid="stApp"]')
+        expect(page.locator('[data-testid="stBidiComponentIsolated"]')).to_have_count(1, timeout=60_000)
+        assert app.get_attribute("data-test-script-state") == "running", "the reporter came after the run"
+        page.wait_for_timeout(500)
+        assert page.evaluate("window.__kvIdleAsked") == []  # mounted, waiting for the run's end
+        expect(page.get_by_text("The first run is over")).to_be_visible(timeout=30_000)
+        wait_for_app(page)
+        page.wait_for_function("window.__kvIdleAsked.length > 0", timeout=10_000)
+        assert page.evaluate("window.__kvIdleAsked") == ["notRunning"]
+        page.evaluate("window.__kvIdle.splice(0).forEach((f) => f({ didTimeout: false, timeRemaining: () => 0 }))")
+        expect(page.get_by_text("The rerun after the report")).to_be_visible(timeout=30_000)
+        assert not page.locator('[data-testid="stException"]').count()
