@@ -26,7 +26,7 @@ from core.speed.published import points
 from core.speed.report import curve
 from core.units import GIB, MIB, format_tokens
 from ui.charts import bars, curves, palette
-from ui.inputs import sidebar
+from ui.inputs import list_widget_value, sidebar
 from ui.layout import mobile_css, opened, page_config
 
 page_config("hybrid vs full attention")
@@ -68,8 +68,8 @@ def _on_comparators() -> None:
     st.session_state["in_cmp"] = ",".join(st.session_state["cmp_sel"])
 
 
-if "cmp_sel" not in st.session_state:  # bound to a key (not `default=`): a changing default resets the widget
-    st.session_state["cmp_sel"] = [n for n in inputs.cmp.split(",") if n in presets()]
+# bound to a key (not `default=`): a changing default resets the widget
+list_widget_value("cmp_sel", [n for n in inputs.cmp.split(",") if n in presets()])
 chosen = st.multiselect(
     "Compare with",
     sorted(presets()),

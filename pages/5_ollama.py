@@ -23,7 +23,7 @@ from core.ollama_report import (
 from core.speed.cli import error_record
 from core.speed.predict import PREFILL_SPANS, prefill_spans
 from core.units import GIB, MIB, format_tokens, parse_tokens
-from ui.inputs import sidebar
+from ui.inputs import list_widget_value, sidebar
 from ui.layout import mobile_css, page_config
 from ui.state import BOUNDS, MAX_OLLAMA_CARDS, OLLAMA_FLASH, OLLAMA_RAM, OLLAMA_WEIGHTS
 
@@ -42,8 +42,7 @@ def _on_list(widget: str, field: str) -> None:
 
 # Lists travel in the link as comma-separated fields; their widgets hold lists (as on the hybrid page).
 for widget, value in (("ol_cards", inputs.ocards), ("ol_models", inputs.omodels)):
-    if widget not in st.session_state:
-        st.session_state[widget] = [n for n in value.split(",") if n]
+    list_widget_value(widget, [n for n in value.split(",") if n])
 
 st.caption(
     f"For each card: the runner Ollama {OLLAMA_VERSION} gives the model (llama-server, for every model since "

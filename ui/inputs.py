@@ -118,6 +118,15 @@ def _init_from_url() -> None:
     st.session_state["_kv_init"] = True
 
 
+def list_widget_value(key: str, names: list[str]) -> None:
+    """Put a multiselect's value (`names` from the link the first time, its own value after) into session state on
+    every run, before the widget is drawn. Streamlit gives the tab a value set from code only with the run that set
+    it. A multiselect the tab drew from a later run (the Ollama page's, folded in its settings box while the paint's
+    rerun came) started from its empty default and sent that back with the next rerun, as if the user had emptied
+    it: in 4 of 8 fresh loads of an Ollama link, the link lost its cards and comparison models."""
+    st.session_state[key] = st.session_state.get(key, names)
+
+
 def _current() -> Inputs:
     return Inputs(**{f.name: st.session_state.get(f"in_{f.name}", getattr(DEFAULTS, f.name)) for f in fields(Inputs)})
 

@@ -105,6 +105,36 @@ def test_a_link_from_every_page_round_trips_into_a_fresh_context(chromium, serve
         receiver_context.close()
 
 
+def test_the_ollama_lists_survive_the_reruns_after_the_first_paint(chromium, server):
+    """The Ollama page's two lists sit folded in its settings box. The tab sometimes sent them back empty with the
+    rerun after the paint's, as if emptied by hand (ui.inputs.list_widget_value), and the share box's link lost
+    them: 4 of 8 runs of the round trip above, two tabs loading at once. Here three rounds of three tabs at once:
+    in each tab, the link from the share box (opening it is one more rerun) holds the lists, and the settings box
+    shows them."""
+    from playwright.sync_api import expect
+
+    query = share_query(CHANGED)
+    for _ in range(3):
+        tabs = [_fresh(chromium) for _ in range(3)]
+        try:
+            for _, page in tabs:
+                page.goto(f"{server.url}/ollama?{query}")
+            for _, page in tabs:
+                expect(page.locator("h1")).to_have_text(PAGES["/ollama"], timeout=60_000)
+                wait_for_app(page)
+                link = dict(parse_qsl(urlsplit(shared_link(page)).query))
+                assert (link.get("ocards"), link.get("omodels")) == (CHANGED.ocards, CHANGED.omodels), link
+                page.get_by_text("Ollama settings and host").click()
+                lists = page.locator('[data-testid="stMultiSelect"]')
+                expect(lists.first).to_contain_text("GeForce RTX 3060 12GB")
+                expect(lists.nth(1)).to_contain_text("microsoft/phi-4")
+                wait_for_app(page)
+                assert "Pick at least one card." not in _text(page)
+        finally:
+            for context, _ in tabs:
+                context.close()
+
+
 def test_the_fact_check_link_round_trips_into_a_fresh_context(chromium, server):
     from playwright.sync_api import expect
 
