@@ -24,7 +24,7 @@ from core.speed.cli import error_record
 from core.speed.predict import PREFILL_SPANS, prefill_spans
 from core.units import GIB, MIB, format_tokens, parse_tokens
 from ui.inputs import list_widget_value, sidebar
-from ui.layout import mobile_css, page_config
+from ui.layout import mobile_css, opened, page_config
 from ui.state import BOUNDS, MAX_OLLAMA_CARDS, OLLAMA_FLASH, OLLAMA_RAM, OLLAMA_WEIGHTS
 
 page_config("Ollama")
@@ -182,8 +182,14 @@ for spec in specs:
     row = next(r for r in rows if r.model == spec.name)
     st.caption(f"**{spec.name}**: {row.runner}, because {row.runner_why}. At {LAST_GO_ENGINE}: {row.go_runner_why}.")
 
-with st.expander("How is each figure computed?"):
-    labels = [f"{r.model} on {r.card}" for r in rows]
-    row = rows[labels.index(st.selectbox("Row", labels, key="ol_row"))]
-    spec = next(m for m in specs if m.name == row.model)
-    st.markdown("\n\n".join(explain(row, spec)))
+# Drawn only while open (ui.layout.opened); the row picked stays while it is closed, in a plain key: a widget not
+# drawn loses its state.
+if how := opened("How is each figure computed?", "ol_how"):
+    with how:
+        labels = [f"{r.model} on {r.card}" for r in rows]
+        if st.session_state.get("_ol_row") in labels and "ol_row" not in st.session_state:
+            st.session_state["ol_row"] = st.session_state["_ol_row"]
+        st.session_state["_ol_row"] = st.selectbox("Row", labels, key="ol_row")
+        row = rows[labels.index(st.session_state["_ol_row"])]
+        spec = next(m for m in specs if m.name == row.model)
+        st.markdown("\n\n".join(explain(row, spec)))

@@ -16,7 +16,7 @@ from core.speed.efficiency import fitted
 from core.speed.groups import card_class
 from core.speed.predict import Hardware, predict
 from core.units import GIB, MIB, format_bytes, format_tokens
-from tests.test_app import app
+from tests.test_app import app, opened
 from tests.test_runtimes import CARDS
 from ui.state import from_query, to_query
 
@@ -127,8 +127,29 @@ def test_settings_host_and_a_second_model_reach_the_table():
     assert phi.loc["GeForce RTX 4060 8GB", "decode tok/s"] < phi.loc["GeForce RTX 4090 24GB", "decode tok/s"]
 
 
-def test_the_explanation_shows_the_estimators_terms():
+def test_the_explanation_is_drawn_only_while_open_and_keeps_its_row():
+    """Closed, the box holds nothing (its long markdown would be drawn, hidden, into a fresh tab's first render);
+    the row picked in it stays when it is closed and opened again."""
     at = ollama_page({"model": LLAMA})
+    (box,) = [e for e in at.expander if e.label == "How is each figure computed?"]
+    assert not box.markdown and not [s for s in at.selectbox if s.key == "ol_row"]
+    opened(at, "ol_how")
+    assert at.selectbox(key="ol_row").value == at.selectbox(key="ol_row").options[0]
+    picked = at.selectbox(key="ol_row").options[-1]
+    assert picked != at.selectbox(key="ol_row").options[0]
+    at.selectbox(key="ol_row").set_value(picked).run()
+    at.session_state["ol_how"] = False
+    at.run()
+    assert not [s for s in at.selectbox if s.key == "ol_row"]
+    at.run()  # a rerun while closed: a widget not drawn would lose its state here
+    opened(at, "ol_how")
+    assert at.selectbox(key="ol_row").value == picked
+    (box,) = [e for e in at.expander if e.label == "How is each figure computed?"]
+    assert picked.split(" on ")[1] in "\n".join(m.value for m in box.markdown)
+
+
+def test_the_explanation_shows_the_estimators_terms():
+    at = opened(ollama_page({"model": LLAMA}), "ol_how")
     at.selectbox(key="ol_row").set_value("meta-llama/Llama-3.1-8B-Instruct on GeForce RTX 4060 8GB").run()
     expander = next(e for e in at.expander if e.label == "How is each figure computed?")
     text = "\n".join(m.value for m in expander.markdown)
