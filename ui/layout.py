@@ -52,9 +52,10 @@ def fold_sidebar_on_phones(key: str) -> None:
 # running indicator gone) and the tab's main thread is idle (what the run drew is on screen; at most 2 s later;
 # without requestIdleCallback, 50 ms later), it reports `painted`, which reruns the page. Waiting for the run's end
 # matters under load: with 20 tabs on two cores the 2 s timeout fired while the tab was still drawing the first
-# run, and the rerun it caused kept the page running (tests/bench/bench_team.py). After 20 s it reports anyway, in
-# case a Streamlit upgrade renames the state attribute. Our own constant script (components v2 code runs
-# unsandboxed in the page).
+# run, and the rerun it caused kept the page running (tests/bench/bench_team.py). Were the state attribute renamed
+# by a Streamlit upgrade, the run would read as over and the report would come when idle, as before; a run that
+# never reads as over is reported after 20 s. Our own constant script (components v2 code runs unsandboxed in the
+# page).
 _PAINTED_JS = """
 let asked = null;
 export default function ({ data, setStateValue }) {
