@@ -26,7 +26,7 @@ from core.speed.published import points
 from core.speed.report import curve
 from core.units import GIB, MIB, format_tokens
 from ui.charts import bars, curves, palette
-from ui.inputs import list_widget_value, sidebar
+from ui.inputs import list_to_link, list_widget_value, sidebar
 from ui.layout import mobile_css, opened, page_config
 
 page_config("hybrid vs full attention")
@@ -63,11 +63,6 @@ def speed_curves(_setup: Setup, comparators: tuple[str, ...], key: str):
     return {s.model.name: curve(s, hw, [c for c in grid if c <= context_limit(s)]) for s in setups}
 
 
-def _on_comparators() -> None:
-    # A callback runs before the script, so the sidebar writes the new list into the link on this very run.
-    st.session_state["in_cmp"] = ",".join(st.session_state["cmp_sel"])
-
-
 # bound to a key (not `default=`): a changing default resets the widget
 list_widget_value("cmp_sel", [n for n in inputs.cmp.split(",") if n in presets()])
 chosen = st.multiselect(
@@ -75,7 +70,8 @@ chosen = st.multiselect(
     sorted(presets()),
     key="cmp_sel",
     max_selections=4,
-    on_change=_on_comparators,
+    on_change=list_to_link,
+    args=("cmp_sel", "in_cmp"),
     help="Bundled models; the chosen model's own skeleton with every layer full attention is always shown.",
 )
 

@@ -23,7 +23,7 @@ from core.ollama_report import (
 from core.speed.cli import error_record
 from core.speed.predict import PREFILL_SPANS, prefill_spans
 from core.units import GIB, MIB, format_tokens, parse_tokens
-from ui.inputs import list_widget_value, sidebar
+from ui.inputs import list_to_link, list_widget_value, sidebar
 from ui.layout import mobile_css, opened, page_config
 from ui.state import BOUNDS, MAX_OLLAMA_CARDS, OLLAMA_FLASH, OLLAMA_RAM, OLLAMA_WEIGHTS
 
@@ -33,11 +33,6 @@ st.title("Ollama on your card")
 inputs, model, setup = sidebar(model_only=True)  # card, engine and context are Ollama's own here
 RAM_CHOICES = {"typical": f"Typical desktop ({TYPICAL_SOURCE.split(': ', 1)[1]})", "given": "Enter a figure"}
 RAM_CHOICES[MEASURED] = "Measured on the server running kvscope (its calibration, once calibrated on Measure live)"
-
-
-def _on_list(widget: str, field: str) -> None:
-    # A callback runs before the script, so the sidebar writes the new list into the link on this very run.
-    st.session_state[field] = ",".join(st.session_state[widget])
 
 
 # Lists travel in the link as comma-separated fields; their widgets hold lists (as on the hybrid page).
@@ -61,11 +56,11 @@ with st.expander(f"Ollama settings and host: {summary}"):  # every control is bo
     c1, c2, c3 = st.columns(3)
     listed = [name for name, card in cards().items() if card.bandwidth_gb_s and card.dense_tflops]
     chosen = c1.multiselect(
-        "Cards", listed, key="ol_cards", max_selections=MAX_OLLAMA_CARDS, on_change=_on_list,
+        "Cards", listed, key="ol_cards", max_selections=MAX_OLLAMA_CARDS, on_change=list_to_link,
         args=("ol_cards", "in_ocards"),
     )  # fmt: skip
     others = c1.multiselect(
-        "Also compare", sorted(presets()), key="ol_models", max_selections=4, on_change=_on_list,
+        "Also compare", sorted(presets()), key="ol_models", max_selections=4, on_change=list_to_link,
         args=("ol_models", "in_omodels"), help="more models, one row per card",
     )  # fmt: skip
     ctx_text = c2.text_input(

@@ -127,6 +127,12 @@ def list_widget_value(key: str, names: list[str]) -> None:
     st.session_state[key] = st.session_state.get(key, names)
 
 
+def list_to_link(key: str, field: str) -> None:
+    """A multiselect's on_change: its list into the link field `field`, comma-separated. A callback runs before the
+    script, so the sidebar writes the new list into the link on this very run."""
+    st.session_state[field] = ",".join(st.session_state[key])
+
+
 def _current() -> Inputs:
     return Inputs(**{f.name: st.session_state.get(f"in_{f.name}", getattr(DEFAULTS, f.name)) for f in fields(Inputs)})
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from ui.figures import FIGURES_KEY
+
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "tests" / "artifacts"
 CHROMIUM = os.environ.get("KVSCOPE_CHROMIUM", "/usr/bin/chromium")
@@ -46,7 +48,7 @@ WAIT_MS = 30_000  # default bound on every Playwright wait
 # outside caught that rerun in some rounds.
 # Fit a card's four headline figures: markdown headings on a session's first run, st.metric from the rerun after its
 # first paint (ui.figures.figure_row). Either way the verdict's numbers are on screen.
-FIGURES = '[data-testid="stMetric"], .st-key-kv_figures h2'
+FIGURES = f'[data-testid="stMetric"], .st-key-{FIGURES_KEY} h2'
 FIRST_DONE_JS = """
 window.__kvFirstDone = null;
 new MutationObserver(() => {

@@ -94,6 +94,16 @@ window.requestIdleCallback = (f) => {
 _DEFERRED_CODE = ("Metric.", "numbro.", "DownloadButton.", "DataFrame.", "Html.", "rehype-raw.")
 
 
+def _run_held_idle(page) -> None:
+    """Run the idle callbacks _HOLD_IDLE_JS held: the paint report goes out."""
+    page.evaluate("window.__kvIdle.splice(0).forEach((f) => f({ didTimeout: false, timeRemaining: () => 0 }))")
+
+
+def _fetched(page) -> list[str]:
+    """The names of the files the tab has fetched so far."""
+    return page.evaluate("performance.getEntriesByType('resource').map((e) => e.name.split('/').pop())")
+
+
 @contextlib.contextmanager
 def _held_tab(chromium, server: Server, path: str) -> Iterator:
     """A fresh tab at `path` on a fresh `server` (stopped afterwards), its idle callbacks held (_HOLD_IDLE_JS)."""
@@ -134,16 +144,16 @@ def test_the_first_render_loads_no_array_library_and_the_grid_and_icon_follow(ch
         assert not loaded, f"the first render loaded {loaded}"
         assert not page.locator('[data-testid="stDataFrame"]').count()
         assert not page.locator('[data-testid="stMetric"], [data-testid="stDownloadButton"]').count()
-        fetched = page.evaluate("performance.getEntriesByType('resource').map((e) => e.name.split('/').pop())")
+        fetched = _fetched(page)
         early = [name for name in fetched if name.startswith(_DEFERRED_CODE)]
         assert not early, f"the first render fetched {early}"
 
-        page.evaluate("window.__kvIdle.splice(0).forEach((f) => f({ didTimeout: false, timeRemaining: () => 0 }))")
+        _run_held_idle(page)
         expect(page.locator('[data-testid="stDataFrame"]')).to_have_count(1, timeout=60_000)
         expect(table).to_have_count(0)
         expect(page.locator('[data-testid="stMetric"]')).to_have_count(4)
         expect(page.locator('[data-testid="stDownloadButton"]')).to_have_count(2)
-        fetched = page.evaluate("performance.getEntriesByType('resource').map((e) => e.name.split('/').pop())")
+        fetched = _fetched(page)
         assert {p for p in _DEFERRED_CODE[:4] if any(n.startswith(p) for n in fetched)} == set(_DEFERRED_CODE[:4])
         icon = page.locator('link[rel~="icon"]').first
         expect(icon).to_have_attribute("href", re.compile(r"^data:image/svg\+xml;base64,"), timeout=30_000)
@@ -188,6 +198,6 @@ def test_the_paint_report_waits_for_the_end_of_the_run(chromium, tmp_path):
         wait_for_app(page)
         page.wait_for_function("window.__kvIdleAsked.length > 0", timeout=10_000)
         assert page.evaluate("window.__kvIdleAsked") == ["notRunning"]
-        page.evaluate("window.__kvIdle.splice(0).forEach((f) => f({ didTimeout: false, timeRemaining: () => 0 }))")
+        _run_held_idle(page)
         expect(page.get_by_text("The rerun after the report")).to_be_visible(timeout=30_000)
         assert not page.locator('[data-testid="stException"]').count()
