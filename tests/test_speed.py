@@ -244,3 +244,13 @@ def test_fp8_weights_run_matmuls_on_fp8_peak_but_attention_stays_bf16():
     assert gpu8.matmul_s == pytest.approx(gpu16.matmul_s * 989 / 1979, rel=1e-3)
     assert gpu8.attention_s == pytest.approx(gpu16.attention_s)
     assert 1 < fp8.prefill_tok_s / bf16.prefill_tok_s < 2
+
+
+def test_a_cpu_whose_name_hides_its_model_is_told_apart_by_family_and_model():
+    from core.speed.ram import cpu_name
+
+    vm = "processor\t: 0\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\nflags\t\t: fpu\n" * 2
+    assert cpu_name(vm) == "AMD EPYC (family 25, model 1)"
+    assert cpu_name(vm.replace("model\t\t: 1", "model\t\t: 17")) == "AMD EPYC (family 25, model 17)"
+    named = vm.replace("AMD EPYC", "AMD Ryzen 9 7950X")
+    assert cpu_name(named) == "AMD Ryzen 9 7950X"  # a name with a model number is kept as it is

@@ -18,14 +18,24 @@ def cache_path() -> Path:
     return cache_dir() / "ram_bandwidth.json"
 
 
-def cpu_name() -> str:
+def cpu_name(cpuinfo: str | None = None) -> str:
+    """The CPU's model name; where a virtual machine hides the model number ('AMD EPYC', 'Intel(R) Xeon(R)
+    Processor'), with its family and model appended: two VMs both named 'AMD EPYC' ran llama.cpp 3-4x apart per
+    thread (measurements/speed/llamacpp_cpu*.jsonl), so their calibrations and records must not share a name."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        text = Path("/proc/cpuinfo").read_text() if cpuinfo is None else cpuinfo
     except OSError:
-        pass
-    return platform.processor()
+        return platform.processor()
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name", "")
+    if not name:
+        return platform.processor()
+    if not any(c.isdigit() for c in name) and "cpu family" in fields and "model" in fields:
+        return f"{name} (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 def _host_key() -> str:

@@ -3,10 +3,12 @@ other, and write the pooled fit (with the cross-CPU error) to core/speed/fitted.
 
     python tests/bench/fit_cpu.py --record   # time this CPU: F16, Q8_0, Q4_0, Q4_K_M at 1 and 2 threads
     python tests/bench/fit_cpu.py            # fit and check on the recorded CPUs, write the group
-CPUs: the AMD EPYC rows of measurements/speed/llamacpp_cpu.jsonl (tiny F16 models, recorded 2026-11-30) and this
-project's Xeon rows of measurements/speed/llamacpp_cpu_formats.jsonl (the calibration model of core/speed/calibrate.py,
-per format). Each CPU's rows are predicted with the constants fitted on the other CPU's (the cross check), then the
-defaults are fitted on both. Each row uses its own measured RAM copy bandwidth and thread count.
+CPUs: the AMD EPYC rows of measurements/speed/llamacpp_cpu.jsonl (tiny F16 models, recorded 2026-11-30), the rows of
+measurements/speed/llamacpp_cpu_formats.jsonl (the calibration model of core/speed/calibrate.py per format, as
+`--record` times it: this project's Xeon on 2026-12-01 and a Zen 3 EPYC on 2026-12-02) and the published llama-bench
+CPU runs whose source gives the machine's RAM bandwidth. Each CPU's rows are predicted with the constants fitted on
+the other CPUs' (the cross check), then the defaults are fitted on all. Each row uses its own measured RAM copy
+bandwidth and thread count.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ def record() -> None:
 def rows() -> list[dict]:
     """This project's two CPUs and the published llama-bench CPU runs whose source gives the machine's RAM copy
     bandwidth; each row keeps its own RAM figure and threads."""
-    return epyc_rows() + xeon_rows() + published_rows()
+    return epyc_rows() + format_rows() + published_rows()
 
 
 def _item(cpu: str, setup: Setup, hw: Hardware, context: int, kind: str, measured: float, name: str) -> dict:
@@ -114,7 +116,7 @@ def epyc_rows() -> list[dict]:
     return out
 
 
-def xeon_rows() -> list[dict]:
+def format_rows() -> list[dict]:
     if not FORMATS_FILE.exists():
         return []
     model = load_model(str(calib_config()))
@@ -180,7 +182,10 @@ class _Row:
 
 def fit(train: list[dict]) -> dict:
     """Starting from NEUTRAL (not from a fit on any CPU, so a held-out CPU's own figures never leak into its check);
-    a parameter the training rows cannot show (an attention rate without deep rows) keeps its start."""
+    a parameter the training rows cannot show (an attention rate without deep rows) keeps its start, and every
+    parameter is pulled toward its start (fit_corpus's LAMBDA penalty), so one the rows barely constrain stays near
+    its round value: without the pull, a fit without the EPYC's small models put 9 ms on every pass and read that
+    CPU's decode 2–5× slow."""
     start = dict(NEUTRAL)
     items = [_Row(r) for r in train]
     seen = {format_family(r["setup"].weights) for r in train}
@@ -191,7 +196,7 @@ def fit(train: list[dict]) -> dict:
     # an attention rate only where rows of its kind run deep enough to show it
     deep = {r["kind"] for r in train if r["context"] >= DEEP}
     keys = [k for k in start if not k.endswith("_attention") or k.removesuffix("_attention") in deep]
-    return descend(items, start, keys, None, rounds=25)  # type: ignore[arg-type]
+    return descend(items, start, keys, dict(start), rounds=25)  # type: ignore[arg-type]
 
 
 def check(p: dict, held: list[dict]) -> list[tuple[dict, float]]:
