@@ -324,7 +324,7 @@ def test_cpu_error_bars_point_to_calibration_and_cite_its_check(tmp_path, monkey
     plain = predict(cpu_setup("q8_0"), Hardware(50.0, 2, cpu_only=True), 512).decode_error
     assert plain.label.endswith("`python -m core calibrate` times this host")
     check = {"cpu": "Some CPU | 2 cores", "band": 0.25, "figures": 24, "within": 14, "median": 0.21}
-    (tmp_path / "check.json").write_text(json.dumps(check))
+    (tmp_path / "check.json").write_text(json.dumps({"hosts": [check]}))
     monkeypatch.setattr(groups, "CALIBRATED_CHECK", tmp_path / "check.json")
     groups.calibrated_check.cache_clear()
     try:
@@ -332,6 +332,12 @@ def test_cpu_error_bars_point_to_calibration_and_cite_its_check(tmp_path, monkey
         label = predict(cpu_setup("q8_0"), Hardware(50.0, 2, cpu_only=True, calibration=cal), 512).decode_error.label
         assert "checked on one host (Some CPU | 2 cores): 14 of 24 figures" in label and "median error 21 %" in label
         assert "(uncalibrated: ±" in label
+        other = check | {"cpu": "Other CPU | 4 cores", "figures": 36, "within": 36, "median": 0.06}
+        (tmp_path / "check.json").write_text(json.dumps({"hosts": [check, other]}))
+        groups.calibrated_check.cache_clear()
+        text = groups.calibrated_check_text()  # two hosts pool their figures and keep their own medians
+        assert "checked on 2 hosts (Some CPU | 2 cores; Other CPU | 4 cores): 50 of 60 figures" in text
+        assert "median error 21 %, 6 % by host" in text
     finally:
         groups.calibrated_check.cache_clear()
     recorded = groups.calibrated_check()  # the repository's own record, written by make bench-speed

@@ -151,21 +151,31 @@ CALIBRATED_CHECK = Path(__file__).resolve().parents[2] / "measurements" / "speed
 
 @lru_cache(maxsize=1)
 def calibrated_check() -> dict | None:
-    """The last `make bench-speed` check of calibrated CPU figures against real llama.cpp runs of models the
-    calibration never ran (tests/bench/bench_speed.py writes it); None if none was recorded."""
+    """`make bench-speed`'s checks of calibrated CPU figures against real llama.cpp runs of models the calibration
+    never ran, one record per host (tests/bench/bench_speed.py writes them), pooled: the hosts, the figures within
+    the band, and each host's median error; None if none was recorded."""
     try:
-        return json.loads(CALIBRATED_CHECK.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        hosts = json.loads(CALIBRATED_CHECK.read_text(encoding="utf-8"))["hosts"]
+    except (OSError, ValueError, KeyError, TypeError):
         return None
+    if not hosts:
+        return None
+    return {
+        "cpus": [h["cpu"] for h in hosts], "band": hosts[0]["band"], "figures": sum(h["figures"] for h in hosts),
+        "within": sum(h["within"] for h in hosts), "medians": [h["median"] for h in hosts],
+    }  # fmt: skip
 
 
 def calibrated_check_text() -> str:
     c = calibrated_check()
     if not c:
         return "calibrated figures not checked against other models"
+    n = len(c["cpus"])
+    hosts = f"one host ({c['cpus'][0]})" if n == 1 else f"{n} hosts ({'; '.join(c['cpus'])})"
+    medians = ", ".join(f"{m * 100:.0f} %" for m in c["medians"]) + (" by host" if n > 1 else "")
     return (
-        f"calibrated figures checked on one host ({c['cpu']}): {c['within']} of {c['figures']} figures of models "
-        f"the calibration never ran within ±{c['band'] * 100:.0f} % (median error {c['median'] * 100:.0f} %)"
+        f"calibrated figures checked on {hosts}: {c['within']} of {c['figures']} figures of models "
+        f"the calibration never ran within ±{c['band'] * 100:.0f} % (median error {medians})"
     )
 
 

@@ -5,9 +5,11 @@ First the published corpus (measurements/speed/corpus): kvscope's error on the s
 (tests/bench/fit_corpus.py), per kind, backend and card class, against the issue-19 targets; --corpus stops there.
 Times real llama.cpp (tiny random-weight F16 GGUFs, 2 sizes × 3 contexts × 1 and 2 threads) and the transformers
 probe (core.probe, CPU, the same configs), then prints predicted vs measured decode and prefill tok/s with the error
-of each. The CPU efficiencies were fitted on llama-s (tests/bench/fit_speed.py, from measurements/speed/); llama-m
-rows are held out. Then the seeds' published GPU figures against kvscope's prediction, and what partial offload
-costs on an 8 GB card. Timings vary 3–8 % between processes here; other work on the machine only slows a run.
+of each. A row counts as fit only on the CPU whose runs of that model the constants were fitted on (the EPYC of
+measurements/speed/llamacpp_cpu.jsonl: llama-s and llama-m for llama.cpp, tests/bench/fit_cpu.py; llama-s for
+transformers, tests/bench/fit_speed.py); every other row, and every row on another CPU, is held out. Then the seeds'
+published GPU figures against kvscope's prediction, and what partial offload costs on an 8 GB card. Timings vary
+3–8 % between processes here; other work on the machine only slows a run.
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ from core.speed.calibrate import calibrate
 from core.speed.calibration import Calibration
 from core.speed.efficiency import fitted
 from core.speed.groups import CALIBRATED_CHECK
-from core.speed.ram import measure_ram_gb_s
+from core.speed.ram import cpu_name, measure_ram_gb_s
 from tests.bench import fit_corpus, published_speed
-from tests.bench.fit_cpu import BAND
+from tests.bench.fit_cpu import BAND, EPYC
 from tests.bench.fit_speed import FIT_MODEL
 from tests.bench.speed_fit import predicted
 from tests.bench.speed_runs import (
@@ -59,6 +61,14 @@ def section(title: str) -> None:
     print(f"\n== {title} " + "=" * max(0, 100 - len(title)))
 
 
+def fitted_models(engine: str) -> set[str]:
+    """The models whose runs on this CPU the engine's CPU constants were fitted on (none on another CPU)."""
+    recorded = [json.loads(x) for x in EPYC.read_text().splitlines() if x.strip()]
+    if cpu_name() not in {r["run"]["machine"]["cpu"] for r in recorded}:
+        return set()
+    return {r["model"] for r in recorded} if engine == "llama.cpp" else {FIT_MODEL}
+
+
 def compare(rows: list[dict], engine: str, ram: float) -> list[tuple[str, float, float]]:
     eff = efficiency_for(engine, "cpu", "cpu", "cpu")  # the CPU group of fitted.json where there is one
     print(f"{engine} CPU efficiencies ({eff.status}; fitted on {eff.fitted_on or '-'}):")
@@ -73,10 +83,11 @@ def compare(rows: list[dict], engine: str, ram: float) -> list[tuple[str, float,
         f"{'prefill pred':>12} {'measured':>9} {'error':>7} | {'bound':>8}  rows"
     )
     errors = []
+    fit = fitted_models(engine)
     for r in rows:
         dec, pre, bound = predicted(r, engine, ram)
         de, pe = err(dec, r["decode_tok_s"]), err(pre, r["prefill_tok_s"])
-        role = "fit" if r["model"] == FIT_MODEL else "held out"
+        role = "fit" if r["model"] in fit else "held out"
         errors.append((role, de, pe))
         print(
             f"{r['model']:>8} {r['threads']:>3} {r['context']:>7,} | {dec:>11.1f} {r['decode_tok_s']:>9.1f} "
@@ -112,7 +123,13 @@ def calibrated(rows: list[dict], ram: float, cal: Calibration) -> None:
         f"{sorted({r['context'] for r in rows})}, threads {sorted({r['threads'] for r in rows})}; decode and prefill)",
         "source": "tests/bench/bench_speed.py calibrated(), run by make bench-speed",
     }  # fmt: skip
-    CALIBRATED_CHECK.write_text(json.dumps(record, indent=1) + "\n")  # what error bars of calibrated figures cite
+    # one record per host, this one replacing its own earlier check: what error bars of calibrated figures cite
+    try:
+        hosts = json.loads(CALIBRATED_CHECK.read_text())["hosts"]
+    except (OSError, ValueError, KeyError):
+        hosts = []
+    hosts = [h for h in hosts if h["cpu"] != cal.host] + [record]
+    CALIBRATED_CHECK.write_text(json.dumps({"hosts": hosts}, indent=1) + "\n")
     print(f"  written to {CALIBRATED_CHECK.relative_to(Path(__file__).resolve().parents[2])}")
 
 
