@@ -166,6 +166,7 @@ def rank_report(worker) -> dict:
     """What one worker (one rank) holds: its ranks, every parameter's shape and dtype size, and each fused-MoE
     layer's expert split. Sent to the workers by `collective_rpc`, so it must only import inside."""
     from vllm.distributed import parallel_state
+    from vllm.model_executor.layers.linear import ReplicatedLinear
 
     model = worker.model_runner.model
     params = {name: [list(p.shape), p.element_size()] for name, p in model.named_parameters()}
@@ -181,7 +182,9 @@ def rank_report(worker) -> dict:
                 "output": module.output_size_per_partition,
                 "tp_size": getattr(module, "tp_size", None),
             }
-        elif getattr(module, "weight", None) is not None and module.weight.numel() == 0:  # e.g. the MoE router
+        elif isinstance(module, ReplicatedLinear) or (
+            getattr(module, "weight", None) is not None and module.weight.numel() == 0
+        ):  # the MoE router: repacked (emptied) on a Sapphire Rapids host, kept whole on a Zen 3 one
             linears[name] = {
                 "type": type(module).__name__,
                 "input": getattr(module, "input_size", None),
