@@ -27,7 +27,7 @@ def cpu_name(cpuinfo: str | None = None) -> str:
     except OSError:
         return platform.processor()
     fields: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in text.split("\n\n", 1)[0].splitlines():  # the first processor's block names the model
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
     name = fields.get("model name", "")

@@ -36,8 +36,8 @@ FP8_NEEDS = "FP8 KV cache on CPU requires x86 with AVX-512 or AMX."  # vllm/v1/a
 @cache
 def host_isa() -> dict[str, bool]:
     """The CPU features vLLM's CPU backend reads, asked of the engines' own torch: AVX512-BF16 stores Mamba/GDN
-    states in float32, AMX tiles pick the MLA kernel, and an FP8 cache needs AVX-512 or AMX (a Zen 3 host has none
-    of them, a Sapphire Rapids one has all three)."""
+    states in float32, AMX tiles pick the MLA kernel, and an FP8 cache needs AVX-512 or AMX (this project's Zen 3
+    host has none of them; its Sapphire Rapids VM had AVX512-BF16)."""
     code = (
         "import json, torch; c = torch.cpu; print(json.dumps({'avx512': c._is_avx512_supported(), "
         "'avx512_bf16': c._is_avx512_bf16_supported(), 'amx': c._is_amx_tile_supported()}))"
