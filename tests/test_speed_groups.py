@@ -449,6 +449,38 @@ def test_old_builds_are_build_numbers_not_commit_hashes():
     assert not old_build("b8e09f0") and not old_build("b43556e")
 
 
+def test_an_apu_run_from_a_superseded_build_stays_out_of_the_fit_and_the_check():
+    sys.path.insert(0, str(ROOT))
+    from tests.bench.fit_corpus import APU_CURRENT_BUILD, CORPUS, to_row
+
+    def first(name: str) -> dict:
+        return json.loads((CORPUS / f"{name}.jsonl").read_text().splitlines()[0])
+
+    strix = first("kyuz0-strix-llama-2-7b.q4_0")
+    assert to_row(strix).klass == "apu"
+    for build in (f"b{APU_CURRENT_BUILD - 1} (83bc2f28)", "7f7669b", None):  # older, or no build number to tell
+        with pytest.raises(InputError, match="superseded"):
+            to_row(strix | {"build": build})
+    assert to_row(strix | {"build": f"b{APU_CURRENT_BUILD}"}).klass == "apu"
+    # the rule is the APUs': a discrete card's run from any build stays in
+    a100 = next(r for r in map(json.loads, (CORPUS / "xiongjiedai-llama3.jsonl").read_text().splitlines())
+                if r["card"] == "A100 80GB PCIe")  # fmt: skip
+    assert a100["build"].startswith("b2824") and to_row(a100).klass == "datacenter"
+
+
+def test_the_pooled_prior_weighs_each_backend_alike_whatever_its_rows():
+    sys.path.insert(0, str(ROOT))
+    from tests.bench.fit_corpus import backend_weighted, load_rows, terms
+
+    rows = [r for r in load_rows()[0] if not r.held_out][::7]
+    pooled = backend_weighted(rows, {id(r): terms(r) for r in rows})
+    share: dict[str, float] = {}
+    for r, t in zip(rows, pooled, strict=True):
+        share[r.backend] = share.get(r.backend, 0.0) + t.weight
+    assert len(share) >= 3 and len({r.backend for r in rows}) == len(share)
+    assert all(math.isclose(w, 1.0) for w in share.values())
+
+
 def test_bench_speed_corpus_section_runs():
     out = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "bench" / "bench_speed.py"), "--corpus"],

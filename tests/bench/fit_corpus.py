@@ -56,6 +56,11 @@ LAMBDA = 2.0
 MIN_ROWS = 8
 OVERHEAD_STARTS = (1e-4, 5e-4, 2e-3)  # seconds per pass
 OLD_BUILD = 3000
+# APUs' runs from builds before this are superseded: kyuz0's logs of one Strix Halo over a year show llama.cpp's
+# ROCm prefill of Llama 2 7B Q4_0 going 687 (b6182) → 1,105 (b6486) → 1,545 t/s (b9187) and RADV's 957 → 1,338,
+# and lhl's b6077 ran it at 322. kvscope predicts current builds; the older runs stay in the corpus, out of the fit
+# and the check (the count is printed with the skipped rows).
+APU_CURRENT_BUILD = 7000
 FLOORS = {"overhead_step_s": 1e-5, "old_overhead_s": 1e-5, "prefill_half_tokens": 1.0}
 DEEP = 4096  # runs whose context reaches this many tokens (cached + their own) time the attention kernels
 HOST = Hardware(ram_gb_s=50.0, threads=8)  # unused: every corpus layer is on the GPU (-ngl 99)
@@ -146,6 +151,9 @@ def to_row(r: dict) -> Row:
     card: Card = card_named(r["card"])
     if not card.bandwidth_gb_s or not card.dense_tflops:
         raise InputError(f"no bandwidth or peak for {card.name} in gpus.csv")
+    backend = r["backend"]
+    if card_class(card, backend) == "apu" and (build_number(r.get("build")) or 0) < APU_CURRENT_BUILD:
+        raise InputError(f"an APU run from before b{APU_CURRENT_BUILD} (superseded)")
     fmt = kvscope_format(r["weights"], r["model_id"])
     ub = r.get("n_ubatch") or 512
     engine = configured(
@@ -158,7 +166,6 @@ def to_row(r: dict) -> Row:
     size = r.get("size_bytes")
     wfile = WeightFile("llama-bench size", "gguf", int(size), (), 0, 0) if size else None
     setup = Setup(model, engine, card, weights=fmt, weights_file=wfile)
-    backend = r["backend"]
     return Row(r, setup, backend, card_class(card, backend), format_family(fmt), r["kind"])
 
 
@@ -241,6 +248,7 @@ class Terms:
     routed_tokens: int = 1  # tokens each expert sees per pass (pass tokens × top-k ÷ experts)
     old: bool = False  # a build before OLD_BUILD
     expert_weights: float = 0.0  # the routed experts' share of `weights` (unit seconds)
+    weight: float = 1.0  # the row's share of the loss (pooled over backends: 1 ÷ its backend's rows)
 
     def tok_s(self, p: dict) -> float:
         pre = "prefill" if self.prefill else "decode"
@@ -279,12 +287,18 @@ def reach(r: dict) -> int:
     return (r.get("depth") or 0) + (r["n_prompt"] if r["kind"] == "prefill" else r["n_gen"])
 
 
+def build_number(build: str | None) -> int | None:
+    """llama.cpp's build number: 'b6077 (83bc2f28)' → 6077; None for a commit hash alone ('b8e09f0') or none."""
+    m = re.match(r"b(\d+)(?:\s|$)", build or "")
+    return int(m.group(1)) if m else None
+
+
 def old_build(build: str | None) -> bool:
     """Builds before OLD_BUILD ran each decode step without CUDA graphs (ggml-cuda: graphs since May 2024), so
     their per-pass overhead is larger; kvscope predicts current builds, so this extra overhead is fitted as a
     nuisance term on the rows it concerns and never written to fitted.json."""
-    m = re.match(r"b(\d+)(?:\s|$)", build or "")  # 'b6077 (83bc2f28)', not a commit hash like 'b8e09f0'
-    return bool(m) and int(m.group(1)) < OLD_BUILD
+    number = build_number(build)
+    return number is not None and number < OLD_BUILD
 
 
 def routed_tokens(row: Row, pass_tokens: int) -> int:
@@ -297,7 +311,7 @@ def routed_tokens(row: Row, pass_tokens: int) -> int:
 
 
 def loss(rows: list[Terms], p: dict, parent: dict | None) -> float:
-    total = sum(abs(math.log(t.tok_s(p) / t.measured)) for t in rows)
+    total = sum(t.weight * abs(math.log(t.tok_s(p) / t.measured)) for t in rows)
     if parent:
         pulled = (k for k in p if k in parent and k != "old_overhead_s")  # the nuisance term is free
         total += LAMBDA * sum(abs(math.log(floored(k, p[k]) / floored(k, parent[k]))) for k in pulled)
@@ -359,6 +373,13 @@ def as_entry(engine: str, backend: str, klass: str, p: dict, fit_rows: list[Row]
     }  # fmt: skip
 
 
+def backend_weighted(rows: list[Row], t: dict[int, Terms]) -> list[Terms]:
+    """The rows' terms, each backend weighing 1 in all: pooled over backends, the backend with the most runs (once
+    2025's Strix Halo builds, half the corpus) would otherwise set every other backend's starting point."""
+    count = Counter(r.backend for r in rows)
+    return [replace(t[id(r)], weight=1 / count[r.backend]) for r in rows]
+
+
 def fit_all(rows: list[Row]) -> list[dict]:
     fit_rows = [r for r in rows if not r.held_out]
     t = {id(r): terms(r) for r in fit_rows}
@@ -369,7 +390,7 @@ def fit_all(rows: list[Row]) -> list[dict]:
     for engine, erows in by_engine.items():
         # pooled over backends: runs without a deep cache only (deep runs time each backend's own attention kernels,
         # whose slowdowns would otherwise land in the shared overhead)
-        base = [t[id(r)] for r in erows if reach(r.raw) < DEEP]
+        base = backend_weighted([r for r in erows if reach(r.raw) < DEEP], t)
         # a few starting overheads (the per-pass overhead and the bandwidth trade off against each other on a
         # coordinate descent): the start whose fit has the least loss on the fit rows wins
         prior = start_params(efficiency_for(engine, "gpu"))

@@ -211,6 +211,118 @@ def lhl_llm_bench(repo: Path) -> dict[str, list[dict]]:
     return out
 
 
+# ---- kyuz0/amd-strix-halo-toolboxes benchmark/results: llama-bench tables on a Framework Desktop (128 GB) ----
+# run_benchmarks.sh: -ngl 99 -mmp 0 -fa 1 (default pp512/tg128, 5 repetitions), and the long-context runs -p 2048
+# -n 32 -d 32768 or 65536 (-ub 2048 on ROCm, 512 on Vulkan; 3 repetitions). One log per model × toolbox × flags.
+KYUZ0 = "kyuz0/amd-strix-halo-toolboxes"
+# the log's model name (before '__') → the config kvscope loads; models without one stay out
+KYUZ0_MODELS = {
+    "llama-2-7b.Q4_0": "meta-llama/Llama-2-7b-hf",
+    "llama3.3-70.6B-Q4_K_M": "meta-llama/Llama-3.1-70B-Instruct",
+    "Llama-3.3-70B-Instruct-UD-Q8_K_XL-00001-of-00002": "meta-llama/Llama-3.1-70B-Instruct",
+    "gemma-3-4b-it-Q3_K_S": "google/gemma-3-4b-it",
+    "gemma-3-12b-it-UD-Q8_K_XL": "google/gemma-3-12b-it",
+    "Qwen3-30B-A3B-BF16-00001-of-00002": "Qwen/Qwen3-30B-A3B",
+    "Qwen3-30B-A3B-Instruct-2507-UD-Q6_K_XL": "Qwen/Qwen3-30B-A3B",
+    "Qwen3-Coder-30B-A3B-Instruct-Q4_K_M": "Qwen/Qwen3-30B-A3B",
+    "Qwen3-Next-80B-A3B-Instruct-UD-Q8_K_XL-00001-of-00002": "Qwen/Qwen3-Next-80B-A3B-Instruct",
+    "gpt-oss-20b-mxfp4": "openai/gpt-oss-20b",
+    "gpt-oss-120b-mxfp4-00001-of-00003": "openai/gpt-oss-120b",
+}
+KYUZ0_SAME_SHAPES = {
+    "Llama-3.3": "; Llama 3.3 70B has the Llama 3.1 70B config's shapes",
+    "llama3.3": "; Llama 3.3 70B has the Llama 3.1 70B config's shapes",
+    "Qwen3-Coder": "; Qwen3-Coder-30B-A3B-Instruct has Qwen3-30B-A3B's shapes",
+}
+# KYUZ0_AMDVLK: AMD's own Vulkan driver (AMDVLK) is left out: on the same builds it prefills 3.9-5.5x slower than
+# RADV here (llama 7B Q4_0 pp512 at b9187: 347 against 1,338 t/s; gemma3 12B Q8_0 at b7938: 126 against 687),
+# a driver difference kvscope does not model, where lhl's b6111 runs had it 1.3x faster
+# the toolboxes with a released ROCm (not nightlies, alphas, betas, release candidates, rocWMMA or PR builds)
+KYUZ0_ROCM = re.compile(r"^rocm-?(\d)[._](\d)(?:[._](\d))?$")
+
+
+def kyuz0_tables(text: str) -> list[tuple[dict, str]]:
+    """(cells by column, build) for every row of the llama-bench tables in a log."""
+    out, cols, rows = [], None, []
+    for line in text.splitlines():
+        if line.startswith("| model"):
+            cols = [c.strip() for c in line.strip("|").split("|")]
+        elif line.startswith("| ") and cols and not line.startswith("| -"):
+            rows.append(dict(zip(cols, (c.strip() for c in line.strip("|").split("|")), strict=True)))
+        elif m := re.match(r"build: (\w+) \((\d+)\)", line):
+            out += [(r, f"b{m.group(2)} ({m.group(1)})") for r in rows]
+            cols, rows = None, []
+    return out
+
+
+def kyuz0(repo: Path) -> dict[str, list[dict]]:
+    """The newest build of each model × backend (Mesa's RADV, a released ROCm) × context setting, with -fa 1."""
+    log = subprocess.run(
+        ["git", "-C", str(repo), "log", "--format=C %H", "--name-only", "--diff-filter=AM", "--", "benchmark/results/"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    newest: dict[str, tuple[str, str]] = {}  # log name → (commit, path) of its newest version
+    rev = ""
+    for line in log.splitlines():
+        if line.startswith("C "):
+            rev = line[2:]
+        elif line.endswith(".log") and "__" in line:
+            newest.setdefault(line.rsplit("/", 1)[-1], (rev, line))
+    best: dict[tuple, tuple] = {}
+    for name, (rev, path) in newest.items():
+        model, env, *flags = name.removesuffix(".log").split("__")
+        rocm = KYUZ0_ROCM.match(env)
+        if model not in KYUZ0_MODELS or "fa1" not in flags or "hblt0" in flags:
+            continue
+        if not (rocm or env == "vulkan_radv"):  # KYUZ0_AMDVLK
+            continue
+        rows = kyuz0_tables(git_show(repo, rev, path))
+        if not rows:  # a run that failed (out of memory) leaves a log without a table
+            continue
+        build = max(int(b.split()[0][1:]) for _, b in rows)
+        version = tuple(int(v or 0) for v in rocm.groups()) if rocm else ()
+        key = (model, "rocm" if rocm else "vulkan", tuple(f for f in flags if f != "fa1"))
+        if key not in best or (build, version) > best[key][0]:
+            best[key] = ((build, version), env, rev, path, rows)
+    out: dict[str, list[dict]] = {}
+    for (model, _, _), (_, env, rev, path, rows) in sorted(best.items()):
+        slug = "kyuz0-strix-" + re.sub(r"-0000\d-of-0000\d$", "", model).lower()
+        for cells, build in rows:
+            m = re.match(r"(pp|tg)(\d+)(?: @ d(\d+))?$", cells["test"])
+            size = float(cells["size"].split()[0]) * (GIB if "GiB" in cells["size"] else 1024**2)
+            mean, _, std = cells["t/s"].partition("±")
+            n = int(m.group(2))
+            out.setdefault(slug, []).append(
+                row(
+                    source=f"https://github.com/{KYUZ0}/blob/{rev}/{path}",
+                    source_id=slug,
+                    build=build,
+                    backend="rocm" if env.startswith("rocm") else "vulkan",
+                    card=STRIX,
+                    model=cells["model"],
+                    model_id=KYUZ0_MODELS[model],
+                    weights=weights_of(cells["model"]),
+                    size_bytes=round(size),
+                    params=round(float(cells["params"].split()[0]) * 1e9),
+                    n_prompt=n if m.group(1) == "pp" else 0,
+                    n_gen=n if m.group(1) == "tg" else 0,
+                    depth=int(m.group(3) or 0),
+                    n_batch=2048,
+                    n_ubatch=int(cells.get("n_ubatch") or 512),
+                    flash_attn=cells["fa"] == "1",
+                    ngl=int(cells["ngl"]),
+                    tok_s=float(mean),
+                    tok_s_std=float(std) if std.strip() else None,
+                    notes=f"toolbox {env}; gfx1151 Framework Desktop 128GB (512 MB BIOS carve-out, GTT); "
+                    "size and params from the table (two decimals)"
+                    + KYUZ0_SAME_SHAPES.get(model.split("-")[0] + "-" + model.split("-")[1], ""),
+                )
+            )
+    return out
+
+
 # ---- XiongjieDai/GPU-Benchmarks-on-LLM-Inference README (Llama 3, llama.cpp main, build 2824) ----
 XD_CARDS = {
     "3070 8GB": "GeForce RTX 3070 8GB",
@@ -904,6 +1016,8 @@ def main() -> None:
             write(slug, rows)
     write("xiongjiedai-llama3", xiongjiedai(m / "XiongjieDai+GPU-Benchmarks-on-LLM-Inference" / "repo"))
     for slug, rows in scoreboards(m / "smoothyy3+willitrun" / "repo").items():
+        write(slug, rows)
+    for slug, rows in kyuz0(m / "kyuz0+amd-strix-halo-toolboxes" / "repo").items():
         write(slug, rows)
     for slug, rows in hand_tables().items():
         write(slug, rows)
