@@ -9,12 +9,13 @@ cards, a results file is one machine's); a unit is held out when sha256("<source
 run of one machine in one source lands on one side and the split never depends on the rows' values.
 Fit, in three levels, each a coordinate descent on the sum of |log(predicted ÷ measured)| (one slow run pulls
 less than with squares):
-1. all fit rows of an engine: bandwidth, matmul and attention rates (decode, prefill), per-pass overhead, the
-   flash-attention-off factor and one matmul factor per weight-format family (k-quant, legacy, i-quant, mxfp4
-   against float), starting from efficiencies.json's priors;
+1. all fit rows of an engine, each backend weighing alike (backend_weighted): bandwidth, matmul and attention
+   rates (decode, prefill), per-pass overhead, the flash-attention-off factor and one matmul factor per
+   weight-format family (k-quant, legacy, i-quant, mxfp4 against float), starting from efficiencies.json's priors;
 2. per backend, pulled toward level 1 by a penalty of LAMBDA × |log(value ÷ parent)| per parameter; here, and only
    where a backend has MoE rows beside dense ones, the routed experts' share of the bandwidth (expert_bandwidth);
 3. per backend and card class with at least MIN_ROWS fit rows, pulled toward level 2.
+APU runs from builds before APU_CURRENT_BUILD are superseded and left out of the fit and the check.
 The terms each row is fitted on are kvscope's own roofline at unit efficiencies (core.speed.predict with an
 all-ones table), so the fit and the prediction are one formula; the error table runs core.speed.predict itself.
 """

@@ -229,15 +229,15 @@ KYUZ0_MODELS = {
     "gpt-oss-20b-mxfp4": "openai/gpt-oss-20b",
     "gpt-oss-120b-mxfp4-00001-of-00003": "openai/gpt-oss-120b",
 }
-KYUZ0_SAME_SHAPES = {
+KYUZ0_SAME_SHAPES = {  # a model mapped to another's config: the note says so
     "Llama-3.3": "; Llama 3.3 70B has the Llama 3.1 70B config's shapes",
     "llama3.3": "; Llama 3.3 70B has the Llama 3.1 70B config's shapes",
     "Qwen3-Coder": "; Qwen3-Coder-30B-A3B-Instruct has Qwen3-30B-A3B's shapes",
 }
 # KYUZ0_AMDVLK: AMD's own Vulkan driver (AMDVLK) is left out: on the same builds it prefills 3.9-5.5x slower than
 # RADV here (llama 7B Q4_0 pp512 at b9187: 347 against 1,338 t/s; gemma3 12B Q8_0 at b7938: 126 against 687),
-# a driver difference kvscope does not model, where lhl's b6111 runs had it 1.3x faster
-# the toolboxes with a released ROCm (not nightlies, alphas, betas, release candidates, rocWMMA or PR builds)
+# a driver difference kvscope does not model, where lhl's b6111 runs had it 1.3x faster.
+# The toolboxes with a released ROCm (not nightlies, alphas, betas, release candidates, rocWMMA or PR builds)
 KYUZ0_ROCM = re.compile(r"^rocm-?(\d)[._](\d)(?:[._](\d))?$")
 
 
@@ -317,7 +317,7 @@ def kyuz0(repo: Path) -> dict[str, list[dict]]:
                     tok_s_std=float(std) if std.strip() else None,
                     notes=f"toolbox {env}; gfx1151 Framework Desktop 128GB (512 MB BIOS carve-out, GTT); "
                     "size and params from the table (two decimals)"
-                    + KYUZ0_SAME_SHAPES.get(model.split("-")[0] + "-" + model.split("-")[1], ""),
+                    + next((note for name, note in KYUZ0_SAME_SHAPES.items() if model.startswith(name)), ""),
                 )
             )
     return out
