@@ -197,9 +197,16 @@ def open_link(page, url: str) -> None:
 
 
 def expect_ready(page) -> None:
+    """Until the paint's rerun is over (ui.layout.wait_for_paint): the first run ends with neither the sidebar's
+    inputs nor its share box drawn, and the rerun the browser's report causes starts some 0.2 s later. A click in
+    between lands while a widget is redrawn: on the hybrid page, one click on a filtered option of "Compare with"
+    chose the three options at the top of the unfiltered list instead (test_comparator_added_twice_in_a_row failed 3
+    of 6 runs on this machine without this wait, 0 of 4 with it)."""
     from playwright.sync_api import expect
 
     expect(page.locator("h1")).to_have_count(1, timeout=60_000)
+    share = page.locator('[data-testid="stSidebar"] [data-testid="stExpander"]').filter(has_text="Share this view")
+    expect(share).to_have_count(1, timeout=60_000)
     wait_for_app(page)
 
 
