@@ -80,10 +80,10 @@ def kvscope_format(printed: str, model_id: str) -> str:
     """llama-bench's type description ('Q4_K - Medium', 'IQ3_S mix - 3.66 bpw', 'F16') as a kvscope format."""
     text = re.sub(r"\(.*?\)", "", printed).strip()
     base, _, size = text.partition(" - ")
-    base = base.replace(" mix", "").strip().lower()
+    base = base.replace(" mix", "").strip().lower().replace(" ", "_")  # 'MXFP4 MoE': llama.cpp's mxfp4_moe
     name = base + {"Medium": "_m", "Small": "_s", "Large": "_l"}.get(size.strip(), "") if "_k" in base else base
     if model_id.startswith("openai/gpt-oss") and name in ("f16", "bf16"):
-        name = "mxfp4_moe"  # gpt-oss GGUFs labelled F16 keep their experts in MXFP4 (size_bytes says so)
+        name = "mxfp4"  # gpt-oss GGUFs labelled F16 keep the experts MXFP4 and the rest 16-bit (size_bytes says so)
     name = {"f16": "gguf_f16", "bf16": "gguf_bf16", "f32": "gguf_f32"}.get(name, name)
     try:
         return format_named(name).name

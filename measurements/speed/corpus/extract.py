@@ -256,23 +256,36 @@ def kyuz0_tables(text: str) -> list[tuple[dict, str]]:
 
 
 def kyuz0(repo: Path) -> dict[str, list[dict]]:
-    """The newest build of each model × backend (Mesa's RADV, a released ROCm) × context setting, with -fa 1."""
+    """The newest build of each model × backend (Mesa's RADV, a released ROCm) × context setting, with -fa 1.
+    Every version of every log is read: the repo archives a log into a dated folder under the same name when it
+    reruns it (a7ace8d: the 2026-02-04 run, b7938, moved aside as the b8577 rerun replaced it), so the newest commit
+    to touch a name need not hold its newest build."""
     log = subprocess.run(
-        ["git", "-C", str(repo), "log", "--format=C %H", "--name-only", "--diff-filter=AM", "--", "benchmark/results/"],
+        [
+            "git",
+            "-C",
+            str(repo),
+            "log",
+            "--format=C %H",
+            "--name-only",
+            "--diff-filter=AMR",
+            "--",
+            "benchmark/results/",
+        ],
         check=True,
         capture_output=True,
         text=True,
     ).stdout
-    newest: dict[str, tuple[str, str]] = {}  # log name → (commit, path) of its newest version
+    versions: set[tuple[str, str]] = set()  # (commit, path) of every version of a log
     rev = ""
     for line in log.splitlines():
         if line.startswith("C "):
             rev = line[2:]
         elif line.endswith(".log") and "__" in line:
-            newest.setdefault(line.rsplit("/", 1)[-1], (rev, line))
+            versions.add((rev, line))
     best: dict[tuple, tuple] = {}
-    for name, (rev, path) in newest.items():
-        model, env, *flags = name.removesuffix(".log").split("__")
+    for rev, path in sorted(versions):
+        model, env, *flags = path.rsplit("/", 1)[-1].removesuffix(".log").split("__")
         rocm = KYUZ0_ROCM.match(env)
         if model not in KYUZ0_MODELS or "fa1" not in flags or "hblt0" in flags:
             continue
