@@ -170,7 +170,9 @@ def predicted(row: dict, p: dict) -> float:
 
 
 class _Row:
-    """A CPU row in fit_corpus's loss interface: tok_s(p) and measured."""
+    """A CPU row in fit_corpus's loss interface: tok_s(p), measured and its weight (every CPU row alike)."""
+
+    weight = 1.0
 
     def __init__(self, row: dict) -> None:
         self.row = row
