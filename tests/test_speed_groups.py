@@ -493,6 +493,22 @@ def test_an_apu_run_from_a_superseded_build_stays_out_of_the_fit_and_the_check()
     assert a100["build"].startswith("b2824") and to_row(a100).klass == "datacenter"
 
 
+def test_the_cpu_fit_runs_through_the_corpus_loss_and_lowers_it():
+    """fit_cpu.py fits with fit_corpus's loss; when that loss took a weight per row, the CPU rows had none and the CPU
+    fit stopped with an AttributeError for a day. One recorded CPU's 16 rows: the fit must run and end below its
+    start."""
+    sys.path.insert(0, str(ROOT))
+    from tests.bench.fit_corpus import loss
+    from tests.bench.fit_cpu import NEUTRAL, _Row, fit, format_rows
+
+    rows = [r for r in format_rows() if r["cpu"] == "AMD EPYC (family 25, model 1)"]
+    assert len(rows) == 16
+    p = fit(rows)
+    start = NEUTRAL | {k: 1.0 for k in p if ":" in k}
+    items = [_Row(r) for r in rows]
+    assert loss(items, p, None) < 0.8 * loss(items, start, None)
+
+
 def test_the_pooled_prior_weighs_each_backend_alike_whatever_its_rows():
     sys.path.insert(0, str(ROOT))
     from tests.bench.fit_corpus import backend_weighted, load_rows, terms
