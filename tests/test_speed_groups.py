@@ -304,6 +304,25 @@ def test_attention_rates_split_the_cache_stream_from_the_flops():
     assert attention_rates(flat, threads) == ((64, None, None, None),)
 
 
+def test_a_calibrated_rate_follows_the_thread_count_it_was_timed_at():
+    """A decode step memory-bound at every thread gives a smaller rate per thread at 4 threads than at 1; a figure at 1
+    thread takes the 1-thread rate, one at all 4 the 4-thread rate, one between them lies between, and a calibration
+    without 1-thread rates (stored before they were timed, or timed with one thread) keeps its one rate."""
+    cal = Calibration(host_key(), "t", "test", 20.0, 4, (("F16", 10.0, 90.0),), single=(("F16", 25.0, 100.0),))
+    assert cal.rate("F16", False, 1) == 25.0 and cal.rate("F16", False, 4) == 10.0 and cal.rate("F16", False) == 10.0
+    assert cal.rate("F16", False, 2) == 20.0 and cal.rate("F16", True, 1) == 100.0 and cal.rate("F16", False, 8) == 10
+    assert cal.rate("gguf_f16", False, 1) == 25.0 and cal.rate("Q4_0", False, 1) is None
+    assert Calibration.of(cal.record()) == cal
+    old = cal.record()
+    del old["single"]
+    assert Calibration.of(old).single == () and Calibration.of(old).rate("F16", False, 1) == 10.0
+    # a prediction with one thread times the matmuls at the 1-thread rate, with four at the 4-thread one
+    one, four = (predict(cpu_setup("gguf_f16"), Hardware(20.0, t, cpu_only=True, calibration=cal), 512) for t in (1, 4))
+    part1, part4 = one.decode.parts[0], four.decode.parts[0]
+    assert math.isclose(part1.matmul_s, part1.matmul_flops / (25.0 * 1e9), rel_tol=1e-9)
+    assert math.isclose(part4.matmul_s, part4.matmul_flops / (4 * 10.0 * 1e9), rel_tol=1e-9)
+
+
 def test_a_calibration_stored_before_attention_was_timed_still_loads(tmp_path, monkeypatch):
     monkeypatch.setenv("KVSCOPE_CACHE", str(tmp_path))
     old = {"host": host_key(), "time": "t", "method": "m", "ram_gb_s": 20.0, "threads": 2, "rates": [["F16", 1, 2]]}
@@ -378,9 +397,10 @@ def test_llamacpp_calibration_runs_the_real_kernels(tmp_path, monkeypatch):
     if engines_python() is None:
         pytest.fail("the engines' venv cannot import llama_cpp; run `make engines`")
     tiny = {"hidden": 256, "ffn": 768, "layers": 2, "heads": 4, "vocab": 1000}
-    cal = calibrate(1, "llama.cpp", ("F16", "Q4_0"), model=tiny, head_dims=(128,))
+    cal = calibrate(2, "llama.cpp", ("F16", "Q4_0"), model=tiny, head_dims=(128,))
     assert cal.method.startswith("llama.cpp") and {r[0] for r in cal.rates} == {"F16", "Q4_0"}
-    assert all(dec > 0 and pre > 0 for _, dec, pre in cal.rates)
+    assert all(dec > 0 and pre > 0 for _, dec, pre in cal.rates + cal.single)
+    assert {r[0] for r in cal.single} == {"F16", "Q4_0"} and cal.single != cal.rates  # timed again with one thread
     ((d, dec, pre, gb_s),) = cal.attention
     assert d == 128 and dec and dec > 0 and pre and pre > 0 and gb_s and gb_s > 0  # a deep cache costs a step more
 

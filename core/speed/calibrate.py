@@ -166,13 +166,16 @@ def calibrate(
         version = subprocess.run(
             [str(python), "-c", "import llama_cpp; print(llama_cpp.__version__)"], capture_output=True, text=True
         ).stdout.strip()
-        runs = llamacpp_runs(python, threads, formats, model, head_dims=head_dims)
+        # the formats timed with one thread as well: a rate per thread from all threads can be the memory's share
+        counts = (1, threads) if threads > 1 else (threads,)
+        runs = llamacpp_runs(python, threads, formats, model, time_threads=counts, head_dims=head_dims)
         rates: tuple = rates_from(runs["formats"], threads, model)
+        single: tuple = rates_from(runs["formats"], 1, model) if threads > 1 else ()
         attention: tuple = attention_rates(runs["attention"], threads)
         method = f"llama.cpp {version} (llama-cpp-python), {threads} threads, random-weight GGUF per format"
     else:
         rates = numpy_rates(threads)
-        attention = ()  # numpy times no attention kernel
+        attention = single = ()  # numpy times no attention kernel (nor a thread count apart)
         method = f"numpy float32 GEMM, {threads} threads (float prefill only)"
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    return Calibration(host_key(), stamp, method, round(ram, 2), threads, rates, attention)
+    return Calibration(host_key(), stamp, method, round(ram, 2), threads, rates, attention, single)

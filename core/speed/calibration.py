@@ -42,18 +42,32 @@ class Calibration:
     # (head_dim, decode, prefill, cache) per thread per head width, from a deeper prompt: attention GFLOP/s and the
     # decode cache's streaming GB/s (None: not measured; the fitted rate, or the RAM bandwidth, then)
     attention: tuple[tuple[int, float | None, float | None, float | None], ...] = ()
+    # `rates` timed again with one thread (empty: calibrated with one thread, or before this was timed). A decode step
+    # that is memory-bound at every thread gives a rate per thread that is the memory's share, not the kernel's: on a
+    # Zen 4 the F16 step ran 23.5 GFLOP/s at 1 thread and 14.0 per thread at 2, and 1-thread figures read 33-46 % slow
+    single: tuple[tuple[str, float | None, float | None], ...] = ()
 
     @property
     def label(self) -> str:
         return f"calibrated on this host at {self.time} ({self.method})"
 
-    def rate(self, fmt: str, prefill: bool) -> float | None:
-        """The format's measured rate; else the median of its family's; None if neither was measured."""
+    def rate(self, fmt: str, prefill: bool, threads: int | None = None) -> float | None:
+        """The format's measured rate at `threads` (default the calibration's): the one-thread and the all-thread
+        rates where those were timed, linear in the thread count between them; else the median of its family's;
+        None if neither was measured."""
+        full = self._rate(self.rates, fmt, prefill)
+        one = self._rate(self.single, fmt, prefill)
+        if threads is None or threads >= self.threads or one is None or full is None:
+            return full
+        return one + (full - one) * (max(threads, 1) - 1) / (self.threads - 1)
+
+    @staticmethod
+    def _rate(rates: tuple, fmt: str, prefill: bool) -> float | None:
         i = 2 if prefill else 1
-        exact = [r[i] for r in self.rates if _key(r[0]) == _key(fmt) and r[i]]
+        exact = [r[i] for r in rates if _key(r[0]) == _key(fmt) and r[i]]
         if exact:
             return exact[0]
-        family = sorted(r[i] for r in self.rates if format_family(r[0]) == format_family(fmt) and r[i])
+        family = sorted(r[i] for r in rates if format_family(r[0]) == format_family(fmt) and r[i])
         return family[len(family) // 2] if family else None
 
     def _nearest(self, i: int, head_dim: int) -> float | None:
@@ -75,7 +89,7 @@ class Calibration:
         return {
             "host": self.host, "time": self.time, "method": self.method, "ram_gb_s": self.ram_gb_s,
             "threads": self.threads, "rates": [list(r) for r in self.rates],
-            "attention": [list(a) for a in self.attention],
+            "attention": [list(a) for a in self.attention], "single": [list(r) for r in self.single],
         }  # fmt: skip
 
     @classmethod
@@ -89,7 +103,8 @@ class Calibration:
             for a in raw
             if isinstance(a, list | tuple) and len(a) in (3, 4)
         )
-        return cls(d["host"], d["time"], d["method"], float(d["ram_gb_s"]), int(d["threads"]), rates, attention)
+        single = tuple((str(f), dec, pre) for f, dec, pre in d.get("single") or ())  # absent before 2026-12-03
+        return cls(d["host"], d["time"], d["method"], float(d["ram_gb_s"]), int(d["threads"]), rates, attention, single)
 
 
 def path() -> Path:

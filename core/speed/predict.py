@@ -307,7 +307,7 @@ def _part(
         peak = attention_peak = float(hw.threads)  # CPU figures are GFLOP/s per thread
     fmt = setup_format(setup)
     family = format_family(fmt)
-    measured = hw.calibration.rate(fmt, prefill) if hw.calibration and device == "cpu" else None
+    measured = hw.calibration.rate(fmt, prefill, hw.threads) if hw.calibration and device == "cpu" else None
     if measured is not None:  # this host's own matmul rate for the format's kernels
         mm_rate = expert_rate = peak * measured
     else:
