@@ -244,6 +244,8 @@ else:
     st.dataframe(
         pd.DataFrame(
             [{"format": f, "decode GFLOP/s per thread": d, "prefill GFLOP/s per thread": p} for f, d, p in stored.rates]
+            + [{"format": f"{f}, 1 thread", "decode GFLOP/s per thread": d, "prefill GFLOP/s per thread": p}
+               for f, d, p in stored.single]
             + [{"format": f"attention, {d}-wide heads (f16 cache)", "decode GFLOP/s per thread": dec,
                 "prefill GFLOP/s per thread": pre, "decode cache GB/s per thread": gb_s}
                for d, dec, pre, gb_s in stored.attention]

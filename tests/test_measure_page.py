@@ -181,7 +181,8 @@ def test_calibrate_button_runs_in_the_background_and_later_figures_use_it(monkey
     monkeypatch.setenv("KVSCOPE_CACHE", str(tmp_path / "cache"))
     stand_in = (
         "import json, time; time.sleep(2); from core.speed import calibration as c; "
-        "cal = c.Calibration(c.host_key(), '2026-01-01T00:00:00Z', 'stand-in', 9.5, 2, (('Q4_0', 3.0, 7.0),)); "
+        "cal = c.Calibration(c.host_key(), '2026-01-01T00:00:00Z', 'stand-in', 9.5, 2, (('Q4_0', 3.0, 7.0),), "
+        "single=(('Q4_0', 5.0, 7.5),)); "
         "print(json.dumps(cal.record() | {'stored': str(c.store(cal)), 'warning': None}))"
     )
     monkeypatch.setattr(job_module, "calibrate_command", lambda threads=None: [sys.executable, "-c", stand_in])
@@ -200,3 +201,7 @@ def test_calibrate_button_runs_in_the_background_and_later_figures_use_it(monkey
     assert any("Later speed figures on this host use it" in s.value for s in at.success)
     stored = calibration.load()
     assert stored is not None and stored.rate("Q4_0", prefill=True) == 7.0
+    # both thread counts' rates, as stored
+    table = next(d.value for d in at.dataframe if "format" in d.value.columns).set_index("format")
+    assert table.loc["Q4_0", "decode GFLOP/s per thread"] == 3.0
+    assert table.loc["Q4_0, 1 thread", "decode GFLOP/s per thread"] == 5.0
