@@ -49,6 +49,9 @@ class LayerKind:
 
     kind: ClassVar[str]
     grows: ClassVar[bool] = False  # holds a per-token cache
+    # llama.cpp updates its state with a chain of small kernels, not one fused op (Mamba's ssm_scan, a short conv's
+    # ssm_conv): what core.speed's Efficiency.overhead_recurrent_s is paid per pass for
+    chained_update: ClassVar[bool] = False
 
     @property
     def token_cap(self) -> int | None:
@@ -142,6 +145,7 @@ class GatedDeltaNet(LayerKind):
     v_head_dim: int
     conv_kernel: int
     kind: ClassVar[str] = "gated_deltanet"
+    chained_update: ClassVar[bool] = True  # the delta rule as ~a dozen elementwise ops (src/models/delta-net-base.cpp)
 
     def state_tensors(self) -> tuple[StateTensor, ...]:
         channels = 2 * self.num_k_heads * self.k_head_dim + self.num_v_heads * self.v_head_dim

@@ -162,6 +162,7 @@ def print_speed(out: dict) -> None:
             f"prefill {e['prefill_compute']:.3g} (attention {e['prefill_attention']:.3g}) "
             f"({'GFLOP/s per thread' if device == 'cpu' else '× dense peak'}), overhead "
             f"{e['overhead_step_s'] * 1e3:.3g} ms/pass + {e['overhead_layer_s'] * 1e3:.3g} ms/layer"
+            + (f" + {e['overhead_recurrent_s'] * 1e3:.3g} ms/DeltaNet layer" if e.get("overhead_recurrent_s") else "")
         )
     head = f"{'context':>8} {'batch':>5} {'decode tok/s':>12} {'aggregate':>10} {'prefill tok/s':>13} "
     print(head + f"{'TTFT s':>9} {'bytes/step':>11} {'bound':>8}")

@@ -49,13 +49,17 @@ class Efficiency:
     # routed experts' weights stream at this × `bandwidth`: mul_mat_id reads each selected expert's rows as its own
     # small matrix (gathered by id), further from the bandwidth roofline than one dense matrix of the same bytes
     expert_bandwidth: float = 1.0
+    # per pass and layer whose state update is a chain of small kernels (LayerKind.chained_update: Gated DeltaNet in
+    # llama.cpp), whose launches a decode step pays on top of the layer's bytes
+    overhead_recurrent_s: float = 0.0
 
     @property
     def compute_unit(self) -> str:
         return "GFLOP/s per thread" if self.device == "cpu" else "× card dense peak"
 
-    def overhead_s(self, layers: int) -> float:
-        return self.overhead_step_s + self.overhead_layer_s * layers
+    def overhead_s(self, layers: int, recurrent: int = 0) -> float:
+        """Per pass, for `layers` decoder layers of which `recurrent` update their state by a chain of kernels."""
+        return self.overhead_step_s + self.overhead_layer_s * layers + self.overhead_recurrent_s * recurrent
 
     def family_factor(self, family: str, prefill: bool) -> float:
         for name, decode, pre in self.families:

@@ -359,7 +359,12 @@ def _timing(work: PassWork, setup: Setup, hw: Hardware, prefill: bool, table: Ta
         parts.append(_part("cpu", work, cpu, setup, hw, prefill, table, per_pass))
     # the overhead of the device that drives the pass: the GPU's whenever one takes part
     eff = _eff(table, setup, hw, driver(setup, hw))
-    return Timing(tuple(parts), eff.overhead_s(n) * passes)
+    return Timing(tuple(parts), eff.overhead_s(n, chained_layers(setup)) * passes)
+
+
+def chained_layers(setup: Setup) -> int:
+    """Layers whose state update the engine runs as a chain of small kernels (LayerKind.chained_update)."""
+    return sum(any(part.chained_update for part in layer.parts()) for layer in setup.model.layers)
 
 
 def driver(setup: Setup, hw: Hardware) -> str:

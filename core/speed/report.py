@@ -151,7 +151,9 @@ def speed_lines(s: Speed) -> list[str]:
             f"- {e.engine} on {e.device} — {e.status}: bandwidth × {e.bandwidth:.3f}; decode matmul "
             f"{e.decode_compute:.3g}, attention {e.decode_attention:.3g}; prefill matmul {e.prefill_compute:.3g}, "
             f"attention {e.prefill_attention:.3g} ({e.compute_unit}); overhead {e.overhead_step_s * 1e3:.3g} ms per "
-            f"pass + {e.overhead_layer_s * 1e3:.3g} ms per layer. {e.provenance}"
+            f"pass + {e.overhead_layer_s * 1e3:.3g} ms per layer"
+            + (f" + {e.overhead_recurrent_s * 1e3:.3g} ms per Gated DeltaNet layer" if e.overhead_recurrent_s else "")
+            + f". {e.provenance}"
             + (f" Fitted on {e.fitted_on}; checked on {e.checked_on}." if e.fitted_on else "")
         )
     return out

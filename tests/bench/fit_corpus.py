@@ -47,7 +47,7 @@ from core.model.loading import load_model
 from core.speed import efficiency as eff_module
 from core.speed.efficiency import FITTED, Efficiency, efficiency_for
 from core.speed.groups import ERROR_BAND, FAMILIES, card_class, format_family, group_label
-from core.speed.predict import Hardware, Timing, predict, setup_weights
+from core.speed.predict import Hardware, Timing, chained_layers, predict, setup_weights
 from tests.bench.speed_fit import descend as coordinate_descent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,11 +62,11 @@ OLD_BUILD = 3000
 # and lhl's b6077 ran it at 322. kvscope predicts current builds; the older runs stay in the corpus, out of the fit
 # and the check (the count is printed with the skipped rows).
 APU_CURRENT_BUILD = 7000
-FLOORS = {"overhead_step_s": 1e-5, "old_overhead_s": 1e-5, "prefill_half_tokens": 1.0}
+FLOORS = {"overhead_step_s": 1e-5, "old_overhead_s": 1e-5, "prefill_half_tokens": 1.0, "overhead_recurrent_s": 1e-6}
 DEEP = 4096  # runs whose context reaches this many tokens (cached + their own) time the attention kernels
 HOST = Hardware(ram_gb_s=50.0, threads=8)  # unused: every corpus layer is on the GPU (-ngl 99)
 RATE_KEYS = ("bandwidth", "decode_compute", "decode_attention", "prefill_compute", "prefill_attention")
-KEYS = (*RATE_KEYS, "overhead_step_s", "flash_off", "prefill_half_tokens", "expert_bandwidth")
+KEYS = (*RATE_KEYS, "overhead_step_s", "flash_off", "prefill_half_tokens", "expert_bandwidth", "overhead_recurrent_s")
 UNIT = Efficiency("unit", "gpu", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, "unit", "")
 # a family's stand-in where kvscope does not know the exact llama.cpp type (bytes come from size_bytes anyway)
 STAND_IN = {"k-quant": "q4_k_m", "legacy": "q8_0", "i-quant": "iq4_xs", "float": "fp16", "mxfp4": "mxfp4"}
@@ -250,6 +250,7 @@ class Terms:
     old: bool = False  # a build before OLD_BUILD
     expert_weights: float = 0.0  # the routed experts' share of `weights` (unit seconds)
     weight: float = 1.0  # the row's share of the loss (pooled over backends: 1 ÷ its backend's rows)
+    recurrent: int = 0  # layers updating their state by a chain of kernels (core.speed.predict.chained_layers)
 
     def tok_s(self, p: dict) -> float:
         pre = "prefill" if self.prefill else "decode"
@@ -262,7 +263,8 @@ class Terms:
         attn = p[f"{pre}_attention"] * (1.0 if self.flash else p["flash_off"])
         read = (self.weights - self.expert_weights + self.expert_weights / p["expert_bandwidth"]) / p["bandwidth"]
         t = max(read, (dense + experts) / rate)
-        overhead = p["overhead_step_s"] + (p.get("old_overhead_s", 0.0) if self.old else 0.0)
+        overhead = p["overhead_step_s"] + p["overhead_recurrent_s"] * self.recurrent
+        overhead += p.get("old_overhead_s", 0.0) if self.old else 0.0
         t += max(self.cache / p["bandwidth"], self.attention / attn) + overhead * self.passes
         return self.tokens / t
 
@@ -278,6 +280,7 @@ def terms(row: Row) -> Terms:
         row.family, tokens, r["tok_s"], math.ceil(tokens / passes), reach(r),
         sum(p.expert_flops / (p.peak_gflops * 1e9) for p in t.parts), routed_tokens(row, math.ceil(tokens / passes)),
         old_build(r.get("build")), sum(p.expert_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts),
+        recurrent=chained_layers(row.setup),
     )  # fmt: skip
 
 
@@ -347,6 +350,8 @@ def fit_keys(rows: list[Terms], pooled: bool = False) -> list[str]:
         # only dense rows beside MoE rows tell the two bandwidths apart, and never pooled over backends: a backend
         # without MoE runs of its own keeps 1 (experts stream like any weights) rather than another backend's kernels
         keys.remove("expert_bandwidth")
+    if not any(t.recurrent for t in rows):  # only models with such layers show their kernels' overhead
+        keys.remove("overhead_recurrent_s")
     fams = {f"{t.family}:{'prefill' if t.prefill else 'decode'}" for t in rows if t.family != "float"}
     return keys + sorted(fams)
 
@@ -366,7 +371,8 @@ def as_entry(engine: str, backend: str, klass: str, p: dict, fit_rows: list[Row]
         "engine": engine, "device": "gpu", "backend": backend, "card_class": klass,
         **{k: p[k] for k in RATE_KEYS}, "overhead_step_s": p["overhead_step_s"], "overhead_layer_s": 0.0,
         "flash_off": p["flash_off"], "prefill_half_tokens": p["prefill_half_tokens"],
-        "expert_bandwidth": p["expert_bandwidth"], "families": families,
+        "expert_bandwidth": p["expert_bandwidth"], "overhead_recurrent_s": p["overhead_recurrent_s"],
+        "families": families,
         "status": "fitted",
         "provenance": f"fitted by tests/bench/fit_corpus.py to published llama-bench runs (measurements/speed/corpus) "
         f"of {group_label(engine, backend, klass) if klass != '*' else engine + ' ' + backend}",
