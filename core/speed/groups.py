@@ -53,6 +53,13 @@ _PRE_TURING = re.compile(r"V100|TITAN V\b|TITAN Xp?\b|GTX 10\d0|^Tesla P|^Quadro
 # ggml_vk_khr_cooperative_matrix_support allows it: not on Intel Xe1 discrete cards (Arc A: "performance
 # regressions") nor on AMD before RDNA3 under AMD's drivers; those run the plain shader matmuls (no-coopmat).
 _NO_COOPMAT = re.compile(r"Arc A\d|Arc Pro A\d|RX [56]\d\d0|Vega|RX [45]\d0")
+# llama.cpp's Vulkan backend multiplies BF16 weights on the matrix cores only where the device has BF16 cooperative
+# matrices (VK_KHR_shader_bfloat16 and a BF16 coopmat shape); Mesa's RADV turns that on from RDNA4, so on RDNA3/3.5
+# BF16 is widened to FP32 and run by the plain FP32 matmul shaders (ggml-vulkan.cpp at b8577; PR #19793), on the
+# vector ALUs at their single-issue FP32 rate: a quarter of the dual-issue WMMA 16-bit peak gpus.csv lists for these
+# cards (Radeon 8060S: 40 CUs x 64 lanes x 2 FLOP x 2.9 GHz = 14.85 of 59.4 TFLOPS; RX 7900 XTX: 30.7 of 122.8)
+VULKAN_BF16_SCALAR_SHARE = 0.25
+_RDNA4 = re.compile(r"RX 9\d{3}")
 # ggml kernel families: llama.cpp's quantised matmuls (mmq/mmvq, ggml-cpu's vec_dot) differ per block layout
 FAMILIES = ("float", "legacy", "k-quant", "i-quant", "mxfp4", "other")
 _LEGACY = frozenset({"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1"})
@@ -94,6 +101,17 @@ def card_class(card: Card | None, backend: str) -> str:
     return "workstation" if _PRO.match(card.name) else "consumer"
 
 
+def matmul_peak_share(card: Card, backend: str, fmt: str) -> float:
+    """The share of the card's listed 16-bit peak its matmuls of this weight format can reach on this backend: 1,
+    except BF16 on Vulkan on AMD's RDNA3/3.5 (VULKAN_BF16_SCALAR_SHARE)."""
+    scalar = (
+        backend == "vulkan" and fmt.removeprefix("gguf_") == "bf16" and vendor_of(card) == "AMD"
+        and card_class(card, backend) in ("coopmat", "apu") and not _RDNA4.search(card.name)
+        and "Instinct" not in card.name
+    )  # fmt: skip
+    return VULKAN_BF16_SCALAR_SHARE if scalar else 1.0
+
+
 def format_family(fmt: str) -> str:
     """The kernel family of a weight format name (llama.cpp type or ftype name, or a checkpoint format)."""
     key = fmt.strip().lower().replace("-", "_").removeprefix("gguf_")
@@ -127,6 +145,7 @@ class ErrorBar:
     ratio: float | None = None  # typical predicted ÷ measured (the median)
     calibrated: str = ""  # "calibrated on this host at <date>" when a host calibration set the rates
     on_cpu: bool = False  # a CPU group's error: calibrating the host replaces the constants it measures
+    caveat: str = ""  # what of this figure the group's held-out runs do not cover
 
     @property
     def checked(self) -> bool:
@@ -139,6 +158,7 @@ class ErrorBar:
         else:
             assert self.median is not None
             text = f"±{self.median * 100:.0f} % typical, {self.rows} held-out {self.kind} runs of {self.group}"
+        text += f"; {self.caveat}" if self.caveat else ""
         if self.calibrated:  # the group's error is that of uncalibrated constants on another CPU
             return f"{self.calibrated}; {calibrated_check_text()} (uncalibrated: {text})"
         if self.on_cpu:
@@ -179,12 +199,19 @@ def calibrated_check_text() -> str:
     )
 
 
-def error_bar(engine: str, backend: str, klass: str, kind: str, calibrated: str = "") -> ErrorBar:
-    """The group's held-out error from fitted.json; an unchecked ErrorBar where the group has no held-out run."""
+def error_bar(engine: str, backend: str, klass: str, kind: str, calibrated: str = "", chained: int = 0) -> ErrorBar:
+    """The group's held-out error from fitted.json; an unchecked ErrorBar where the group has no held-out run.
+    `chained`: the model's layers with a chained state update (core.speed.predict.chained_layers), whose overhead the
+    error covers only where the group's held-out runs include such a model (`chained_rows`)."""
     label = group_label(engine, backend, klass)
     for e in fitted().get("errors", ()):
         if (e["engine"], e["backend"], e["card_class"], e["kind"]) == (engine, backend, klass, kind) and e["rows"]:
-            return ErrorBar(kind, label, e["rows"], e["median"], e["within"], e["ratio"], calibrated, backend == "cpu")
+            caveat = (
+                f"no Gated DeltaNet model among them: its {chained} DeltaNet layers' overhead is not checked here"
+                if chained and not e.get("chained_rows") else ""
+            )  # fmt: skip
+            return ErrorBar(kind, label, e["rows"], e["median"], e["within"], e["ratio"], calibrated, backend == "cpu",
+                            caveat)  # fmt: skip
     return ErrorBar(kind, label, calibrated=calibrated, on_cpu=backend == "cpu")
 
 

@@ -21,7 +21,7 @@ from core.model.layers import FullAttention
 from core.model.params import count_params
 from core.speed.calibration import Calibration
 from core.speed.efficiency import Efficiency, efficiency_for
-from core.speed.groups import ErrorBar, card_class, default_backend, error_bar, format_family
+from core.speed.groups import ErrorBar, card_class, default_backend, error_bar, format_family, matmul_peak_share
 from core.speed.work import PassWork, Weights, decode_work, prefill_work
 
 FP8_FORMATS = frozenset({"fp8", "fp8_block"})
@@ -293,6 +293,7 @@ def _part(
     expert_bytes = sum(w.expert_bytes for w in layers) - sum(w.expert_bytes for w in away)
     expert_bytes += sum(w.expert_bytes for w in here)
     n_experts, top_k = next((w.routing for w in work.layers if w.routing[0]), (1, 1))
+    fmt = setup_format(setup)
     if device == "gpu":
         card = setup.card
         card_gb_s, dense_tflops = card.timing_figures()  # BF16's peak, else FP16's (Card.dense_tflops says why)
@@ -302,10 +303,10 @@ def _part(
         fp8 = setup.weights in FP8_FORMATS and card.fp8_tflops and isinstance(setup.engine, VllmEngine)
         attention_peak = dense_tflops * 1e3 * share
         peak = card.fp8_tflops * 1e3 * share if fp8 else attention_peak
+        peak *= matmul_peak_share(card, backend_of(setup, hw), fmt)
     else:
         bw = hw.ram_gb_s
         peak = attention_peak = float(hw.threads)  # CPU figures are GFLOP/s per thread
-    fmt = setup_format(setup)
     family = format_family(fmt)
     measured = hw.calibration.rate(fmt, prefill, hw.threads) if hw.calibration and device == "cpu" else None
     if measured is not None:  # this host's own matmul rate for the format's kernels
@@ -378,8 +379,8 @@ def error_bars(setup: Setup, hw: Hardware) -> tuple[ErrorBar, ErrorBar]:
     device = driver(setup, hw)
     backend, klass = group(setup, hw, device)
     cal = hw.calibration.label if hw.calibration and device == "cpu" else ""
-    engine = setup.engine.name
-    return error_bar(engine, backend, klass, "decode", cal), error_bar(engine, backend, klass, "prefill", cal)
+    engine, chained = setup.engine.name, chained_layers(setup)
+    return tuple(error_bar(engine, backend, klass, kind, cal, chained) for kind in ("decode", "prefill"))  # type: ignore[return-value]
 
 
 def prefill_chunk(setup: Setup, context: int) -> int:

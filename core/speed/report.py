@@ -105,6 +105,13 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
             f"cache: {_n(p.cache_bytes)} B ÷ ({cache}) = {_s(p.cache_s)}; attention: {_n(p.attention_flops)} FLOP ÷ "
             f"({at}) = {_s(p.attention_s)}; on this device: {_s(p.seconds)} (the slower of weights and matmuls plus "
             "the slower of cache and attention)"
+            + (
+                f"; the matmuls' peak is {p.peak_gflops / p.attention_peak_gflops:.2g} of the card's 16-bit one: "
+                "llama.cpp's Vulkan backend multiplies BF16 with its FP32 shaders on this card (no BF16 cooperative "
+                "matrix before RDNA4)"
+                if p.device == "gpu" and p.peak_gflops < p.attention_peak_gflops
+                else ""
+            )
         )
     return out
 

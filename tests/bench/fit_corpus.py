@@ -434,12 +434,13 @@ class Stat:
     median: float
     within: float
     ratio: float
+    chained_rows: int = 0  # rows of models with Gated DeltaNet layers (core.speed.predict.chained_layers)
 
 
-def stat(ratios: list[float]) -> Stat:
+def stat(ratios: list[float], chained_rows: int = 0) -> Stat:
     errors = [abs(x - 1) for x in ratios]
     return Stat(len(ratios), statistics.median(errors), sum(e <= ERROR_BAND for e in errors) / len(errors),
-                statistics.median(ratios))  # fmt: skip
+                statistics.median(ratios), chained_rows)  # fmt: skip
 
 
 def ratios(rows: list[Row]) -> list[tuple[Row, float]]:
@@ -456,11 +457,13 @@ def ratios(rows: list[Row]) -> list[tuple[Row, float]]:
 def error_groups(results: list[tuple[Row, float]]) -> dict[tuple[str, ...], Stat]:
     """Per kind (decode, prefill) × group (engine, backend, class), per backend, and overall."""
     buckets: dict[tuple[str, ...], list[float]] = defaultdict(list)
+    chained: Counter = Counter()
     for r, x in results:
         engine, backend, klass = r.group
         for key in ((r.kind, engine, backend, klass), (r.kind, engine, backend, "*"), (r.kind, "*", "*", "*")):
             buckets[key].append(x)
-    return {k: stat(v) for k, v in sorted(buckets.items())}
+            chained[key] += chained_layers(r.setup) > 0
+    return {k: stat(v, chained[k]) for k, v in sorted(buckets.items())}
 
 
 def table(stats: dict[tuple[str, ...], Stat], title: str) -> str:
