@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -206,6 +207,25 @@ def test_each_gated_deltanet_layer_pays_its_kernels_overhead_once_per_pass(model
     assert math.isclose(with_.decode.overhead_s - without.decode.overhead_s, chained * 1e-3, abs_tol=1e-12)
     passes = math.ceil(8192 / setup.engine.options.n_ubatch)
     assert math.isclose(with_.prefill.overhead_s - without.prefill.overhead_s, passes * chained * 1e-3, rel_tol=1e-9)
+
+
+def test_the_printed_overhead_formula_evaluates_to_the_overhead_used():
+    from core.speed.report import speed_lines
+
+    setup = Setup(load_model("Qwen/Qwen3.5-35B-A3B"), configured("llama.cpp"), card_named("GeForce RTX 4090 24GB"),
+                  weights="q4_k_m")  # fmt: skip
+    speed = predict(setup, Hardware(50.0, 8), 4096)
+    lines = [line for line in speed_lines(speed) if line.startswith("- overhead:")]
+    assert len(lines) == 2
+    for line, timing in zip(lines, (speed.decode, speed.prefill), strict=True):
+        m = re.match(
+            r"- overhead: (\d+) pass(?:es)? × \(([\d.]+) ms \+ 30 DeltaNet layers × ([\d.]+) ms\) = ([\d.]+) s", line
+        )
+        assert m, line
+        passes, step, per_layer, total = int(m[1]), float(m[2]), float(m[3]), float(m[4])
+        assert passes == (1 if timing is speed.decode else 8)  # 4,096 tokens in 512-token passes
+        assert math.isclose(passes * (step + 30 * per_layer) / 1e3, total, rel_tol=1e-4)
+        assert math.isclose(total, timing.overhead_s, abs_tol=1e-6)
 
 
 def test_the_deltanet_overhead_brings_the_published_hybrid_decodes_within_their_error():

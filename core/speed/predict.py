@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from core.dtypes import dtype_named
 from core.engines.base import per_count, sized_tensors
@@ -133,6 +133,11 @@ class DevicePart:
 class Timing:
     parts: tuple[DevicePart, ...]
     overhead_s: float
+    # what overhead_s is made of: passes × driver.overhead_s(layers, chained) (None: built by hand)
+    passes: int = 1
+    layers: int = 0
+    chained: int = 0
+    driver: Efficiency | None = None
 
     @property
     def memory_s(self) -> float:
@@ -360,7 +365,8 @@ def _timing(work: PassWork, setup: Setup, hw: Hardware, prefill: bool, table: Ta
         parts.append(_part("cpu", work, cpu, setup, hw, prefill, table, per_pass))
     # the overhead of the device that drives the pass: the GPU's whenever one takes part
     eff = _eff(table, setup, hw, driver(setup, hw))
-    return Timing(tuple(parts), eff.overhead_s(n, chained_layers(setup)) * passes)
+    chained = chained_layers(setup)
+    return Timing(tuple(parts), eff.overhead_s(n, chained) * passes, passes, n, chained, eff)
 
 
 def chained_layers(setup: Setup) -> int:
@@ -395,7 +401,7 @@ def prefill_chunk(setup: Setup, context: int) -> int:
 
 
 def _add(a: Timing, b: Timing) -> Timing:
-    return Timing(a.parts + b.parts, a.overhead_s + b.overhead_s)
+    return Timing(a.parts + b.parts, a.overhead_s + b.overhead_s, a.passes + b.passes, a.layers, a.chained, a.driver)
 
 
 def _merge(t: Timing) -> Timing:
@@ -414,7 +420,7 @@ def _merge(t: Timing) -> Timing:
             q.attention_s + p.attention_s, p.efficiency, q.expert_flops + p.expert_flops,
             q.expert_bytes + p.expert_bytes,
         )  # fmt: skip
-    return Timing(tuple(merged.values()), t.overhead_s)
+    return replace(t, parts=tuple(merged.values()))
 
 
 def prefill_spans(n_layers: int) -> int:

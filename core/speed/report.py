@@ -87,6 +87,17 @@ def _rates(p: DevicePart, prefill: bool) -> tuple[str, str, str]:
     return bw, f"{_n(p.peak_gflops * 1e9)} FLOP/s × {mm:.4g}", f"{_n(p.attention_peak_gflops * 1e9)} FLOP/s × {at:.4g}"
 
 
+def overhead_text(t: Timing) -> str:
+    """The engine's overhead, as passes × what each pass costs (the driving device's efficiency)."""
+    e = t.driver
+    if e is None:
+        return _s(t.overhead_s)
+    terms = [f"{e.overhead_step_s * 1e3:.6g} ms"]
+    terms += [f"{t.layers} layers × {e.overhead_layer_s * 1e3:.6g} ms"] if e.overhead_layer_s else []
+    terms += [f"{t.chained} DeltaNet layers × {e.overhead_recurrent_s * 1e3:.6g} ms"] if t.chained else []
+    return f"{t.passes} pass{'es' if t.passes > 1 else ''} × ({' + '.join(terms)}) = {_s(t.overhead_s)}"
+
+
 def part_lines(t: Timing, prefill: bool) -> list[str]:
     out = []
     for p in t.parts:
@@ -127,7 +138,7 @@ def speed_lines(s: Speed) -> list[str]:
     ]
     out += part_lines(s.decode, prefill=False)
     out.append(
-        f"- overhead: {_s(s.decode.overhead_s)}; step: {_s(s.decode.seconds)} ({s.bound}-bound); per sequence: "
+        f"- overhead: {overhead_text(s.decode)}; step: {_s(s.decode.seconds)} ({s.bound}-bound); per sequence: "
         f"1 ÷ {_s(s.decode.seconds)} = {s.decode_tok_s:,.2f} tok/s; all sequences: {s.batch} × "
         f"{s.decode_tok_s:,.2f} tok/s = {s.aggregate_tok_s:,.2f} tok/s"
     )
@@ -139,7 +150,7 @@ def speed_lines(s: Speed) -> list[str]:
     )
     out += part_lines(s.prefill, prefill=True)
     out.append(
-        f"- overhead: {_s(s.prefill.overhead_s)}; prefill: {_s(s.prefill.seconds)} ({s.prefill.bound}-bound); "
+        f"- overhead: {overhead_text(s.prefill)}; prefill: {_s(s.prefill.seconds)} ({s.prefill.bound}-bound); "
         f"{s.context:,} tokens ÷ {_s(s.prefill.seconds)} = {s.prefill_tok_s:,.1f} tok/s; time to first token: the "
         f"prefill, {_s(s.ttft_s)} (the first token is sampled from the prompt's last logits)"
     )
