@@ -386,7 +386,10 @@ def error_bars(setup: Setup, hw: Hardware) -> tuple[ErrorBar, ErrorBar]:
     backend, klass = group(setup, hw, device)
     cal = hw.calibration.label if hw.calibration and device == "cpu" else ""
     engine, chained = setup.engine.name, chained_layers(setup)
-    return tuple(error_bar(engine, backend, klass, kind, cal, chained) for kind in ("decode", "prefill"))  # type: ignore[return-value]
+    return (
+        error_bar(engine, backend, klass, "decode", cal, chained),
+        error_bar(engine, backend, klass, "prefill", cal, chained),
+    )
 
 
 def prefill_chunk(setup: Setup, context: int) -> int:
