@@ -92,9 +92,13 @@ def overhead_text(t: Timing) -> str:
     e = t.driver
     if e is None:
         return _s(t.overhead_s)
-    terms = [f"{e.overhead_step_s * 1e3:.6g} ms"]
-    terms += [f"{t.layers} layers × {e.overhead_layer_s * 1e3:.6g} ms"] if e.overhead_layer_s else []
-    terms += [f"{t.chained} DeltaNet layers × {e.overhead_recurrent_s * 1e3:.6g} ms"] if t.chained else []
+    terms = [f"{e.overhead_step_s:.6g} s"]
+    terms += [f"{t.layers} layers × {e.overhead_layer_s:.6g} s"] if e.overhead_layer_s else []
+    terms += (
+        [f"{t.chained} DeltaNet layers × {e.overhead_recurrent_s:.6g} s"]
+        if t.chained and e.overhead_recurrent_s
+        else []
+    )
     return f"{t.passes} pass{'es' if t.passes > 1 else ''} × ({' + '.join(terms)}) = {_s(t.overhead_s)}"
 
 
