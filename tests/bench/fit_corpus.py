@@ -460,9 +460,10 @@ def error_groups(results: list[tuple[Row, float]]) -> dict[tuple[str, ...], Stat
     chained: Counter = Counter()
     for r, x in results:
         engine, backend, klass = r.group
+        has_chained = chained_layers(r.setup) > 0  # once per row, not per key
         for key in ((r.kind, engine, backend, klass), (r.kind, engine, backend, "*"), (r.kind, "*", "*", "*")):
             buckets[key].append(x)
-            chained[key] += chained_layers(r.setup) > 0
+            chained[key] += has_chained
     return {k: stat(v, chained[k]) for k, v in sorted(buckets.items())}
 
 
