@@ -270,6 +270,42 @@ def test_the_deltanet_overhead_fitted_on_apus_holds_on_a_published_cuda_run():
     assert without.decode_tok_s / 69.44 > 2.5
 
 
+def _corpus_row(source_id: str, card: str, kind: str, weights: str) -> dict:
+    from tests.bench.fit_corpus import corpus_lines
+
+    return next(
+        r for r in corpus_lines()
+        if (r["source_id"], r["card"], r["kind"], r["weights"]) == (source_id, card, kind, weights)
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("source_id", "card", "kind", "weights", "cublas"),
+    [
+        ("xiongjiedai-llama3", "A100 80GB PCIe", "prefill", "Q4_K - Medium", True),  # b2824: dequantised for cuBLAS
+        ("xiongjiedai-llama3", "A100 80GB PCIe", "prefill", "F16", False),  # F16 still goes through cuBLAS
+        ("xiongjiedai-llama3", "A100 80GB PCIe", "decode", "Q4_K - Medium", False),  # one token: MMVQ then and now
+        ("llamacpp-pr-4766-backend-sched-jg", "GeForce RTX 3090 24GB", "prefill", "Q4_0", True),  # 2024-01
+        ("llamacpp-pr-4766-backend-sched-jg", "Tesla P40 24GB", "prefill", "Q4_0", False),  # Pascal: no int8 MMA
+        ("llamacpp-pr-7676-mmq-tensor-cores", "GeForce RTX 4090 24GB", "prefill", "Q4_0", False),  # MMQ forced
+        ("llamacpp-disc-15013-cuda", "A100 80GB PCIe", "prefill", "Q4_0", False),  # a 2025 build: MMQ
+    ],
+)
+def test_quantised_cuda_prompts_timed_through_cublas_before_mmq_became_the_default(source_id, card, kind, weights,
+                                                                                   cublas):  # fmt: skip
+    """PR #8075 (2024-06-24) made llama.cpp's int8 MMQ kernels the default for quantised prompts on NVIDIA cards from
+    Turing on; before it such prompts were dequantised to FP16 for cuBLAS. Runs of that path leave the fit and the
+    check; the rest of the same sources stay."""
+    from tests.bench.fit_corpus import cublas_prefill, to_row
+
+    r = _corpus_row(source_id, card, kind, weights)
+    klass = card_class(card_named(card), "cuda")
+    assert cublas_prefill(r, klass, format_family(r["weights"].split()[0])) is cublas
+    if cublas:
+        with pytest.raises(InputError, match="cuBLAS, not MMQ"):
+            to_row(r)
+
+
 @pytest.mark.parametrize(
     ("card", "backend", "share"),
     [

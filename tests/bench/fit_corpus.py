@@ -62,6 +62,14 @@ OLD_BUILD = 3000
 # and lhl's b6077 ran it at 322. kvscope predicts current builds; the older runs stay in the corpus, out of the fit
 # and the check (the count is printed with the skipped rows).
 APU_CURRENT_BUILD = 7000
+# Until PR #8075 (merged 2024-06-24, after b3000) llama.cpp's CUDA backend multiplied quantised weights by a prompt
+# batch of more than 32 tokens on cards with tensor cores by dequantising them to FP16 for cuBLAS; since then it runs
+# its own int8 kernels (MMQ) there, on every NVIDIA card from Turing on. Such runs timed cuBLAS, a path current
+# builds no longer take for these formats, so they stay out of the fit and the check. F16 weights still go through
+# cuBLAS, Volta and older cards (no int8 MMA) still take it for long batches, and the MMQ PRs' own tables forced
+# their kernels (LLAMA_CUDA_FORCE_MMQ): those runs stand. The PR #4766 tables (2024-01) give no build number.
+MMQ_DEFAULT_BUILD = 3000
+CUBLAS_ERA_SOURCES = frozenset({"llamacpp-pr-4766-backend-sched", "llamacpp-pr-4766-backend-sched-jg"})
 FLOORS = {"overhead_step_s": 1e-5, "old_overhead_s": 1e-5, "prefill_half_tokens": 1.0, "overhead_recurrent_s": 1e-6}
 DEEP = 4096  # runs whose context reaches this many tokens (cached + their own) time the attention kernels
 HOST = Hardware(ram_gb_s=50.0, threads=8)  # unused: every corpus layer is on the GPU (-ngl 99)
@@ -156,6 +164,9 @@ def to_row(r: dict) -> Row:
     if card_class(card, backend) == "apu" and (build_number(r.get("build")) or 0) < APU_CURRENT_BUILD:
         raise InputError(f"an APU run from before b{APU_CURRENT_BUILD} (superseded)")
     fmt = kvscope_format(r["weights"], r["model_id"])
+    klass = card_class(card, backend)
+    if cublas_prefill(r, klass, format_family(fmt)):
+        raise InputError(f"quantised prefill on CUDA before b{MMQ_DEFAULT_BUILD} (cuBLAS, not MMQ: superseded)")
     ub = r.get("n_ubatch") or 512
     engine = configured(
         "llama.cpp",
@@ -167,7 +178,16 @@ def to_row(r: dict) -> Row:
     size = r.get("size_bytes")
     wfile = WeightFile("llama-bench size", "gguf", int(size), (), 0, 0) if size else None
     setup = Setup(model, engine, card, weights=fmt, weights_file=wfile)
-    return Row(r, setup, backend, card_class(card, backend), format_family(fmt), r["kind"])
+    return Row(r, setup, backend, klass, format_family(fmt), r["kind"])
+
+
+def cublas_prefill(r: dict, klass: str, family: str) -> bool:
+    """A prompt of quantised weights that a build before MMQ_DEFAULT_BUILD ran through cuBLAS on a card whose current
+    builds run it as MMQ (every CUDA class but pre-Turing)."""
+    if r["backend"] != "cuda" or r["kind"] != "prefill" or family == "float" or klass == "pre-turing":
+        return False
+    number = build_number(r.get("build"))
+    return (number is not None and number < MMQ_DEFAULT_BUILD) or r["source_id"] in CUBLAS_ERA_SOURCES
 
 
 def load_rows() -> tuple[list[Row], Counter]:

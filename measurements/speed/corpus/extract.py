@@ -449,6 +449,7 @@ def xiongjiedai(repo: Path) -> list[dict]:
 # tables (HTML fetched 2026-04-05). Chips whose row names no single card are left out (see README).
 SCOREBOARD_CARDS = {
     "CUDA": {
+        "A100 80 GB": "A100 80GB PCIe",
         "A30": "A30 24GB",
         "A40": "A40 48GB",
         "GTX 1070 Ti": "GeForce GTX 1070 Ti 8GB",
@@ -510,6 +511,8 @@ SCOREBOARD_CARDS = {
     },
 }
 SCOREBOARD_NOTES = {
+    "A100 80 GB": "scoreboard says 'A100 80 GB' (PCIe or SXM4 not stated): taken as the PCIe card; the SXM4 has the "
+    "same 312 TFLOPS dense peak and 5 % more bandwidth (2,039 against 1,935 GB/s)",
     "RTX 3060": "scoreboard says 'RTX 3060': taken as the 12 GB card (the 8 GB one has 240 GB/s)",
     "RTX 3080": "scoreboard says 'RTX 3080': taken as the 10 GB card (the 12 GB one has 912 GB/s)",
     "RTX 4060 Ti": "memory variant not stated; the 8 and 16 GB cards share 288 GB/s and clocks",
