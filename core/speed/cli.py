@@ -61,8 +61,9 @@ def error_record(e: ErrorBar | None) -> dict | None:
     if e is None:
         return None
     return {
-        "label": e.label, "group": e.group, "held_out_rows": e.rows, "median_abs_error": e.median,
-        "within_20": e.within, "typical_ratio": e.ratio, "calibrated": e.calibrated or None,
+        "label": e.label, "group": e.group, "held_out_rows": e.rows if e.basis == "held-out" else 0,
+        "basis": e.basis, "rows": e.rows, "median_abs_error": e.median, "within_20": e.within,
+        "typical_ratio": e.ratio, "calibrated": e.calibrated or None,
     }  # fmt: skip
 
 

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from core.errors import InputError
-from core.memory.gpus import Card
+from core.memory.gpus import Card, card_named
 from core.speed.efficiency import fitted
+from core.speed.published import error_figures
 
 BACKENDS = ("cuda", "rocm", "vulkan", "metal", "sycl", "cpu")
 BACKEND_NAMES = {"cuda": "CUDA", "rocm": "ROCm", "vulkan": "Vulkan", "metal": "Metal", "sycl": "SYCL", "cpu": "CPU"}
@@ -146,6 +148,7 @@ class ErrorBar:
     calibrated: str = ""  # "calibrated on this host at <date>" when a host calibration set the rates
     on_cpu: bool = False  # a CPU group's error: calibrating the host replaces the constants it measures
     caveat: str = ""  # what of this figure the group's held-out runs do not cover
+    basis: str = "held-out"  # "held-out" (published runs the fit never saw) or "published" (an unfitted engine's)
 
     @property
     def checked(self) -> bool:
@@ -157,7 +160,7 @@ class ErrorBar:
             text = f"not checked: no held-out published {self.kind} runs of {self.group}"
         else:
             assert self.median is not None
-            text = f"±{self.median * 100:.0f} % typical, {self.rows} held-out {self.kind} runs of {self.group}"
+            text = f"±{self.median * 100:.0f} % typical, {self.rows} {self.basis} {self.kind} runs of {self.group}"
         text += f"; {self.caveat}" if self.caveat else ""
         if self.calibrated:  # the group's error is that of uncalibrated constants on another CPU
             return f"{self.calibrated}; {calibrated_check_text()} (uncalibrated: {text})"
@@ -199,10 +202,17 @@ def calibrated_check_text() -> str:
     )
 
 
+def error_stats(ratios: list[float]) -> tuple[float, float, float]:
+    """(median |error|, share within ±ERROR_BAND, median ratio) of predicted ÷ measured ratios."""
+    errors = [abs(x - 1) for x in ratios]
+    return statistics.median(errors), sum(e <= ERROR_BAND for e in errors) / len(errors), statistics.median(ratios)
+
+
 def error_bar(engine: str, backend: str, klass: str, kind: str, calibrated: str = "", chained: int = 0) -> ErrorBar:
-    """The group's held-out error from fitted.json; an unchecked ErrorBar where the group has no held-out run.
-    `chained`: the model's layers with a chained state update (core.speed.predict.chained_layers), whose overhead the
-    error covers only where the group's held-out runs include such a model (`chained_rows`)."""
+    """The group's held-out error from fitted.json; for an engine without a fit, its error on the published figures
+    of the group (measurements/speed/published_speed.jsonl); else an unchecked ErrorBar. `chained`: the model's
+    layers with a chained state update (core.speed.predict.chained_layers), whose overhead the error covers only
+    where the group's held-out runs include such a model (`chained_rows`)."""
     label = group_label(engine, backend, klass)
     for e in fitted().get("errors", ()):
         if (e["engine"], e["backend"], e["card_class"], e["kind"]) == (engine, backend, klass, kind) and e["rows"]:
@@ -212,7 +222,20 @@ def error_bar(engine: str, backend: str, klass: str, kind: str, calibrated: str 
             )  # fmt: skip
             return ErrorBar(kind, label, e["rows"], e["median"], e["within"], e["ratio"], calibrated, backend == "cpu",
                             caveat)  # fmt: skip
+    figures = [r for r in error_figures(engine, f"{kind}_tok_s") if _group_of(r["setup"]["gpu"]) == (backend, klass)]
+    if figures:
+        median, within, ratio = error_stats([1 + r["kvscope"]["error"] for r in figures])
+        cards = ", ".join(sorted({r["setup"]["gpu"] for r in figures}))
+        caveat = f"figures from the seeds on {cards}; this engine's efficiencies are assumed, never fitted to them"
+        return ErrorBar(kind, label, len(figures), median, within, ratio, calibrated, backend == "cpu", caveat,
+                        "published")  # fmt: skip
     return ErrorBar(kind, label, calibrated=calibrated, on_cpu=backend == "cpu")
+
+
+def _group_of(card_name: str) -> tuple[str, str]:
+    card = card_named(card_name)
+    backend = default_backend(card)
+    return backend, card_class(card, backend)
 
 
 _RUNS_ON = {"cuda": ("NVIDIA", "custom"), "rocm": ("AMD",), "metal": ("Apple",), "sycl": ("Intel",)}

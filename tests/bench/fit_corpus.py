@@ -26,7 +26,6 @@ import hashlib
 import json
 import math
 import re
-import statistics
 import sys
 import time
 from collections import Counter, defaultdict
@@ -46,7 +45,7 @@ from core.memory.weightfiles import WeightFile
 from core.model.loading import load_model
 from core.speed import efficiency as eff_module
 from core.speed.efficiency import FITTED, Efficiency, efficiency_for
-from core.speed.groups import ERROR_BAND, FAMILIES, card_class, format_family, group_label
+from core.speed.groups import FAMILIES, card_class, error_stats, format_family, group_label
 from core.speed.predict import Hardware, Timing, chained_layers, predict, setup_weights
 from tests.bench.speed_fit import descend as coordinate_descent
 
@@ -458,9 +457,7 @@ class Stat:
 
 
 def stat(ratios: list[float], chained_rows: int = 0) -> Stat:
-    errors = [abs(x - 1) for x in ratios]
-    return Stat(len(ratios), statistics.median(errors), sum(e <= ERROR_BAND for e in errors) / len(errors),
-                statistics.median(ratios), chained_rows)  # fmt: skip
+    return Stat(len(ratios), *error_stats(ratios), chained_rows)
 
 
 def ratios(rows: list[Row]) -> list[tuple[Row, float]]:
