@@ -368,6 +368,21 @@ def test_bf16_weights_on_vulkan_rdna3_multiply_at_the_fp32_shader_rate(card, bac
     assert math.isclose(bf16.matmul_s, f16.matmul_s / share, rel_tol=1e-9)
 
 
+def test_the_formula_says_why_a_matmul_peak_is_below_the_cards():
+    from core.speed.report import part_lines
+
+    def line(weights: str) -> str:
+        card = card_named("Radeon RX 7900 XTX 24GB")
+        setup = Setup(load_model(MODEL), configured("llama.cpp"), card, weights=weights)
+        timing = predict(setup, Hardware(50.0, 8, backend="vulkan"), 4096).prefill
+        return part_lines(timing, prefill=True)[0]
+
+    assert "the matmuls' peak is 0.25 of the card's 16-bit one: llama.cpp's Vulkan backend multiplies BF16" in line(
+        "gguf_bf16"
+    )
+    assert "matmuls' peak is" not in line("gguf_f16")
+
+
 def test_the_fp32_shader_rule_brings_the_published_vulkan_bf16_prompts_closer():
     """kyuz0's held-out BF16 runs on the Strix Halo's Vulkan backend (no BF16 run is in the fit): at the listed peak
     their prefill read 1.1-5.0x fast; at the FP32 shader rate, which the rule takes from the hardware and not from

@@ -103,15 +103,28 @@ def card_class(card: Card | None, backend: str) -> str:
     return "workstation" if _PRO.match(card.name) else "consumer"
 
 
-def matmul_peak_share(card: Card, backend: str, fmt: str) -> float:
-    """The share of the card's listed 16-bit peak its matmuls of this weight format can reach on this backend: 1,
-    except BF16 on Vulkan on AMD's RDNA3/3.5 (VULKAN_BF16_SCALAR_SHARE)."""
+@dataclass(frozen=True)
+class PeakShare:
+    """The share of a card's listed 16-bit peak its matmuls of one weight format reach on one backend, and why."""
+
+    share: float = 1.0
+    why: str = ""
+
+
+def matmul_peak_share(card: Card, backend: str, fmt: str) -> PeakShare:
+    """All of the listed peak, except BF16 on Vulkan on AMD's RDNA3/3.5 (VULKAN_BF16_SCALAR_SHARE)."""
     scalar = (
         backend == "vulkan" and fmt.removeprefix("gguf_") == "bf16" and vendor_of(card) == "AMD"
         and card_class(card, backend) in ("coopmat", "apu") and not _RDNA4.search(card.name)
         and "Instinct" not in card.name
     )  # fmt: skip
-    return VULKAN_BF16_SCALAR_SHARE if scalar else 1.0
+    if not scalar:
+        return PeakShare()
+    return PeakShare(
+        VULKAN_BF16_SCALAR_SHARE,
+        "llama.cpp's Vulkan backend multiplies BF16 with its FP32 shaders on this card (no BF16 cooperative matrix "
+        "before RDNA4)",
+    )
 
 
 def format_family(fmt: str) -> str:

@@ -21,7 +21,15 @@ from core.model.layers import FullAttention
 from core.model.params import count_params
 from core.speed.calibration import Calibration
 from core.speed.efficiency import Efficiency, efficiency_for
-from core.speed.groups import ErrorBar, card_class, default_backend, error_bar, format_family, matmul_peak_share
+from core.speed.groups import (
+    ErrorBar,
+    PeakShare,
+    card_class,
+    default_backend,
+    error_bar,
+    format_family,
+    matmul_peak_share,
+)
 from core.speed.work import PassWork, Weights, decode_work, prefill_work
 
 FP8_FORMATS = frozenset({"fp8", "fp8_block"})
@@ -94,6 +102,7 @@ class DevicePart:
     expert_flops: float = 0.0  # the routed experts' share of matmul_flops (timed at their own GEMM fill)
     expert_bytes: float = 0.0  # the routed experts' share of weight_bytes (read at Efficiency.expert_bandwidth)
     cache_gb_s: float = 0.0  # the cache's streaming rate this host's calibration measured, all threads (0: none)
+    peak_note: str = ""  # why the matmuls' peak is below the card's listed one (core.speed.groups.PeakShare)
 
     @property
     def bytes(self) -> float:
@@ -307,11 +316,12 @@ def _part(
         # FP8 checkpoints run their matmuls on FP8 tensor cores where the card has them (vLLM's W8A8 path)
         fp8 = setup.weights in FP8_FORMATS and card.fp8_tflops and isinstance(setup.engine, VllmEngine)
         attention_peak = dense_tflops * 1e3 * share
-        peak = card.fp8_tflops * 1e3 * share if fp8 else attention_peak
-        peak *= matmul_peak_share(card, backend_of(setup, hw), fmt)
+        limit = matmul_peak_share(card, backend_of(setup, hw), fmt)
+        peak = (card.fp8_tflops * 1e3 * share if fp8 else attention_peak) * limit.share
     else:
         bw = hw.ram_gb_s
         peak = attention_peak = float(hw.threads)  # CPU figures are GFLOP/s per thread
+        limit = PeakShare()
     family = format_family(fmt)
     measured = hw.calibration.rate(fmt, prefill, hw.threads) if hw.calibration and device == "cpu" else None
     if measured is not None:  # this host's own matmul rate for the format's kernels
@@ -338,7 +348,7 @@ def _part(
         (weight_bytes - expert_bytes) / rate + expert_bytes / (rate * eff.expert_bandwidth),
         (matmul - experts) / (mm_rate * 1e9) + experts / (expert_rate * 1e9),
         cache_bytes / (stream * 1e9) if stream else cache_bytes / rate, attention / (attn_rate * 1e9), eff, experts,
-        expert_bytes, stream,
+        expert_bytes, stream, limit.why,
     )  # fmt: skip
 
 
@@ -416,13 +426,9 @@ def _merge(t: Timing) -> Timing:
             merged[p.device] = p
             continue
         # seconds stay additive: add the sides, then restore the larger side of each roofline in its own field
-        merged[p.device] = DevicePart(
-            p.device, p.layers, q.weight_bytes + p.weight_bytes, q.cache_bytes + p.cache_bytes,
-            q.matmul_flops + p.matmul_flops, q.attention_flops + p.attention_flops, p.bandwidth_gb_s, p.peak_gflops,
-            p.attention_peak_gflops, q.weights_s + p.weights_s, q.matmul_s + p.matmul_s, q.cache_s + p.cache_s,
-            q.attention_s + p.attention_s, p.efficiency, q.expert_flops + p.expert_flops,
-            q.expert_bytes + p.expert_bytes,
-        )  # fmt: skip
+        summed = ("weight_bytes", "cache_bytes", "matmul_flops", "attention_flops", "weights_s", "matmul_s", "cache_s",
+                  "attention_s", "expert_flops", "expert_bytes")  # fmt: skip
+        merged[p.device] = replace(p, **{f: getattr(q, f) + getattr(p, f) for f in summed})
     return replace(t, parts=tuple(merged.values()))
 
 

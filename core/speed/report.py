@@ -122,9 +122,8 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
             "the slower of cache and attention)"
             + (
                 f"; the matmuls' peak is {p.peak_gflops / p.attention_peak_gflops:.2g} of the card's 16-bit one: "
-                "llama.cpp's Vulkan backend multiplies BF16 with its FP32 shaders on this card (no BF16 cooperative "
-                "matrix before RDNA4)"
-                if p.device == "gpu" and p.peak_gflops < p.attention_peak_gflops
+                f"{p.peak_note}"
+                if p.peak_note
                 else ""
             )
         )
