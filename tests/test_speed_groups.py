@@ -705,6 +705,16 @@ def test_old_builds_are_build_numbers_not_commit_hashes():
     assert not old_build("b8e09f0") and not old_build("b43556e")
 
 
+def test_runs_of_an_unnumbered_january_2024_source_count_as_old_builds():
+    """PR #4766's tables print no build number but date from January 2024, before CUDA graphs: their decode steps
+    carry the old builds' extra overhead (a nuisance term of the fit), not the current one."""
+    from tests.bench.fit_corpus import old_run
+
+    assert old_run(_corpus_row("llamacpp-pr-4766-backend-sched-jg", "GeForce RTX 3090 24GB", "decode", "Q4_0"))
+    assert old_run(_corpus_row("xiongjiedai-llama3", "A100 80GB PCIe", "decode", "F16"))  # b2824
+    assert not old_run(_corpus_row("llamacpp-disc-15013-cuda", "A100 80GB PCIe", "decode", "Q4_0"))  # 5143fa8
+
+
 def test_an_apu_run_from_a_superseded_build_stays_out_of_the_fit_and_the_check():
     sys.path.insert(0, str(ROOT))
     from tests.bench.fit_corpus import APU_CURRENT_BUILD, CORPUS, to_row

@@ -66,9 +66,11 @@ APU_CURRENT_BUILD = 7000
 # its own int8 kernels (MMQ) there, on every NVIDIA card from Turing on. Such runs timed cuBLAS, a path current
 # builds no longer take for these formats, so they stay out of the fit and the check. F16 weights still go through
 # cuBLAS, Volta and older cards (no int8 MMA) still take it for long batches, and the MMQ PRs' own tables forced
-# their kernels (LLAMA_CUDA_FORCE_MMQ): those runs stand. The PR #4766 tables (2024-01) give no build number.
+# their kernels (LLAMA_CUDA_FORCE_MMQ): those runs stand.
 MMQ_DEFAULT_BUILD = 3000
-CUBLAS_ERA_SOURCES = frozenset({"llamacpp-pr-4766-backend-sched", "llamacpp-pr-4766-backend-sched-jg"})
+# sources that print no build number but date from before both CUDA graphs and MMQ-by-default: PR #4766's tables
+# (2024-01); each of their runs counts as a build before OLD_BUILD and before MMQ_DEFAULT_BUILD
+EARLY_2024_SOURCES = frozenset({"llamacpp-pr-4766-backend-sched", "llamacpp-pr-4766-backend-sched-jg"})
 FLOORS = {"overhead_step_s": 1e-5, "old_overhead_s": 1e-5, "prefill_half_tokens": 1.0, "overhead_recurrent_s": 1e-6}
 DEEP = 4096  # runs whose context reaches this many tokens (cached + their own) time the attention kernels
 HOST = Hardware(ram_gb_s=50.0, threads=8)  # unused: every corpus layer is on the GPU (-ngl 99)
@@ -186,7 +188,7 @@ def cublas_prefill(r: dict, klass: str, family: str) -> bool:
     if r["backend"] != "cuda" or r["kind"] != "prefill" or family == "float" or klass == "pre-turing":
         return False
     number = build_number(r.get("build"))
-    return (number is not None and number < MMQ_DEFAULT_BUILD) or r["source_id"] in CUBLAS_ERA_SOURCES
+    return (number is not None and number < MMQ_DEFAULT_BUILD) or r["source_id"] in EARLY_2024_SOURCES
 
 
 def load_rows() -> tuple[list[Row], Counter]:
@@ -298,7 +300,7 @@ def terms(row: Row) -> Terms:
         sum(p.attention_s for p in t.parts), passes, row.kind == "prefill", row.setup.engine.options.flash_attn,
         row.family, tokens, r["tok_s"], math.ceil(tokens / passes), reach(r),
         sum(p.expert_flops / (p.peak_gflops * 1e9) for p in t.parts), routed_tokens(row, math.ceil(tokens / passes)),
-        old_build(r.get("build")), sum(p.expert_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts),
+        old_run(r), sum(p.expert_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts),
         recurrent=chained_layers(row.setup),
     )  # fmt: skip
 
@@ -314,6 +316,11 @@ def build_number(build: str | None) -> int | None:
     """llama.cpp's build number: 'b6077 (83bc2f28)' → 6077; None for a commit hash alone ('b8e09f0') or none."""
     m = re.match(r"b(\d+)(?:\s|$)", build or "")
     return int(m.group(1)) if m else None
+
+
+def old_run(r: dict) -> bool:
+    """A run of a build before OLD_BUILD, by its number or by its source's date (EARLY_2024_SOURCES)."""
+    return old_build(r.get("build")) or r["source_id"] in EARLY_2024_SOURCES
 
 
 def old_build(build: str | None) -> bool:
