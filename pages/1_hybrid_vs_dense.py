@@ -27,7 +27,7 @@ from core.speed.report import curve
 from core.units import GIB, MIB, format_tokens
 from ui.charts import bars, curves, palette
 from ui.inputs import list_to_link, list_widget_value, sidebar
-from ui.layout import mobile_css, opened, page_config
+from ui.layout import mobile_css, opened, page_config, painted
 
 page_config("hybrid vs full attention")
 mobile_css()
@@ -73,6 +73,7 @@ chosen = st.multiselect(
     on_change=list_to_link,
     args=("cmp_sel", "in_cmp"),
     help="Bundled models; the chosen model's own skeleton with every layer full attention is always shown.",
+    disabled=not painted(),  # a click during the paint's rerun chose other models (ui.layout.wait_for_paint)
 )
 
 try:

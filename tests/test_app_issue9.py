@@ -19,7 +19,8 @@ from core.memory.gpus import Card, card_named
 from core.model.loading import load_model
 from core.report import engine_format_warning, verdict
 from core.units import format_tokens
-from tests.test_app import app, metrics, opened
+from tests.test_app import APP, app, metrics, opened
+from ui.layout import PAINTED
 from ui.state import DEFAULTS, Inputs, from_query, share_query
 
 HYBRID = "pages/1_hybrid_vs_dense.py"
@@ -111,6 +112,22 @@ def test_adding_two_comparators_in_a_row_keeps_both_and_the_link_follows():
         traces = {t["name"] for t in charts(at)[0]["data"]}
         assert set(chosen) <= traces
     assert reopen(share_link(at), HYBRID).multiselect(key="cmp_sel").value == chosen
+
+
+def test_the_comparator_box_takes_clicks_only_once_the_first_run_is_drawn():
+    """A session's first run draws "Compare with" greyed out; the paint's rerun (ui.layout.wait_for_paint) enables it,
+    with the link's models. A click in between landed while the box was redrawn and chose other models (see
+    tests/e2e/test_browser.py::test_a_comparator_clicked_at_once_is_the_one_added)."""
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.session_state[PAINTED] = False
+    at.query_params.update({"model": "Qwen/Qwen3.5-9B", "cmp": "Qwen/Qwen3-8B"})
+    at.switch_page(HYBRID).run()
+    first = at.multiselect(key="cmp_sel")
+    assert first.disabled and first.value == ["Qwen/Qwen3-8B"]
+    at.session_state[PAINTED] = True
+    at.run()
+    painted = at.multiselect(key="cmp_sel")
+    assert not painted.disabled and painted.value == ["Qwen/Qwen3-8B"]
 
 
 def test_every_page_has_the_share_box():
