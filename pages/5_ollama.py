@@ -24,7 +24,7 @@ from core.speed.cli import error_record
 from core.speed.predict import PREFILL_SPANS, prefill_spans
 from core.units import GIB, MIB, format_tokens, parse_tokens
 from ui.inputs import list_to_link, list_widget_value, sidebar
-from ui.layout import mobile_css, opened, page_config
+from ui.layout import mobile_css, opened, page_config, painted
 from ui.state import BOUNDS, MAX_OLLAMA_CARDS, OLLAMA_FLASH, OLLAMA_RAM, OLLAMA_WEIGHTS
 
 page_config("Ollama")
@@ -57,11 +57,11 @@ with st.expander(f"Ollama settings and host: {summary}"):  # every control is bo
     listed = [name for name, card in cards().items() if card.bandwidth_gb_s and card.dense_tflops]
     chosen = c1.multiselect(
         "Cards", listed, key="ol_cards", max_selections=MAX_OLLAMA_CARDS, on_change=list_to_link,
-        args=("ol_cards", "in_ocards"),
+        args=("ol_cards", "in_ocards"), disabled=not painted(),  # as the hybrid page's comparators
     )  # fmt: skip
     others = c1.multiselect(
         "Also compare", sorted(presets()), key="ol_models", max_selections=4, on_change=list_to_link,
-        args=("ol_models", "in_omodels"), help="more models, one row per card",
+        args=("ol_models", "in_omodels"), help="more models, one row per card", disabled=not painted(),
     )  # fmt: skip
     ctx_text = c2.text_input(
         "num_ctx", key="in_octx", max_chars=40, placeholder="Ollama's default for the card", help="e.g. 8k"

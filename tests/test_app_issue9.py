@@ -114,20 +114,29 @@ def test_adding_two_comparators_in_a_row_keeps_both_and_the_link_follows():
     assert reopen(share_link(at), HYBRID).multiselect(key="cmp_sel").value == chosen
 
 
-def test_the_comparator_box_takes_clicks_only_once_the_first_run_is_drawn():
-    """A session's first run draws "Compare with" greyed out; the paint's rerun (ui.layout.wait_for_paint) enables it,
-    with the link's models. A click in between landed while the box was redrawn and chose other models (see
-    tests/e2e/test_browser.py::test_a_comparator_clicked_at_once_is_the_one_added)."""
+@pytest.mark.parametrize(
+    ("page", "field", "key", "value"),
+    [
+        (HYBRID, "cmp", "cmp_sel", ["Qwen/Qwen3-8B"]),
+        ("pages/5_ollama.py", "omodels", "ol_models", ["Qwen/Qwen3-8B"]),
+        ("pages/5_ollama.py", "ocards", "ol_cards", ["GeForce RTX 4090 24GB"]),
+    ],
+)
+def test_a_list_box_takes_clicks_only_once_the_first_run_is_drawn(page, field, key, value):
+    """A session's first run draws the page's multiselects greyed out; the paint's rerun (ui.layout.wait_for_paint)
+    enables them, with the link's lists. A click in between landed while the box was redrawn and chose other models
+    (tests/e2e/test_browser.py::test_a_comparator_clicked_at_once_is_the_one_added)."""
     at = AppTest.from_file(APP, default_timeout=180)
     at.session_state[PAINTED] = False
-    at.query_params.update({"model": "Qwen/Qwen3.5-9B", "cmp": "Qwen/Qwen3-8B"})
-    at.switch_page(HYBRID).run()
-    first = at.multiselect(key="cmp_sel")
-    assert first.disabled and first.value == ["Qwen/Qwen3-8B"]
+    at.query_params.update({"model": "Qwen/Qwen3.5-9B", field: ",".join(value)})
+    at.switch_page(page).run()
+    first = at.multiselect(key=key)
+    assert first.disabled and first.value == value
     at.session_state[PAINTED] = True
     at.run()
-    painted = at.multiselect(key="cmp_sel")
-    assert not painted.disabled and painted.value == ["Qwen/Qwen3-8B"]
+    assert not at.exception
+    drawn = at.multiselect(key=key)
+    assert not drawn.disabled and drawn.value == value
 
 
 def test_every_page_has_the_share_box():
