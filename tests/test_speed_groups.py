@@ -697,7 +697,10 @@ def test_each_gpt_oss_gguf_is_read_as_the_format_its_published_file_size_says():
 
 def test_old_builds_are_build_numbers_not_commit_hashes():
     sys.path.insert(0, str(ROOT))
-    from tests.bench.fit_corpus import OLD_BUILD, old_build
+    from tests.bench.fit_corpus import OLD_BUILD, old_run
+
+    def old_build(build: str | None) -> bool:
+        return old_run({"build": build, "source_id": "a-source"})
 
     assert old_build(f"b{OLD_BUILD - 1} (4426e298)") and old_build(f"b{OLD_BUILD - 1}")
     assert not old_build(f"b{OLD_BUILD}") and not old_build(None)

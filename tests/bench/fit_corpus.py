@@ -162,10 +162,10 @@ def to_row(r: dict) -> Row:
     if not card.bandwidth_gb_s or not card.dense_tflops:
         raise InputError(f"no bandwidth or peak for {card.name} in gpus.csv")
     backend = r["backend"]
-    if card_class(card, backend) == "apu" and (build_number(r.get("build")) or 0) < APU_CURRENT_BUILD:
+    klass = card_class(card, backend)
+    if klass == "apu" and (build_number(r.get("build")) or 0) < APU_CURRENT_BUILD:
         raise InputError(f"an APU run from before b{APU_CURRENT_BUILD} (superseded)")
     fmt = kvscope_format(r["weights"], r["model_id"])
-    klass = card_class(card, backend)
     if cublas_prefill(r, klass, format_family(fmt)):
         raise InputError(f"quantised prefill on CUDA before b{MMQ_DEFAULT_BUILD} (cuBLAS, not MMQ: superseded)")
     ub = r.get("n_ubatch") or 512
@@ -187,8 +187,7 @@ def cublas_prefill(r: dict, klass: str, family: str) -> bool:
     builds run it as MMQ (every CUDA class but pre-Turing)."""
     if r["backend"] != "cuda" or r["kind"] != "prefill" or family == "float" or klass == "pre-turing":
         return False
-    number = build_number(r.get("build"))
-    return (number is not None and number < MMQ_DEFAULT_BUILD) or r["source_id"] in EARLY_2024_SOURCES
+    return built_before(r, MMQ_DEFAULT_BUILD)
 
 
 def load_rows() -> tuple[list[Row], Counter]:
@@ -318,17 +317,18 @@ def build_number(build: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def built_before(r: dict, number: int) -> bool:
+    """A run of a build before b`number`, by its build number (a commit hash alone says nothing) or by its source's
+    date (EARLY_2024_SOURCES)."""
+    build = build_number(r.get("build"))
+    return (build is not None and build < number) or r["source_id"] in EARLY_2024_SOURCES
+
+
 def old_run(r: dict) -> bool:
-    """A run of a build before OLD_BUILD, by its number or by its source's date (EARLY_2024_SOURCES)."""
-    return old_build(r.get("build")) or r["source_id"] in EARLY_2024_SOURCES
-
-
-def old_build(build: str | None) -> bool:
     """Builds before OLD_BUILD ran each decode step without CUDA graphs (ggml-cuda: graphs since May 2024), so
     their per-pass overhead is larger; kvscope predicts current builds, so this extra overhead is fitted as a
     nuisance term on the rows it concerns and never written to fitted.json."""
-    number = build_number(build)
-    return number is not None and number < OLD_BUILD
+    return built_before(r, OLD_BUILD)
 
 
 def routed_tokens(row: Row, pass_tokens: int) -> int:
