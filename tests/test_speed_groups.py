@@ -18,7 +18,7 @@ from core.cli import main
 from core.engines import configured
 from core.errors import InputError
 from core.fit import Setup
-from core.memory.gpus import Card, card_named
+from core.memory.gpus import Card, card_named, with_figures
 from core.model.loading import load_model
 from core.speed import Hardware, predict
 from core.speed import calibration as cal_mod
@@ -66,8 +66,12 @@ def test_backend_defaults_from_the_cards_vendor():
         ("GeForce RTX 2080 Ti 11GB", "cuda", "turing"),
         ("T4 16GB", "cuda", "turing-pro"),
         ("Quadro RTX 6000 24GB", "cuda", "turing-pro"),
-        ("TITAN V 12GB", "cuda", "pre-turing"),
-        ("V100 32GB SXM2", "cuda", "pre-turing"),
+        ("TITAN V 12GB", "cuda", "volta"),
+        ("V100 32GB SXM2", "cuda", "volta"),
+        ("Tesla P40 24GB", "cuda", "pascal"),
+        ("GeForce GTX 1080 Ti 11GB", "cuda", "pascal"),
+        ("TITAN Xp 12GB", "cuda", "pascal"),
+        ("GeForce GTX 1080 Ti 11GB", "vulkan", "no-coopmat"),
         ("GeForce RTX 4070 12GB", "vulkan", "coopmat2"),
         ("Intel Arc B580 12GB", "vulkan", "coopmat"),
         ("Intel Arc A750 8GB", "vulkan", "no-coopmat"),
@@ -136,8 +140,8 @@ def test_fitted_constants_load_and_win_over_the_priors():
     prior = efficiency_for("vllm", "gpu", "cuda", "datacenter")  # no vLLM group: the prior stays
     assert prior.status == "assumed"
     # a class with too few fit rows for its own entry takes its backend's pooled one
-    if ("llama.cpp", "cuda", "pre-turing") not in groups:
-        assert efficiency_for("llama.cpp", "gpu", "cuda", "pre-turing") == groups[("llama.cpp", "cuda", "*")]
+    if ("llama.cpp", "cuda", "volta") not in groups:
+        assert efficiency_for("llama.cpp", "gpu", "cuda", "volta") == groups[("llama.cpp", "cuda", "*")]
 
 
 def test_a_speed_carries_its_groups_held_out_error():
@@ -377,10 +381,48 @@ def test_the_formula_says_why_a_matmul_peak_is_below_the_cards():
         timing = predict(setup, Hardware(50.0, 8, backend="vulkan"), 4096).prefill
         return part_lines(timing, prefill=True)[0]
 
-    assert "the matmuls' peak is 0.25 of the card's 16-bit one: llama.cpp's Vulkan backend multiplies BF16" in line(
+    assert "the matmuls' peak is 0.25× the card's listed one: llama.cpp's Vulkan backend multiplies BF16" in line(
         "gguf_bf16"
     )
     assert "matmuls' peak is" not in line("gguf_f16")
+
+
+@pytest.mark.parametrize(
+    ("backend", "weights", "scale"),
+    [("cuda", "q4_0", 4.0), ("cuda", "q4_k_m", 4.0), ("cuda", "gguf_f16", 1.0), ("vulkan", "q4_0", 1.0)],
+)
+def test_a_pascal_card_is_timed_by_its_fp32_peak_and_dp4a_for_quantised_weights_on_cuda(backend, weights, scale):
+    """Pascal GP10x has no tensor cores and runs FP16 at 1/64 rate: ggml-cuda multiplies quantised weights with dp4a
+    (4 int8 multiply-adds per FP32 lane and clock) and F16 ones in FP32; on Vulkan kvscope claims no dp4a."""
+    card = card_named("Tesla P40 24GB")
+    assert card.fp32_only and card.dense_tflops == card.fp32_tflops == 11.76
+    setup = Setup(load_model(MODEL), configured("llama.cpp"), card, weights=weights)
+    timing = predict(setup, Hardware(50.0, 8, backend=backend), 4096).prefill
+    part = timing.parts[0]
+    assert part.attention_peak_gflops == 11.76e3 and math.isclose(part.peak_gflops, 11.76e3 * scale, rel_tol=1e-12)
+    from core.speed.report import part_lines
+
+    said = "the matmuls' peak is 4× the card's listed one: llama.cpp's CUDA backend multiplies quantised weights"
+    assert (said in part_lines(timing, prefill=True)[0]) == (scale == 4.0)
+
+
+def test_vllm_on_a_pascal_card_is_refused_with_the_reason():
+    setup = Setup(load_model(MODEL), configured("vllm"), card_named("GeForce GTX 1080 Ti 11GB"), weights="bf16")
+    with pytest.raises(InputError, match=r"GTX 1080 Ti 11GB has no FP16 or BF16 matrix units.*compute capability 7\.0"):
+        predict(setup, Hardware(50.0, 8), 4096)
+    # a peak given by hand is the card's 16-bit one: any engine is timed by it
+    given = Setup(load_model(MODEL), configured("vllm"), with_figures(setup.card, None, 20.0), weights="bf16")
+    assert predict(given, Hardware(50.0, 8), 4096).prefill.parts[0].peak_gflops == 20e3
+
+
+def test_the_published_pascal_runs_a_fit_never_saw_are_within_a_fifth():
+    """The corpus' held-out Pascal runs (GTX 1080 Ti, TITAN Xp; llama-bench pp512 and tg128, Q4_0): before the FP32
+    peak and the dp4a rule kvscope refused to time these cards at all."""
+    from tests.bench.fit_corpus import load_rows, predicted_tok_s
+
+    rows = [r for r in load_rows()[0] if r.klass == "pascal" and r.held_out]
+    assert {r.raw["card"] for r in rows} == {"GeForce GTX 1080 Ti 11GB", "TITAN Xp 12GB"} and len(rows) == 8
+    assert all(0.8 <= predicted_tok_s(r) / r.raw["tok_s"] <= 1.2 for r in rows)
 
 
 def test_the_fp32_shader_rule_brings_the_published_vulkan_bf16_prompts_closer():

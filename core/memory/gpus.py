@@ -26,6 +26,7 @@ class Card:
     unified_memory: bool = False
     basis: str = ""  # where memory_bytes comes from, shown to the user
     fp16_tflops: float | None = None  # dense FP16 matrix peak (FP32 accumulate where the vendor tells them apart)
+    fp32_tflops: float | None = None  # vector FP32 peak, listed only where no 16-bit rate is usable (Pascal GP10x)
 
     @property
     def hopper(self) -> bool:
@@ -34,13 +35,20 @@ class Card:
 
     @property
     def dense_tflops(self) -> float | None:
-        """The dense 16-bit peak the speed model times matmuls and attention by: BF16 where the card has it, else
-        FP16. Every listed card with both runs them at the same dense rate, and llama.cpp runs F16 and quantized
-        weights as FP16 MMA or INT8 MMQ rather than BF16 anyway; cards without BF16 units still have FP16 ones,
-        which llama.cpp's CUDA/HIP kernels use (ggml-cuda/common.cuh fp16_mma_hardware_available from Volta,
-        bf16_mma_hardware_available only from Ampere and RDNA3 @ 0c1e57098), and vLLM runs them in FP16 since BF16
-        needs compute capability 8.0 (vllm/platforms/cuda.py check_if_supports_dtype @ 0.32)."""
-        return self.bf16_tflops or self.fp16_tflops
+        """The dense peak the speed model times matmuls and attention by: BF16 where the card has it, else FP16,
+        else FP32 (Pascal GP10x: FP16 at 1/64 of the FP32 rate, which llama.cpp keeps off; it runs FP32 matmuls and
+        dp4a int8 ones there, core.speed.groups.matmul_peak). Every listed card with both 16-bit peaks runs them at
+        the same dense rate, and llama.cpp runs F16 and quantized weights as FP16 MMA or INT8 MMQ rather than BF16
+        anyway; cards without BF16 units still have FP16 ones, which llama.cpp's CUDA/HIP kernels use
+        (ggml-cuda/common.cuh fp16_mma_hardware_available from Volta, bf16_mma_hardware_available only from Ampere
+        and RDNA3 @ 0c1e57098), and vLLM runs them in FP16 since BF16 needs compute capability 8.0
+        (vllm/platforms/cuda.py check_if_supports_dtype @ 0.32)."""
+        return self.bf16_tflops or self.fp16_tflops or self.fp32_tflops
+
+    @property
+    def fp32_only(self) -> bool:
+        """Timed by its FP32 peak: no 16-bit rate an engine runs at (Pascal GP10x)."""
+        return not (self.bf16_tflops or self.fp16_tflops) and bool(self.fp32_tflops)
 
     def timing_figures(self) -> tuple[float, float]:
         """Bandwidth (GB/s) and dense peak (TFLOPS) to time the card by; an InputError names what is missing."""
@@ -89,7 +97,7 @@ def with_figures(card: Card, gb_s: float | None, tflops: float | None) -> Card:
     """A listed card with its bandwidth and/or dense peak replaced by the given ones (the one that times it)."""
     speed = checked_figures(gb_s, tflops)
     if "fp16_tflops" in speed:  # the given peak is the one dense_tflops returns, whatever the card's BF16 was
-        speed["bf16_tflops"] = None
+        speed["bf16_tflops"] = speed["fp32_tflops"] = None
     return replace(card, **speed) if speed else card
 
 
@@ -114,6 +122,7 @@ def _card(row: dict[str, str]) -> Card:
         unified_memory=unified,
         basis=basis,
         fp16_tflops=float(row["fp16_tflops"]) if row["fp16_tflops"] else None,
+        fp32_tflops=float(row["fp32_tflops"]) if row["fp32_tflops"] else None,
     )
 
 

@@ -32,7 +32,8 @@ CLASSES = {
     "cpu": "CPUs",
     "turing": "NVIDIA Turing GeForce cards (RTX 20x0, GTX 16x0)",
     "turing-pro": "NVIDIA Turing workstation and datacenter cards (T4, Quadro RTX)",
-    "pre-turing": "NVIDIA Volta and Pascal cards (V100, TITAN V, GTX 10x0, P40)",
+    "volta": "NVIDIA Volta cards (V100, TITAN V)",
+    "pascal": "NVIDIA Pascal cards (GTX 10x0, TITAN Xp, Tesla P40)",
     "coopmat2": "NVIDIA cards (cooperative matrix 2)",
     "coopmat": "cards with cooperative-matrix cores (Intel Arc B, Radeon RX 7000/9000)",
     "no-coopmat": "cards without cooperative-matrix cores (Intel Arc A, Radeon RX 6000 and older)",
@@ -45,11 +46,14 @@ _PRO = re.compile(r"^(RTX (A\d|PRO|\d+ Ada)|Quadro|L40|L4 |A40|A10|A16|A2 |T4|Te
 # llama.cpp's CUDA matmul path by architecture (ggml-cuda/mmq.cu ggml_cuda_should_use_mmq, common.cuh @ 0c1e570):
 # Turing (cc 7.5) runs quantised matmuls as MMQ on INT8 MMA (turing_mma_available) but without Ampere's cp.async
 # loads (cp_async_available) and with a smaller FP16-accumulate peak than the one the MMQ rate was fitted against;
-# Volta and Pascal have no INT8 MMA: dp4a MMQ below MMQ_DP4A_MAX_BATCH_SIZE (64) tokens, and for longer prompt
-# batches on Volta the weights are dequantised to FP16 for cuBLAS (fp16_mma_hardware_available). Neither runs at
-# the share of the peak fitted on Ampere and newer, so each is its own class on CUDA.
+# Volta has no INT8 MMA: dp4a MMQ below MMQ_DP4A_MAX_BATCH_SIZE (64) tokens, and for longer prompt batches the
+# weights are dequantised to FP16 for cuBLAS (fp16_mma_hardware_available). Pascal GP10x (sm_61) has neither tensor
+# cores nor usable FP16: dp4a MMQ at every batch size, timed against its FP32 peak (matmul_peak). Neither runs at
+# the share of the peak fitted on Ampere and newer, so each is its own class on CUDA. (P100, sm_60, has no dp4a and
+# is in neither.)
 _TURING = re.compile(r"RTX 20\d0|TITAN RTX|Quadro RTX|^T4 |GTX 16\d0")
-_PRE_TURING = re.compile(r"V100|TITAN V\b|TITAN Xp?\b|GTX 10\d0|^Tesla P|^Quadro P|P100|P40")
+_VOLTA = re.compile(r"V100|TITAN V\b")
+_PASCAL = re.compile(r"TITAN Xp?\b|GTX 10\d0|^Tesla P(4|40|6)\b|^Quadro P\d")
 # llama.cpp's Vulkan matmuls by matrix-core path (ggml-vulkan.cpp @ 0c1e570): NVIDIA drivers get the
 # NV_cooperative_matrix2 shaders (coopmat2), other cards VK_KHR_cooperative_matrix (coopmat) only where
 # ggml_vk_khr_cooperative_matrix_support allows it: not on Intel Xe1 discrete cards (Arc A: "performance
@@ -91,36 +95,51 @@ def card_class(card: Card | None, backend: str) -> str:
     if card.unified_memory:
         return "apu"
     if backend == "vulkan":
-        if _NO_COOPMAT.search(card.name) or _PRE_TURING.search(card.name):  # Pascal/Volta: no coopmat2 either
+        if any(r.search(card.name) for r in (_NO_COOPMAT, _VOLTA, _PASCAL)):  # Pascal/Volta: no coopmat2 either
             return "no-coopmat"
         return "coopmat2" if vendor_of(card) == "NVIDIA" else "coopmat"
     if backend == "cuda" and _TURING.search(card.name):  # the peak's basis differs as for _PRO below
         return "turing-pro" if _PRO.match(card.name) else "turing"
-    if backend == "cuda" and _PRE_TURING.search(card.name):
-        return "pre-turing"
+    if backend == "cuda" and _VOLTA.search(card.name):
+        return "volta"
+    if backend == "cuda" and _PASCAL.search(card.name):
+        return "pascal"
     if any(tag in card.name for tag in _HBM):
         return "datacenter"
     return "workstation" if _PRO.match(card.name) else "consumer"
 
 
 @dataclass(frozen=True)
-class PeakShare:
-    """The share of a card's listed 16-bit peak its matmuls of one weight format reach on one backend, and why."""
+class MatmulPeak:
+    """A card's matmul peak for one weight format on one backend, as a multiple of its listed peak, and why."""
 
-    share: float = 1.0
+    scale: float = 1.0
     why: str = ""
 
 
-def matmul_peak_share(card: Card, backend: str, fmt: str) -> PeakShare:
-    """All of the listed peak, except BF16 on Vulkan on AMD's RDNA3/3.5 (VULKAN_BF16_SCALAR_SHARE)."""
+# sm_61's dp4a: a 4-way int8 dot product with accumulate per FP32 lane and clock (Tesla P40 datasheet: 47 TOPS INT8
+# beside 12 TFLOPS FP32)
+DP4A_PER_FP32 = 4.0
+
+
+def matmul_peak(card: Card, backend: str, fmt: str) -> MatmulPeak:
+    """The listed peak, except BF16 on Vulkan on AMD's RDNA3/3.5 (VULKAN_BF16_SCALAR_SHARE) and quantised weights
+    on CUDA on a card timed by its FP32 peak (DP4A_PER_FP32: ggml-cuda runs them as dp4a MMQ at every batch size
+    where fp16_mma_hardware_available is false, mmq.cu ggml_cuda_should_use_mmq)."""
+    if backend == "cuda" and card.fp32_only and format_family(fmt) != "float":
+        return MatmulPeak(
+            DP4A_PER_FP32,
+            "llama.cpp's CUDA backend multiplies quantised weights with dp4a int8 dot products on this card (no "
+            "tensor cores): 4 multiply-adds per FP32 lane and clock",
+        )
     scalar = (
         backend == "vulkan" and fmt.removeprefix("gguf_") == "bf16" and vendor_of(card) == "AMD"
         and card_class(card, backend) in ("coopmat", "apu") and not _RDNA4.search(card.name)
         and "Instinct" not in card.name
     )  # fmt: skip
     if not scalar:
-        return PeakShare()
-    return PeakShare(
+        return MatmulPeak()
+    return MatmulPeak(
         VULKAN_BF16_SCALAR_SHARE,
         "llama.cpp's Vulkan backend multiplies BF16 with its FP32 shaders on this card (no BF16 cooperative matrix "
         "before RDNA4)",

@@ -23,12 +23,12 @@ from core.speed.calibration import Calibration
 from core.speed.efficiency import Efficiency, efficiency_for
 from core.speed.groups import (
     ErrorBar,
-    PeakShare,
+    MatmulPeak,
     card_class,
     default_backend,
     error_bar,
     format_family,
-    matmul_peak_share,
+    matmul_peak,
 )
 from core.speed.work import PassWork, Weights, decode_work, prefill_work
 
@@ -102,7 +102,7 @@ class DevicePart:
     expert_flops: float = 0.0  # the routed experts' share of matmul_flops (timed at their own GEMM fill)
     expert_bytes: float = 0.0  # the routed experts' share of weight_bytes (read at Efficiency.expert_bandwidth)
     cache_gb_s: float = 0.0  # the cache's streaming rate this host's calibration measured, all threads (0: none)
-    peak_note: str = ""  # why the matmuls' peak is below the card's listed one (core.speed.groups.PeakShare)
+    peak_note: str = ""  # why the matmuls' peak differs from the card's listed one (core.speed.groups.MatmulPeak)
 
     @property
     def bytes(self) -> float:
@@ -311,17 +311,22 @@ def _part(
     if device == "gpu":
         card = setup.card
         card_gb_s, dense_tflops = card.timing_figures()  # BF16's peak, else FP16's (Card.dense_tflops says why)
+        if card.fp32_only and not isinstance(setup.engine, LlamaCppEngine):
+            raise InputError(
+                f"{card.name} has no FP16 or BF16 matrix units (Pascal): kvscope times only llama.cpp on it (vLLM "
+                f"needs compute capability 7.0 or newer); choose llama.cpp, or give the card's peak with --gpu-tflops"
+            )
         share = setup.tp  # tensor parallel: each GPU reads and computes its share, in parallel
         bw = card_gb_s * share
         # FP8 checkpoints run their matmuls on FP8 tensor cores where the card has them (vLLM's W8A8 path)
         fp8 = setup.weights in FP8_FORMATS and card.fp8_tflops and isinstance(setup.engine, VllmEngine)
         attention_peak = dense_tflops * 1e3 * share
-        limit = matmul_peak_share(card, backend_of(setup, hw), fmt)
-        peak = (card.fp8_tflops * 1e3 * share if fp8 else attention_peak) * limit.share
+        limit = matmul_peak(card, backend_of(setup, hw), fmt)
+        peak = (card.fp8_tflops * 1e3 * share if fp8 else attention_peak) * limit.scale
     else:
         bw = hw.ram_gb_s
         peak = attention_peak = float(hw.threads)  # CPU figures are GFLOP/s per thread
-        limit = PeakShare()
+        limit = MatmulPeak()
     family = format_family(fmt)
     measured = hw.calibration.rate(fmt, prefill, hw.threads) if hw.calibration and device == "cpu" else None
     if measured is not None:  # this host's own matmul rate for the format's kernels

@@ -121,7 +121,7 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
             f"({at}) = {_s(p.attention_s)}; on this device: {_s(p.seconds)} (the slower of weights and matmuls plus "
             "the slower of cache and attention)"
             + (
-                f"; the matmuls' peak is {p.peak_gflops / p.attention_peak_gflops:.2g} of the card's 16-bit one: "
+                f"; the matmuls' peak is {p.peak_gflops / p.attention_peak_gflops:.2g}× the card's listed one: "
                 f"{p.peak_note}"
                 if p.peak_note
                 else ""

@@ -184,8 +184,8 @@ def to_row(r: dict) -> Row:
 
 def cublas_prefill(r: dict, klass: str, family: str) -> bool:
     """A prompt of quantised weights that a build before MMQ_DEFAULT_BUILD ran through cuBLAS on a card whose current
-    builds run it as MMQ (every CUDA class but pre-Turing)."""
-    if r["backend"] != "cuda" or r["kind"] != "prefill" or family == "float" or klass == "pre-turing":
+    builds run it as MMQ (every CUDA class but Volta's, cuBLAS then and now, and Pascal's, dp4a MMQ then and now)."""
+    if r["backend"] != "cuda" or r["kind"] != "prefill" or family == "float" or klass in ("volta", "pascal"):
         return False
     return built_before(r, MMQ_DEFAULT_BUILD)
 
@@ -299,7 +299,7 @@ def terms(row: Row) -> Terms:
         sum(p.attention_s for p in t.parts), passes, row.kind == "prefill", row.setup.engine.options.flash_attn,
         row.family, tokens, r["tok_s"], math.ceil(tokens / passes), reach(r),
         sum(p.expert_flops / (p.peak_gflops * 1e9) for p in t.parts), routed_tokens(row, math.ceil(tokens / passes)),
-        old_run(r), sum(p.expert_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts),
+        old_run(r, row.klass), sum(p.expert_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts),
         recurrent=chained_layers(row.setup),
     )  # fmt: skip
 
@@ -324,11 +324,13 @@ def built_before(r: dict, number: int) -> bool:
     return (build is not None and build < number) or r["source_id"] in EARLY_2024_SOURCES
 
 
-def old_run(r: dict) -> bool:
+def old_run(r: dict, klass: str = "") -> bool:
     """Builds before OLD_BUILD ran each decode step without CUDA graphs (ggml-cuda: graphs since May 2024), so
     their per-pass overhead is larger; kvscope predicts current builds, so this extra overhead is fitted as a
-    nuisance term on the rows it concerns and never written to fitted.json."""
-    return built_before(r, OLD_BUILD)
+    nuisance term on the rows it concerns and never written to fitted.json. Not on Pascal, where current builds
+    run without graphs too (ggml-cuda.cu disables them below compute capability 7.0): its class's own overhead is
+    the one without graphs."""
+    return built_before(r, OLD_BUILD) and klass != "pascal"
 
 
 def routed_tokens(row: Row, pass_tokens: int) -> int:
@@ -420,7 +422,10 @@ def fit_all(rows: list[Row]) -> list[dict]:
     by_engine: dict[str, list[Row]] = defaultdict(list)
     for r in fit_rows:
         by_engine[r.setup.engine.name].append(r)
-    for engine, erows in by_engine.items():
+    for engine, all_rows in by_engine.items():
+        # runs on cards timed by their FP32 peak (Pascal: dp4a int8, no tensor cores) inform only their own class:
+        # their kernels' share of that peak says nothing of the tensor-core kernels' share on every other card
+        erows = [r for r in all_rows if not r.setup.card.fp32_only]
         # pooled over backends: runs without a deep cache only (deep runs time each backend's own attention kernels,
         # whose slowdowns would otherwise land in the shared overhead)
         base = backend_weighted([r for r in erows if reach(r.raw) < DEEP], t)
@@ -439,8 +444,9 @@ def fit_all(rows: list[Row]) -> list[dict]:
             check = [r for r in rows if r.held_out and r.backend == backend and r.setup.engine.name == engine]
             entries.append(as_entry(engine, backend, "*", p1, brows, check))
             by_class: dict[str, list[Row]] = defaultdict(list)
-            for r in brows:
-                by_class[r.klass].append(r)
+            for r in all_rows:
+                if r.backend == backend:
+                    by_class[r.klass].append(r)
             for klass, crows in sorted(by_class.items()):
                 if len(crows) < MIN_ROWS:
                     continue
