@@ -276,9 +276,7 @@ def ollama_row(
     )
 
 
-def _llama_server_fit(
-    model: ModelSpec, card: Card, settings: OllamaSettings, num_ctx: int, weights: str
-) -> FitChoice:
+def _llama_server_fit(model: ModelSpec, card: Card, settings: OllamaSettings, num_ctx: int, weights: str) -> FitChoice:
     """-ngl as current Ollama gets it: -c num_ctx × np -np np and no -ngl (llm/llama_server.go), so llama-server's
     --fit chooses, with its default 1 GiB margin (and for MoE models which layers keep their experts in RAM)."""
     np = settings.num_parallel
@@ -406,8 +404,7 @@ def explain(row: OllamaRow, model: ModelSpec) -> list[str]:
     fit_row = row.fit.rows[0]
     ngl = "all" if row.full else row.layers
     return [
-        f"### {row.model} on {row.card} ({format_bytes(row.free_bytes)} free of "
-        f"{format_bytes(row.card_memory_bytes)})",
+        f"### {row.model} on {row.card} ({format_bytes(row.free_bytes)} free of {format_bytes(row.card_memory_bytes)})",
         f"**Runner**: {row.runner}, because {row.runner_why}.",
         f"**Current Ollama** passes -c num_ctx × np -np np and no -ngl (llm/llama_server.go @{OLLAMA_VERSION}), so "
         f"llama-server's --fit chooses (common/fit.cpp, 1 GiB left free): {row.fit_note}; -ngl {ngl} of {n + 1}",

@@ -199,9 +199,7 @@ cal_job: CalibrationJob | None = st.session_state.get("calibration_job")
 calibrating = active_calibration()
 st.session_state["calibration_live"] = calibrating is not None
 # a probe and a calibration on the same cores would time each other
-why_not = (
-    "a calibration is running" if calibrating is not None else "a probe is running" if running is not None else ""
-)
+why_not = "a calibration is running" if calibrating is not None else "a probe is running" if running is not None else ""
 if st.button("Calibrate this machine", disabled=bool(why_not), help=f"Disabled: {why_not}." if why_not else None):
     try:
         cal_job = CalibrationJob()
@@ -244,11 +242,19 @@ else:
     st.dataframe(
         pd.DataFrame(
             [{"format": f, "decode GFLOP/s per thread": d, "prefill GFLOP/s per thread": p} for f, d, p in stored.rates]
-            + [{"format": f"{f}, 1 thread", "decode GFLOP/s per thread": d, "prefill GFLOP/s per thread": p}
-               for f, d, p in stored.single]
-            + [{"format": f"attention, {d}-wide heads (f16 cache)", "decode GFLOP/s per thread": dec,
-                "prefill GFLOP/s per thread": pre, "decode cache GB/s per thread": gb_s}
-               for d, dec, pre, gb_s in stored.attention]
+            + [
+                {"format": f"{f}, 1 thread", "decode GFLOP/s per thread": d, "prefill GFLOP/s per thread": p}
+                for f, d, p in stored.single
+            ]
+            + [
+                {
+                    "format": f"attention, {d}-wide heads (f16 cache)",
+                    "decode GFLOP/s per thread": dec,
+                    "prefill GFLOP/s per thread": pre,
+                    "decode cache GB/s per thread": gb_s,
+                }
+                for d, dec, pre, gb_s in stored.attention
+            ]
         ),
         hide_index=True,
     )

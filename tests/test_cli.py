@@ -52,8 +52,9 @@ def test_qwen3_8b_bytes_per_token():
 
 def test_batch_and_fp32_scale_the_cache():
     base = json.loads(run_cli("size", "Qwen/Qwen3-8B", "--json", "--context", "1000").stdout)
-    more = json.loads(run_cli("size", "Qwen/Qwen3-8B", "--json", "--context", "1000", "--batch", "3",
-                              "--kv-dtype", "fp32").stdout)
+    more = json.loads(
+        run_cli("size", "Qwen/Qwen3-8B", "--json", "--context", "1000", "--batch", "3", "--kv-dtype", "fp32").stdout
+    )
     assert more["contexts"][0]["cache_bytes"] == 3 * 2 * base["contexts"][0]["cache_bytes"]
 
 
@@ -64,8 +65,15 @@ def test_readable_table_uses_binary_units():
 
 
 def test_config_path_and_sliding_window_cap(tmp_path):
-    cfg = {"model_type": "mistral", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
-           "num_key_value_heads": 2, "vocab_size": 100, "sliding_window": 1000}
+    cfg = {
+        "model_type": "mistral",
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 100,
+        "sliding_window": 1000,
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     out = json.loads(run_cli("size", str(path), "--json", "--context", "500", "--context", "5000").stdout)

@@ -227,7 +227,8 @@ def test_fit_page_says_what_llama_server_would_pick():
 # step 2 (fit_contexts, fit_context) on llama.cpp's own projections must set the context llama.cpp sets.
 
 FIT_MODELS = {
-    name: MODELS[name] | {"max_position_embeddings": 16384} for name in ("llama", "deepseek_v3")  # dense and MoE
+    name: MODELS[name] | {"max_position_embeddings": 16384}
+    for name in ("llama", "deepseek_v3")  # dense and MoE
 }
 FIT_MIN = 256  # --fit-ctx: the tiny models' training context is 16K
 

@@ -364,9 +364,10 @@ def test_go_engine_cache_of_a_hybrid():
     model = load_model("Qwen/Qwen3.5-9B")
     c = model.config
     attn = 4096 * 2 * c["num_key_value_heads"] * c["head_dim"] * 2
-    channels = 2 * c["linear_num_key_heads"] * c["linear_key_head_dim"] + c["linear_num_value_heads"] * c[
-        "linear_value_head_dim"
-    ]
+    channels = (
+        2 * c["linear_num_key_heads"] * c["linear_key_head_dim"]
+        + c["linear_num_value_heads"] * c["linear_value_head_dim"]
+    )
     conv = (c["linear_conv_kernel_dim"] - 1) * channels * 4
     state = c["linear_value_head_dim"] ** 2 * c["linear_num_value_heads"] * 4
     kv = cache_bytes(model.layers, "qwen35", "f16", 4096, 1, 512)

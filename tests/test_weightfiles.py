@@ -65,7 +65,6 @@ def test_gguf_tensor_table_sizes_are_exact(tmp_path):
     assert on_gpu == [0, 96 * 64 * 2, 64 * 96 * 2 + 96 * 64 * 2, 64 * 2 * 34 + 64 * 96 * 2 + 96 * 64 * 2]
 
 
-
 def test_a_tied_gguf_puts_a_copy_of_the_embedding_on_the_gpu_as_its_head(tmp_path):
     """No output.weight: llama.cpp creates the head from token_embd (TENSOR_DUPLICATED) on the output layer's
     device, so offloading the output layer costs the embedding's bytes there, while the file holds it once (the

@@ -65,9 +65,7 @@ TINY: dict[str, dict[str, Any]] = {
     "deepseek_v2": {"num_hidden_layers": 2, "q_lora_rank": None} | _DS,
     "deepseek_v3": {"num_hidden_layers": 2, "q_lora_rank": 16} | _DS,
     "qwen3_5_text": {"num_hidden_layers": 4, "head_dim": 32} | _GDN,
-    "qwen3_5_moe_text": {"num_hidden_layers": 4, "head_dim": 32, "shared_expert_intermediate_size": 32}
-    | _GDN
-    | _MOE,
+    "qwen3_5_moe_text": {"num_hidden_layers": 4, "head_dim": 32, "shared_expert_intermediate_size": 32} | _GDN | _MOE,
     "qwen3_next": {"num_hidden_layers": 4, "head_dim": 32, "shared_expert_intermediate_size": 32} | _GDN | _MOE,
     "mamba": {"num_hidden_layers": 2, "state_size": 8, "conv_kernel": 4, "expand": 2, "intermediate_size": 128},
     "falcon_mamba": {"num_hidden_layers": 2, "state_size": 8, "conv_kernel": 3, "expand": 2, "intermediate_size": 128},

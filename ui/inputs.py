@@ -241,9 +241,7 @@ def _hardware_inputs(w: Any, gguf_caption: str | None) -> list[str]:
     if st.session_state["in_card"] == CUSTOM_CARD:
         w.number_input("GPU memory (GiB)", *BOUNDS["gib"], step=1.0, key="in_gib")
         # Blank by default: a card known by its memory alone has no speed (the page says which figure to give).
-        w.number_input(
-            "Bandwidth (GB/s)", *BOUNDS["gbs"], value=None, step=10.0, key="in_gbs", placeholder="not given"
-        )
+        w.number_input("Bandwidth (GB/s)", *BOUNDS["gbs"], value=None, step=10.0, key="in_gbs", placeholder="not given")
         w.number_input(
             "Dense 16-bit TFLOPS (BF16, else FP16; no sparsity)",
             *BOUNDS["tflops"],

@@ -293,9 +293,7 @@ class _GGUFHeader:
         return GGUFHeader(metadata, tuple(t for _, t in table), data)
 
 
-def parse_gguf(
-    read: Callable[[int, int], bytes], size: int, origin: str, first: int = GGUF_FIRST_READ
-) -> GGUFHeader:
+def parse_gguf(read: Callable[[int, int], bytes], size: int, origin: str, first: int = GGUF_FIRST_READ) -> GGUFHeader:
     """A GGUF header from `read(start, end)` (bytes [start, end) of a file of `size` bytes), read from the start in
     growing ranges (`first` bytes, then each read doubles what is held) until the tensor table is parsed: about the
     header's bytes, at most twice them (or `first`), never more than MAX_GGUF_HEADER."""

@@ -111,7 +111,11 @@ def attention_rates(attention: dict, threads: int) -> tuple[tuple[int, float | N
 
 
 def llamacpp_runs(
-    python: Path, threads: int, formats: tuple[str, ...], model: dict, time_threads: tuple[int, ...] = (),
+    python: Path,
+    threads: int,
+    formats: tuple[str, ...],
+    model: dict,
+    time_threads: tuple[int, ...] = (),
     head_dims: tuple[int, ...] = (),
 ) -> dict:
     """The runner's {"formats": {format: {"bytes", "runs": [{"threads", "prefill_s", "decode_s"}]}} (CONTEXT-token

@@ -113,8 +113,10 @@ def calibrated(rows: list[dict], ram: float, cal: Calibration) -> None:
         print(f"{r['model']:>8} {r['threads']:>3} {r['context']:>7,} | {dec:>11.1f} {r['decode_tok_s']:>9.1f} "
               f"{de:>+7.1%} | {pre:>12.1f} {r['prefill_tok_s']:>9.1f} {pe:>+7.1%}")  # fmt: skip
     inside = sum(abs(e) <= BAND for e in errors)
-    print(f"  calibrated on this host: {inside}/{len(errors)} figures within ±{BAND:.0%} "
-          f"({inside / len(errors):.0%}; issue 19's CPU target, for uncalibrated defaults on other CPUs: 80 %)")
+    print(
+        f"  calibrated on this host: {inside}/{len(errors)} figures within ±{BAND:.0%} "
+        f"({inside / len(errors):.0%}; issue 19's CPU target, for uncalibrated defaults on other CPUs: 80 %)"
+    )
     record = {
         "cpu": cal.host, "time": cal.time, "method": cal.method, "band": BAND, "figures": len(errors),
         "within": inside, "median": statistics.median(abs(e) for e in errors),

@@ -235,8 +235,10 @@ def main() -> None:
         p = fit(train)
         res = check(p, [r for r in all_rows if r["cpu"] == cpu])
         cross += res
-        print(f"\nfitted on the other {len({r['cpu'] for r in train})} CPUs, checked on {cpu}: "
-              f"{json.dumps({k: round(v, 4) for k, v in p.items()})}")
+        print(
+            f"\nfitted on the other {len({r['cpu'] for r in train})} CPUs, checked on {cpu}: "
+            f"{json.dumps({k: round(v, 4) for k, v in p.items()})}"
+        )
         for r, x in res:
             print(f"  {r['id']:<52} ctx {r['context']:>5}, {r['hw'].threads:>2} threads: ×{x:.2f}")
     stats = summary(cross) if cross else {}
