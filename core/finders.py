@@ -30,7 +30,7 @@ from core.model.params import count_params
 from core.model.spec import ModelSpec
 from core.ollama_report import TYPICAL_RAM_GB_S, TYPICAL_THREADS
 from core.report import max_context_text, requests_text
-from core.speed.predict import Hardware, predict, prefill_chunk, prefill_spans
+from core.speed.predict import Hardware, predict, prefill_chunk, prefill_spans, untimed
 from core.units import format_bytes, format_tokens
 
 DEFAULT_CONTEXT = 8192  # what the finders ask about when no context is given
@@ -249,8 +249,9 @@ def answer_speeds(answers: Sequence[CardAnswer | ModelAnswer], hw: Hardware = HO
             out.append(AnswerSpeed(None, None, "does not fit"))
             continue
         setup = a.result.setup
-        if not setup.card.bandwidth_gb_s or not setup.card.dense_tflops:  # predict refuses it, after the work
-            out.append(AnswerSpeed(None, None, "no bandwidth or peak figure for this card"))
+        refused = untimed(setup)  # predict refuses it, after the work
+        if refused:
+            out.append(AnswerSpeed(None, None, refused))
             continue
         cost = speed_cost(setup, a.context)
         if spent + cost > SPEED_LAYER_PASSES:

@@ -21,7 +21,7 @@ from core.errors import InputError
 from core.fit import Setup, context_limit
 from core.model.loading import load_model, presets
 from core.model.whatif import all_full_attention
-from core.speed import Hardware
+from core.speed import Hardware, untimed
 from core.speed.published import points
 from core.speed.report import curve
 from core.units import GIB, MIB, format_tokens
@@ -54,8 +54,8 @@ def compute(_setup: Setup, comparators: tuple[str, ...], key: str):
 @st.cache_data(show_spinner="Timing…", max_entries=64)
 def speed_curves(_setup: Setup, comparators: tuple[str, ...], key: str):
     """Decode tok/s and time to first token over context for the same models, each to its own limit; None when
-    the card has no figures."""
-    if not _setup.card.bandwidth_gb_s or not _setup.card.dense_tflops:
+    the card cannot be timed (core.speed.untimed says why)."""
+    if untimed(_setup):
         return None
     setups = _setups(_setup, comparators)
     grid = context_grid(shown_limit(setups))
@@ -194,7 +194,7 @@ for s, r in zip(all_series, reach, strict=True):
 st.subheader(f"Speed on {setup.card.name}")
 timed = speed_curves(setup, tuple(chosen), repr(setup))
 if timed is None:
-    st.caption(f"{setup.card.name} has no bandwidth or peak figure: pick a listed card to see speed.")
+    st.caption(f"No speed: {untimed(setup)}.")
 else:
     for metric, title, key, log in (
         ("decode_tok_s", "decode tok/s, one sequence", "decode_tok_s", False),

@@ -14,7 +14,7 @@ from core.fit import SSM_CONTEXT_LIMIT, Setup, fit
 from core.memory.gpus import card_named, cards
 from core.model.loading import load_model, model_from_config, presets
 from core.report import requests_text, unlimited
-from core.speed.predict import Hardware, predict
+from core.speed.predict import Hardware, predict, untimed
 from core.units import format_tokens
 from tests.test_app import open_page
 from tests.test_budget import deep_dense
@@ -32,9 +32,9 @@ def expected_speed(setup: Setup, context: int, fits: bool) -> tuple[str, str]:
     """(decode tok/s, time to first token) cells: core.speed at the row's context, one request, or why not."""
     if not fits:
         return "— (does not fit)", "— (does not fit)"
-    if not setup.card.bandwidth_gb_s or not setup.card.dense_tflops:
-        why = "— (no bandwidth or peak figure for this card)"
-        return why, why
+    refused = untimed(setup)
+    if refused:
+        return f"— ({refused})", f"— ({refused})"
     s = predict(setup, ANY_HOST, context, 1)
     return f"{s.decode_tok_s:,.1f}", f"{s.ttft_s:,.2f} s"
 

@@ -53,6 +53,18 @@ def test_custom_card_says_why_there_is_no_speed():
     assert any("no bandwidth or peak figure" in c.value for c in at.caption)
 
 
+def test_a_pascal_card_under_vllm_says_why_it_has_no_speed_on_both_pages():
+    """A P40 is timed under llama.cpp only (vLLM needs compute capability 7.0): no traceback, the reason instead."""
+    at = app({"card": "Tesla P40 24GB", "engine": "vllm", "weights": "bf16"})
+    assert not at.exception and "decode tok/s" not in at.dataframe[0].value.columns
+    assert any("No speed: Tesla P40 24GB has no FP16 or BF16 matrix units" in c.value for c in at.caption)
+    at.switch_page("pages/1_hybrid_vs_dense.py").run()
+    assert not at.exception
+    assert any(c.value.startswith("No speed: Tesla P40 24GB has no FP16") for c in at.caption)
+    llamacpp = app({"card": "Tesla P40 24GB", "engine": "llama.cpp", "weights": "q4_k_m"})
+    assert not llamacpp.exception and "decode tok/s" in llamacpp.dataframe[0].value.columns
+
+
 def test_hybrid_page_draws_speed_curves_with_published_points():
     at = app(A100_VLLM | {"cmp": "Qwen/Qwen3-8B"})
     at.switch_page("pages/1_hybrid_vs_dense.py").run()

@@ -20,7 +20,7 @@ from core.errors import InputError
 from core.fit import Setup
 from core.memory.gpus import Card, card_named, with_figures
 from core.model.loading import load_model
-from core.speed import Hardware, predict
+from core.speed import Hardware, predict, untimed
 from core.speed import calibration as cal_mod
 from core.speed.calibration import Calibration, host_key
 from core.speed.efficiency import efficiency_for, fitted, fitted_groups
@@ -410,6 +410,7 @@ def test_vllm_on_a_pascal_card_is_refused_with_the_reason():
     setup = Setup(load_model(MODEL), configured("vllm"), card_named("GeForce GTX 1080 Ti 11GB"), weights="bf16")
     with pytest.raises(InputError, match=r"GTX 1080 Ti 11GB has no FP16 or BF16 matrix units.*compute capability 7\.0"):
         predict(setup, Hardware(50.0, 8), 4096)
+    assert "choose llama.cpp" in untimed(setup) and untimed(replace(setup, engine=configured("llama.cpp"))) is None
     # a peak given by hand is the card's 16-bit one: any engine is timed by it
     given = Setup(load_model(MODEL), configured("vllm"), with_figures(setup.card, None, 20.0), weights="bf16")
     assert predict(given, Hardware(50.0, 8), 4096).prefill.parts[0].peak_gflops == 20e3

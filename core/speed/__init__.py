@@ -5,7 +5,7 @@ the bytes and FLOPs it is applied to, ram.py for the host RAM bandwidth probe. N
 """
 
 from core.speed.efficiency import Efficiency, efficiencies, efficiency_for
-from core.speed.predict import DevicePart, Hardware, Speed, Timing, placement, predict, setup_weights
+from core.speed.predict import DevicePart, Hardware, Speed, Timing, placement, predict, setup_weights, untimed
 from core.speed.work import LayerWork, PassWork, Weights, experts_touched
 
 __all__ = [
@@ -23,4 +23,5 @@ __all__ = [
     "placement",
     "predict",
     "setup_weights",
+    "untimed",
 ]

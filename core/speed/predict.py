@@ -226,6 +226,21 @@ def device_kind(setup: Setup, hw: Hardware) -> str:
     return "cpu" if hw.cpu_only else "gpu"
 
 
+def untimed(setup: Setup) -> str | None:
+    """Why the setup's card cannot be timed, or None: no bandwidth or peak figure, or a Pascal card (timed by its
+    FP32 peak) under an engine other than llama.cpp."""
+    try:
+        setup.card.timing_figures()
+    except InputError as err:
+        return str(err)
+    if setup.card.fp32_only and not isinstance(setup.engine, LlamaCppEngine):
+        return (
+            f"{setup.card.name} has no FP16 or BF16 matrix units (Pascal): kvscope times only llama.cpp on it (vLLM "
+            "needs compute capability 7.0 or newer); choose llama.cpp, or give the card's peak with --gpu-tflops"
+        )
+    return None
+
+
 def setup_weights(setup: Setup) -> Weights:
     model = setup.model
     count = count_params(model)
@@ -310,12 +325,10 @@ def _part(
     fmt = setup_format(setup)
     if device == "gpu":
         card = setup.card
+        refused = untimed(setup)
+        if refused:
+            raise InputError(refused)
         card_gb_s, dense_tflops = card.timing_figures()  # BF16's peak, else FP16's (Card.dense_tflops says why)
-        if card.fp32_only and not isinstance(setup.engine, LlamaCppEngine):
-            raise InputError(
-                f"{card.name} has no FP16 or BF16 matrix units (Pascal): kvscope times only llama.cpp on it (vLLM "
-                f"needs compute capability 7.0 or newer); choose llama.cpp, or give the card's peak with --gpu-tflops"
-            )
         share = setup.tp  # tensor parallel: each GPU reads and computes its share, in parallel
         bw = card_gb_s * share
         # FP8 checkpoints run their matmuls on FP8 tensor cores where the card has them (vLLM's W8A8 path)
