@@ -140,6 +140,16 @@ def test_speed_of_t4_by_the_list_and_with_its_peak_replaced():
     assert slower["rows"][0]["prefill_tok_s"] < listed["rows"][0]["prefill_tok_s"] / 2
 
 
+def test_speed_of_a_pascal_card_by_its_fp32_peak_and_vllm_refused():
+    p40 = csv_rows()["Tesla P40 24GB"]
+    listed = run_json("speed", MODEL, "--gpu", "P40", *LLAMA)
+    assert listed["card_dense_tflops"] == listed["card_fp32_tflops"] == float(p40["fp32_tflops"])
+    assert listed["rows"][0]["decode_tok_s"] > 0 and listed["rows"][0]["decode_error"]["group"].endswith("P40)")
+    proc = run_cli("speed", MODEL, "--gpu", "P40", "--engine", "vllm")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "has no FP16 or BF16 matrix units (Pascal)" in proc.stderr and "choose llama.cpp" in proc.stderr
+
+
 def test_fit_cards_and_ollama_take_the_figures():
     fit = run_json("fit", MODEL, "--gpu-mem-gib", "16", "--gpu-gbs", "320", "--gpu-tflops", "65", *LLAMA)
     assert (fit["card"], fit["card_memory_bytes"]) == ("16 GiB GPU", 16 * GIB)
