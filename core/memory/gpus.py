@@ -164,6 +164,12 @@ ALIASES = {
     "l40": "L40 48GB",
     "a40": "A40 48GB",
     "rtx6000": "RTX 6000 Ada Generation 48GB",
+    "gtx1080": "GeForce GTX 1080 8GB",
+    "1080": "GeForce GTX 1080 8GB",
+    "gtx1070": "GeForce GTX 1070 8GB",
+    "1070": "GeForce GTX 1070 8GB",
+    "p4": "Tesla P4 8GB",
+    "teslap4": "Tesla P4 8GB",
     "v100": "V100 16GB SXM2",  # the cloud V100 (AWS p3, GCP, Colab)
     "v100s": "V100S 32GB PCIe",
 }
