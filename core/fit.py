@@ -341,6 +341,11 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
     vllm = None
     if isinstance(solver.engine, VllmEngine):
         vllm = solver.vllm_capacity(solver.limit)
+        if setup.card.fp32_only:  # the cards timed by their FP32 peak are Pascal's (core.memory.gpus.Card)
+            notes.append(
+                f"vLLM needs compute capability 7.0 or newer (its installation guide); {setup.card.name} is a Pascal "
+                "card (6.x): these are the bytes vLLM would need, but its builds do not run on this card"
+            )
     if isinstance(solver.engine, LlamaCppEngine):
         n, where = len(setup.model.layers), solver.offload
         assert where is not None  # set for every llama.cpp setup

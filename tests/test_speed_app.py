@@ -57,6 +57,7 @@ def test_a_pascal_card_under_vllm_says_why_it_has_no_speed_on_both_pages():
     """A P40 is timed under llama.cpp only (vLLM needs compute capability 7.0): no traceback, the reason instead."""
     at = app({"card": "Tesla P40 24GB", "engine": "vllm", "weights": "bf16"})
     assert not at.exception and "decode tok/s" not in at.dataframe[0].value.columns
+    assert any("vLLM needs compute capability 7.0 or newer" in i.value for i in at.info)  # memory: said, not hidden
     assert any("No speed: Tesla P40 24GB has no FP16 or BF16 matrix units" in c.value for c in at.caption)
     at.switch_page("pages/1_hybrid_vs_dense.py").run()
     assert not at.exception
