@@ -411,6 +411,7 @@ def test_vllm_on_a_pascal_card_is_refused_with_the_reason():
     with pytest.raises(InputError, match=r"GTX 1080 Ti 11GB has no FP16 or BF16 matrix units.*compute capability 7\.0"):
         predict(setup, Hardware(50.0, 8), 4096)
     assert "choose llama.cpp" in untimed(setup) and untimed(replace(setup, engine=configured("llama.cpp"))) is None
+    assert "1/64 of the FP32 rate" in untimed(replace(setup, engine=configured("transformers")))
     # a peak given by hand is the card's 16-bit one: any engine is timed by it
     given = Setup(load_model(MODEL), configured("vllm"), with_figures(setup.card, None, 20.0), weights="bf16")
     assert predict(given, Hardware(50.0, 8), 4096).prefill.parts[0].peak_gflops == 20e3

@@ -234,9 +234,14 @@ def untimed(setup: Setup) -> str | None:
     except InputError as err:
         return str(err)
     if setup.card.fp32_only and not isinstance(setup.engine, LlamaCppEngine):
+        why = (
+            "vLLM needs compute capability 7.0 or newer"
+            if isinstance(setup.engine, VllmEngine)
+            else "its FP16 and BF16 run at 1/64 of the FP32 rate, which kvscope does not model"
+        )
         return (
-            f"{setup.card.name} has no FP16 or BF16 matrix units (Pascal): kvscope times only llama.cpp on it (vLLM "
-            "needs compute capability 7.0 or newer); choose llama.cpp, or give the card's peak with --gpu-tflops"
+            f"{setup.card.name} has no FP16 or BF16 matrix units (Pascal): kvscope times only llama.cpp on it ({why}); "
+            "choose llama.cpp, or give the card's peak with --gpu-tflops"
         )
     return None
 
