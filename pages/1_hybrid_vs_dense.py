@@ -194,7 +194,8 @@ for s, r in zip(all_series, reach, strict=True):
 st.subheader(f"Speed on {setup.card.name}")
 timed = speed_curves(setup, tuple(chosen), repr(setup))
 if timed is None:
-    st.caption(f"No speed: {untimed(setup)}.")
+    no_figures = f"{setup.card.name} has no bandwidth or peak figure: pick a listed card to see speed."
+    st.caption(f"No speed: {untimed(setup)}." if setup.card.fp32_only else no_figures)  # Pascal: the engine's reason
 else:
     for metric, title, key, log in (
         ("decode_tok_s", "decode tok/s, one sequence", "decode_tok_s", False),
