@@ -762,6 +762,18 @@ def test_runs_of_an_unnumbered_january_2024_source_count_as_old_builds():
     assert not old_run(_corpus_row("llamacpp-disc-15013-cuda", "A100 80GB PCIe", "decode", "Q4_0"))  # 5143fa8
 
 
+def test_a_pascal_run_is_never_an_old_build():
+    """The old builds' extra overhead is a step without CUDA graphs; Pascal runs without them in current builds too
+    (ggml-cuda disables graphs below compute capability 7.0), so its January 2024 runs are not set apart."""
+    from tests.bench.fit_corpus import load_rows, old_run
+
+    p40 = _corpus_row("llamacpp-pr-4766-backend-sched-jg", "Tesla P40 24GB", "decode", "Q4_0")
+    assert old_run(p40) and not old_run(p40, "pascal")
+    rows = [r for r in load_rows()[0] if r.raw["source_id"] == "llamacpp-pr-4766-backend-sched-jg"]
+    assert {r.klass for r in rows if "P40" in r.raw["card"]} == {"pascal"}
+    assert any(old_run(r.raw, r.klass) for r in rows if "3090" in r.raw["card"])
+
+
 def test_an_apu_run_from_a_superseded_build_stays_out_of_the_fit_and_the_check():
     sys.path.insert(0, str(ROOT))
     from tests.bench.fit_corpus import APU_CURRENT_BUILD, CORPUS, to_row
