@@ -246,11 +246,15 @@ def test_fp8_weights_run_matmuls_on_fp8_peak_but_attention_stays_bf16():
     assert 1 < fp8.prefill_tok_s / bf16.prefill_tok_s < 2
 
 
-def test_a_cpu_whose_name_hides_its_model_is_told_apart_by_family_and_model():
+def test_a_cpu_whose_name_hides_its_model_is_told_apart_by_family_model_and_vector_isa():
     from core.speed.ram import cpu_name
 
     vm = "processor\t: 0\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\nflags\t\t: fpu\n" * 2
     assert cpu_name(vm) == "AMD EPYC (family 25, model 1)"
-    assert cpu_name(vm.replace("model\t\t: 1", "model\t\t: 17")) == "AMD EPYC (family 25, model 17)"
+    zen4 = vm.replace("model\t\t: 1", "model\t\t: 17")
+    assert cpu_name(zen4) == "AMD EPYC (family 25, model 17)"
+    # the same family and model with and without AVX-512 (a hypervisor may hide it): two names, two calibrations
+    assert cpu_name(zen4.replace(": fpu", ": fpu avx2 avx512f avx512bw")) == "AMD EPYC (family 25, model 17, AVX-512)"
+    assert cpu_name(zen4.replace(": fpu", ": fpu avx avx2 fma")) == "AMD EPYC (family 25, model 17, AVX2)"
     named = vm.replace("AMD EPYC", "AMD Ryzen 9 7950X")
     assert cpu_name(named) == "AMD Ryzen 9 7950X"  # a name with a model number is kept as it is

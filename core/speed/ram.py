@@ -34,8 +34,16 @@ def cpu_name(cpuinfo: str | None = None) -> str:
     if not name:
         return platform.processor()
     if not any(c.isdigit() for c in name) and "cpu family" in fields and "model" in fields:
-        return f"{name} (family {fields['cpu family']}, model {fields['model']})"
+        return f"{name} (family {fields['cpu family']}, model {fields['model']}{vector_isa(fields.get('flags', ''))})"
     return name
+
+
+def vector_isa(flags: str) -> str:
+    """', AVX-512' or ', AVX2' from cpuinfo's flags: a hypervisor may hide AVX-512 from a VM of the same family and
+    model (two Zen 4 EPYC VMs of 2026-12-03, one with it and one without), so their calibrations and records
+    must not share a name either."""
+    have = set(flags.split())
+    return ", AVX-512" if "avx512f" in have else ", AVX2" if "avx2" in have else ""
 
 
 def _host_key() -> str:
