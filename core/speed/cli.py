@@ -14,21 +14,23 @@ from core.fit import Setup, Solver
 from core.speed import calibration
 from core.speed.groups import BACKENDS, ErrorBar, checked_backend
 from core.speed.predict import Hardware, Speed, backend_of, flash_attn, placement, predict, setup_weights
-from core.speed.ram import ram_gb_s
+from core.speed.ram import host_isa, ram_gb_s
 from core.units import format_bytes, format_tokens
 
 DEFAULT_CONTEXTS = (4096, 32768)
 
 
 def hardware(ram_gbs: float | None, threads: int | None, cpu_only: bool) -> tuple[Hardware, str]:
-    """The host: RAM bandwidth as given or measured here (cached), threads as given or every core."""
+    """The host: RAM bandwidth as given or measured here (cached), threads as given or every core; this CPU's vector
+    ISA when the figure is this machine's (a given bandwidth may describe another: its ISA is not known)."""
+    isa = ""
     if ram_gbs is not None:
         if not 0 < ram_gbs <= MAX_RAM_GB_S:  # NaN fails too
             raise InputError(f"--ram-gbs must be positive and at most {MAX_RAM_GB_S:,} GB/s, got {ram_gbs}")
         bw, source = ram_gbs, "given (--ram-gbs)"
     else:
-        bw, source = ram_gb_s()
-    return Hardware(ram_gb_s=bw, threads=threads or os.cpu_count() or 1, cpu_only=cpu_only), source
+        (bw, source), isa = ram_gb_s(), host_isa()
+    return Hardware(ram_gb_s=bw, threads=threads or os.cpu_count() or 1, cpu_only=cpu_only, isa=isa), source
 
 
 def add_speed_flags(p: argparse.ArgumentParser) -> None:
@@ -105,7 +107,7 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
     if needs_ram(setup, hw) or args.ram_gbs is not None:
         cal = calibration.load()
         if cal is not None and args.ram_gbs is None:
-            hw, ram_source = Hardware(cal.ram_gb_s, hw.threads, cpu_only, backend), cal.label
+            hw, ram_source = Hardware(cal.ram_gb_s, hw.threads, cpu_only, backend, host_isa()), cal.label
         else:
             hw, ram_source = hardware(args.ram_gbs, args.threads, cpu_only)
             hw = replace(hw, backend=backend)

@@ -44,6 +44,9 @@ class Efficiency:
     # (kernel family, decode factor, prefill factor): the matmul rate of a weight format's family against the
     # float kernels' (core.speed.groups.format_family); a family not listed runs at 1
     families: tuple[tuple[str, float, float], ...] = ()
+    # (vector ISA, kernel family, decode factor, prefill factor) on a CPU whose ISA is known (core.speed.ram
+    # .vector_isa): on one Zen 4 core, llama.cpp's Q4_K_M prefill ran 2.5x F16's with AVX-512 and 1.2x without
+    isa_families: tuple[tuple[str, str, float, float], ...] = ()
     flash_off: float = 1.0  # attention rates × this without flash attention (llama.cpp -fa 0: KQ materialised)
     prefill_half_tokens: float = 0.0  # a prefill pass of this many tokens reaches half the matmul rate (0: no such)
     # routed experts' weights stream at this × `bandwidth`: mul_mat_id reads each selected expert's rows as its own
@@ -61,8 +64,10 @@ class Efficiency:
         """Per pass, for `layers` decoder layers of which `recurrent` update their state by a chain of kernels."""
         return self.overhead_step_s + self.overhead_layer_s * layers + self.overhead_recurrent_s * recurrent
 
-    def family_factor(self, family: str, prefill: bool) -> float:
-        for name, decode, pre in self.families:
+    def family_factor(self, family: str, prefill: bool, isa: str = "") -> float:
+        """The family's factor on this ISA where the fit has one, else the one pooled over every CPU (or card)."""
+        on_isa = [(f, d, p) for i, f, d, p in self.isa_families if isa and i == isa]
+        for name, decode, pre in on_isa + list(self.families):
             if name == family:
                 return pre if prefill else decode
         return 1.0
@@ -72,7 +77,8 @@ def entry(row: dict) -> Efficiency:
     """An Efficiency from its JSON form (families as lists there)."""
     known = {k: v for k, v in row.items() if k in Efficiency.__dataclass_fields__}
     families = tuple((str(f), float(d), float(p)) for f, d, p in known.pop("families", ()))
-    return Efficiency(**known, families=families)
+    isa_families = tuple((str(i), str(f), float(d), float(p)) for i, f, d, p in known.pop("isa_families", ()))
+    return Efficiency(**known, families=families, isa_families=isa_families)
 
 
 @lru_cache(maxsize=1)

@@ -30,6 +30,7 @@ from core.speed.groups import (
     format_family,
     matmul_peak,
 )
+from core.speed.ram import ISA_NAMES
 from core.speed.work import PassWork, Weights, decode_work, prefill_work
 
 FP8_FORMATS = frozenset({"fp8", "fp8_block"})
@@ -53,6 +54,7 @@ class Hardware:
     threads: int
     cpu_only: bool = False
     backend: str | None = None  # the card's ggml backend (llama.cpp); None: the vendor's usual one
+    isa: str = ""  # the host CPU's vector ISA (core.speed.ram.vector_isa) where known: its kernels' family factors
     calibration: Calibration | None = None  # this host's measured CPU matmul rates (python -m core calibrate)
 
 
@@ -103,6 +105,7 @@ class DevicePart:
     expert_bytes: float = 0.0  # the routed experts' share of weight_bytes (read at Efficiency.expert_bandwidth)
     cache_gb_s: float = 0.0  # the cache's streaming rate this host's calibration measured, all threads (0: none)
     peak_note: str = ""  # why the matmuls' peak differs from the card's listed one (core.speed.groups.MatmulPeak)
+    family_note: str = ""  # on a CPU: the weight format's kernel factor, and the ISA it was fitted for
 
     @property
     def bytes(self) -> float:
@@ -347,10 +350,19 @@ def _part(
         limit = MatmulPeak()
     family = format_family(fmt)
     measured = hw.calibration.rate(fmt, prefill, hw.threads) if hw.calibration and device == "cpu" else None
+    family_note = ""
     if measured is not None:  # this host's own matmul rate for the format's kernels
         mm_rate = expert_rate = peak * measured
     else:
-        base = peak * (eff.prefill_compute if prefill else eff.decode_compute) * eff.family_factor(family, prefill)
+        isa = hw.isa if device == "cpu" else ""
+        factor = eff.family_factor(family, prefill, isa)
+        base = peak * (eff.prefill_compute if prefill else eff.decode_compute) * factor
+        if device == "cpu" and family != "float":
+            family_note = f"{family} kernels at {factor:.3g}× the float kernels' rate, " + (
+                f"as fitted on {ISA_NAMES[isa]} CPUs"
+                if any(i == isa and f == family for i, f, _, _ in eff.isa_families)
+                else "pooled over the CPUs fitted (this CPU's vector ISA has no factor of its own)"
+            )
         # a prefill pass's GEMMs fill with its tokens; each routed expert's only with the tokens routed to it
         # (tokens × top-k ÷ experts: llama.cpp's mul_mat_id groups the batch by expert)
         mm_rate = base * fill(eff, pass_tokens) if prefill else base
@@ -371,7 +383,7 @@ def _part(
         (weight_bytes - expert_bytes) / rate + expert_bytes / (rate * eff.expert_bandwidth),
         (matmul - experts) / (mm_rate * 1e9) + experts / (expert_rate * 1e9),
         cache_bytes / (stream * 1e9) if stream else cache_bytes / rate, attention / (attn_rate * 1e9), eff, experts,
-        expert_bytes, stream, limit.why,
+        expert_bytes, stream, limit.why, family_note,
     )  # fmt: skip
 
 

@@ -18,32 +18,48 @@ def cache_path() -> Path:
     return cache_dir() / "ram_bandwidth.json"
 
 
-def cpu_name(cpuinfo: str | None = None) -> str:
-    """The CPU's model name; where a virtual machine hides the model number ('AMD EPYC', 'Intel(R) Xeon(R)
-    Processor'), with its family and model appended: two VMs both named 'AMD EPYC' ran llama.cpp 3-4x apart per
-    thread (measurements/speed/llamacpp_cpu*.jsonl), so their calibrations and records must not share a name."""
+def _cpuinfo_fields(cpuinfo: str | None) -> dict[str, str] | None:
+    """The first processor's block of /proc/cpuinfo (or of the text given) as fields; None where it can't be read."""
     try:
         text = Path("/proc/cpuinfo").read_text() if cpuinfo is None else cpuinfo
     except OSError:
-        return platform.processor()
+        return None
     fields: dict[str, str] = {}
-    for line in text.split("\n\n", 1)[0].splitlines():  # the first processor's block names the model
+    for line in text.split("\n\n", 1)[0].splitlines():
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
-    name = fields.get("model name", "")
-    if not name:
+    return fields
+
+
+def cpu_name(cpuinfo: str | None = None) -> str:
+    """The CPU's model name; where a virtual machine hides the model number ('AMD EPYC', 'Intel(R) Xeon(R)
+    Processor'), with its family, model and vector ISA appended: two VMs both named 'AMD EPYC' ran llama.cpp 3-4x
+    apart per thread, and two of family 25, model 17 (Zen 4), one with AVX-512 and one without, ran its quantised
+    prefill 1.6-2.5x apart (measurements/speed/llamacpp_cpu*.jsonl), so their calibrations and records must not
+    share a name."""
+    fields = _cpuinfo_fields(cpuinfo)
+    name = (fields or {}).get("model name", "")
+    if not fields or not name:
         return platform.processor()
     if not any(c.isdigit() for c in name) and "cpu family" in fields and "model" in fields:
-        return f"{name} (family {fields['cpu family']}, model {fields['model']}{vector_isa(fields.get('flags', ''))})"
+        isa = ISA_NAMES.get(vector_isa(fields.get("flags", "")))
+        return f"{name} (family {fields['cpu family']}, model {fields['model']}{f', {isa}' if isa else ''})"
     return name
 
 
+ISA_NAMES = {"avx512": "AVX-512", "avx2": "AVX2"}
+
+
 def vector_isa(flags: str) -> str:
-    """', AVX-512' or ', AVX2' from cpuinfo's flags: a hypervisor may hide AVX-512 from a VM of the same family and
-    model (two Zen 4 EPYC VMs of 2026-12-03, one with it and one without), so their calibrations and records
-    must not share a name either."""
+    """'avx512' or 'avx2' from cpuinfo's flags, else '' (another ISA, or not known): llama.cpp's CPU kernels for
+    quantised weights are built for the widest one the host has (GGML_NATIVE), and a hypervisor may hide AVX-512."""
     have = set(flags.split())
-    return ", AVX-512" if "avx512f" in have else ", AVX2" if "avx2" in have else ""
+    return "avx512" if "avx512f" in have else "avx2" if "avx2" in have else ""
+
+
+def host_isa() -> str:
+    """This host's vector ISA (vector_isa of its cpuinfo flags)."""
+    return vector_isa((_cpuinfo_fields(None) or {}).get("flags", ""))
 
 
 def _host_key() -> str:

@@ -126,6 +126,7 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
                 if p.peak_note
                 else ""
             )
+            + (f"; the matmul rate has the {p.family_note}" if p.family_note else "")
         )
     return out
 
