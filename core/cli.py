@@ -599,6 +599,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_cpu_moe_options(speed)
     speed.add_argument("--threads", type=thread_count, help="CPU threads for layers in RAM (default: all cores)")
     speed.add_argument("--ram-gbs", type=gb_per_s, help="system RAM bandwidth in GB/s (default: measured here, cached)")
+    speed.add_argument(
+        "--cpu-isa", choices=("avx512", "avx2", "other"), help="the host CPU's vector ISA, which sets llama.cpp's "
+        "quantised prefill rate on it (default: this machine's where its RAM is measured here; with --ram-gbs, "
+        "not known: the factors pooled over CPUs)",
+    )  # fmt: skip
     add_speed_flags(speed)
     speed.add_argument("--json", action="store_true")
     speed.set_defaults(

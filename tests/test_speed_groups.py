@@ -911,3 +911,17 @@ def test_the_cli_host_takes_this_cpus_isa_only_when_its_bandwidth_is_this_machin
     monkeypatch.setattr(speed_cli, "ram_gb_s", lambda: (30.0, "measured here"))
     assert speed_cli.hardware(None, 2, cpu_only=True)[0].isa == "avx512"
     assert speed_cli.hardware(40.0, 2, cpu_only=True)[0].isa == ""  # --ram-gbs may describe another machine
+
+
+def test_cpu_isa_flag_describes_another_machines_cpu(capsys):
+    argv = ("speed", "Qwen/Qwen3-8B", "--device", "cpu", "--engine", "llama.cpp", "--weights", "Q4_K_M",
+            "--context", "4k", "--ram-gbs", "40", "--threads", "8")  # fmt: skip
+    given = run_json(capsys, *argv)
+    assert given["cpu_isa"] is None  # a bandwidth given for another machine says nothing of its ISA
+    avx512, avx2 = (run_json(capsys, *argv, "--cpu-isa", isa) for isa in ("avx512", "avx2"))
+    assert (avx512["cpu_isa"], avx2["cpu_isa"]) == ("avx512", "avx2")
+    assert 1.5 < avx512["rows"][0]["prefill_tok_s"] / avx2["rows"][0]["prefill_tok_s"] < 3.5
+    assert run_json(capsys, *argv, "--cpu-isa", "other")["rows"] == given["rows"]
+    with pytest.raises(SystemExit):
+        main(["speed", "Qwen/Qwen3-8B", "--device", "cpu", "--cpu-isa", "sse2"])
+    assert "invalid choice" in capsys.readouterr().err

@@ -14,7 +14,7 @@ from core.fit import Setup, Solver
 from core.speed import calibration
 from core.speed.groups import BACKENDS, ErrorBar, checked_backend
 from core.speed.predict import Hardware, Speed, backend_of, flash_attn, placement, predict, setup_weights
-from core.speed.ram import host_isa, ram_gb_s
+from core.speed.ram import ISA_NAMES, host_isa, ram_gb_s
 from core.units import format_bytes, format_tokens
 
 DEFAULT_CONTEXTS = (4096, 32768)
@@ -112,6 +112,8 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
             hw, ram_source = hardware(args.ram_gbs, args.threads, cpu_only)
             hw = replace(hw, backend=backend)
         hw = replace(hw, calibration=cal)
+        if args.cpu_isa:  # another machine's, or this one's said outright
+            hw = replace(hw, isa="" if args.cpu_isa == "other" else args.cpu_isa)
     weights = setup_weights(setup)
     rows = []
     effs = {}
@@ -136,6 +138,7 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
         "ram_gb_s": hw.ram_gb_s if needs_ram(setup, hw) else None,
         "ram_source": ram_source,
         "threads": hw.threads,
+        "cpu_isa": hw.isa or None,  # the kernel factors' ISA; None: not known, the pooled factors
         "layers_on_gpu": on_gpu,
         "layers": len(setup.model.layers),
         "weights": setup.weights or "checkpoint",
@@ -156,7 +159,8 @@ def print_speed(out: dict) -> None:
         f"{'on' if out['flash_attn'] else 'off'}), {out['layers_on_gpu']} of {out['layers']} layers on the GPU"
     )
     if out["ram_gb_s"]:
-        print(f"system RAM {out['ram_gb_s']:.1f} GB/s ({out['ram_source']}), {out['threads']} threads")
+        isa = f", {ISA_NAMES[out['cpu_isa']]} CPU" if out.get("cpu_isa") else ""
+        print(f"system RAM {out['ram_gb_s']:.1f} GB/s ({out['ram_source']}), {out['threads']} threads{isa}")
     for device, e in out["efficiencies"].items():
         print(
             f"{device} efficiencies ({e['status']}): bandwidth ×{e['bandwidth']:.3g}"
