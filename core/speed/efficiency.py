@@ -45,8 +45,9 @@ class Efficiency:
     # float kernels' (core.speed.groups.format_family); a family not listed runs at 1
     families: tuple[tuple[str, float, float], ...] = ()
     # (vector ISA, kernel family, decode factor, prefill factor) on a CPU whose ISA is known (core.speed.ram
-    # .vector_isa): on one Zen 4 core, llama.cpp's Q4_K_M prefill ran 2.5x F16's with AVX-512 and 1.2x without
-    isa_families: tuple[tuple[str, str, float, float], ...] = ()
+    # .vector_isa): on one Zen 4 core, llama.cpp's Q4_K_M prefill ran 2.5x F16's with AVX-512 and 1.2x without.
+    # None: no factor of the ISA's own for that kind (the pooled one applies)
+    isa_families: tuple[tuple[str, str, float | None, float | None], ...] = ()
     flash_off: float = 1.0  # attention rates × this without flash attention (llama.cpp -fa 0: KQ materialised)
     prefill_half_tokens: float = 0.0  # a prefill pass of this many tokens reaches half the matmul rate (0: no such)
     # routed experts' weights stream at this × `bandwidth`: mul_mat_id reads each selected expert's rows as its own
@@ -64,10 +65,19 @@ class Efficiency:
         """Per pass, for `layers` decoder layers of which `recurrent` update their state by a chain of kernels."""
         return self.overhead_step_s + self.overhead_layer_s * layers + self.overhead_recurrent_s * recurrent
 
+    def isa_factor(self, family: str, prefill: bool, isa: str) -> float | None:
+        """The family's factor fitted on CPUs of this ISA alone, if there is one."""
+        for i, name, decode, pre in self.isa_families:
+            if isa and (i, name) == (isa, family):
+                return pre if prefill else decode
+        return None
+
     def family_factor(self, family: str, prefill: bool, isa: str = "") -> float:
         """The family's factor on this ISA where the fit has one, else the one pooled over every CPU (or card)."""
-        on_isa = [(f, d, p) for i, f, d, p in self.isa_families if isa and i == isa]
-        for name, decode, pre in on_isa + list(self.families):
+        own = self.isa_factor(family, prefill, isa)
+        if own is not None:
+            return own
+        for name, decode, pre in self.families:
             if name == family:
                 return pre if prefill else decode
         return 1.0
@@ -77,7 +87,10 @@ def entry(row: dict) -> Efficiency:
     """An Efficiency from its JSON form (families as lists there)."""
     known = {k: v for k, v in row.items() if k in Efficiency.__dataclass_fields__}
     families = tuple((str(f), float(d), float(p)) for f, d, p in known.pop("families", ()))
-    isa_families = tuple((str(i), str(f), float(d), float(p)) for i, f, d, p in known.pop("isa_families", ()))
+    isa_families = tuple(
+        (str(i), str(f), None if d is None else float(d), None if p is None else float(p))
+        for i, f, d, p in known.pop("isa_families", ())
+    )
     return Efficiency(**known, families=families, isa_families=isa_families)
 
 

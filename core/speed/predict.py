@@ -295,6 +295,15 @@ def fill(eff: Efficiency, pass_tokens: int) -> float:
     return pass_tokens / (pass_tokens + half) if half > 0 else 1.0
 
 
+def cpu_family_note(eff: Efficiency, family: str, prefill: bool, isa: str) -> str:
+    """What a CPU's matmul rate takes for the weight format's kernel family, and which CPUs that factor is from."""
+    text = f"{family} kernels at {eff.family_factor(family, prefill, isa):.3g}× the float kernels' rate, "
+    if eff.isa_factor(family, prefill, isa) is not None:
+        return text + f"as fitted on {ISA_NAMES[isa]} CPUs"
+    why = f"none of its own for {ISA_NAMES.get(isa, isa)} CPUs" if isa else "the CPU's vector ISA not known"
+    return text + f"pooled over the CPUs fitted ({why})"
+
+
 def _part(
     device: str,
     work: PassWork,
@@ -358,11 +367,7 @@ def _part(
         factor = eff.family_factor(family, prefill, isa)
         base = peak * (eff.prefill_compute if prefill else eff.decode_compute) * factor
         if device == "cpu" and family != "float":
-            family_note = f"{family} kernels at {factor:.3g}× the float kernels' rate, " + (
-                f"as fitted on {ISA_NAMES[isa]} CPUs"
-                if any(i == isa and f == family for i, f, _, _ in eff.isa_families)
-                else "pooled over the CPUs fitted (this CPU's vector ISA has no factor of its own)"
-            )
+            family_note = cpu_family_note(eff, family, prefill, isa)
         # a prefill pass's GEMMs fill with its tokens; each routed expert's only with the tokens routed to it
         # (tokens × top-k ÷ experts: llama.cpp's mul_mat_id groups the batch by expert)
         mm_rate = base * fill(eff, pass_tokens) if prefill else base

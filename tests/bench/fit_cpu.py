@@ -165,15 +165,11 @@ def published_rows() -> list[dict]:
 
 
 def entry_of(p: dict) -> Efficiency:
-    def factor(fam: str, kind: str, isa: str = "") -> float:
-        pooled = p.get(f"{fam}:{kind}", 1.0)
-        return p.get(f"{isa}/{fam}:{kind}", pooled) if isa else pooled
-
     fams = [f for f in FAMILIES if f != "float"]
-    families = tuple((f, factor(f, "decode"), factor(f, "prefill")) for f in fams)
-    # an ISA's entry for each family its rows showed ("avx512/k-quant:prefill"), the pooled factor for the other kind
+    families = tuple((f, p.get(f"{f}:decode", 1.0), p.get(f"{f}:prefill", 1.0)) for f in fams)
+    # an ISA's entry for each family its rows showed ("avx512/k-quant:prefill"); None for a kind it has none of
     shown = sorted({tuple(k.split(":")[0].split("/")) for k in p if "/" in k})
-    isa_families = tuple((i, f, factor(f, "decode", i), factor(f, "prefill", i)) for i, f in shown)
+    isa_families = tuple((i, f, p.get(f"{i}/{f}:decode"), p.get(f"{i}/{f}:prefill")) for i, f in shown)
     base = efficiency_for("llama.cpp", "cpu")
     return Efficiency(
         **{**base.__dict__, **{k: p[k] for k in CPU_KEYS}, "families": families, "isa_families": isa_families}
