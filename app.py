@@ -19,7 +19,7 @@ from core.report import (
 )
 from core.speed import Hardware, predict
 from core.speed.calibration import load as host_calibration
-from core.speed.ram import ram_gb_s
+from core.speed.ram import ISA_NAMES, ram_gb_s
 from core.speed.report import speed_lines, speed_or_none
 from core.units import format_bytes, format_tokens
 from ui.arrow import arrow_table
@@ -112,21 +112,26 @@ if setup.engine.name == "llama.cpp" and inputs.fe == "ollama":
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def speeds(_result, ram: float, threads: int, key: str):
+def speeds(_result, ram: float, threads: int, isa: str, key: str):
     """`key` stands for the result: the setup and the contexts of its rows (one setup, several context sets)."""
-    return speed_or_none(_result, Hardware(ram_gb_s=ram, threads=threads, calibration=host_calibration()))
+    return speed_or_none(_result, Hardware(ram_gb_s=ram, threads=threads, isa=isa, calibration=host_calibration()))
 
 
 # Layers left in system RAM (llama.cpp -ngl) run at its bandwidth: measured here once, editable for your machine.
 in_ram = (setup.gpu_layers is not None and setup.gpu_layers <= len(model.layers)) or bool(setup.cpu_experts)
 ram_measured = ram_gb_s()[0] if in_ram else 0.0
-ram, threads = ram_measured, 8
+ram, threads, isa = ram_measured, 8, ""
 if in_ram:
-    r1, r2 = st.columns(2)
+    r1, r2, r3 = st.columns(3)
     ram = r1.number_input("System RAM bandwidth (GB/s)", min_value=1.0, value=round(ram_measured, 1), key="in_ram")
     threads = int(r2.number_input("CPU threads", min_value=1, max_value=1024, value=8, key="in_threads"))
+    # the visitor's CPU, not this server's: llama.cpp's quantised prefill on it differs 2.5x with AVX-512
+    isa = r3.selectbox(
+        "CPU vector ISA", ("", *ISA_NAMES), format_func=lambda i: ISA_NAMES.get(i, "not known"), key="in_isa",
+        help="Sets the quantised kernels' prefill rate for layers in RAM; not known: the rate pooled over CPUs.",
+    )  # fmt: skip
 result_key = f"{setup!r} {[r.context for r in result.rows]}"  # the setup and its table's contexts
-speed_rows, no_speed = speeds(result, ram, threads, result_key)
+speed_rows, no_speed = speeds(result, ram, threads, isa, result_key)
 
 st.subheader("Context table")
 st.caption(f"{setup.card.name}" + (f" × {setup.gpus}" if setup.gpus > 1 else "") + ", per GPU")
@@ -197,9 +202,9 @@ def breakdown_chart(_result, key: str):
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def speed_text(_setup: Setup, ram: float, threads: int, context: int, key: str) -> str:
+def speed_text(_setup: Setup, ram: float, threads: int, isa: str, context: int, key: str) -> str:
     """The speed explanation at one context (`key`: the setup's repr)."""
-    hw = Hardware(ram_gb_s=ram, threads=threads, calibration=host_calibration())  # python -m core calibrate
+    hw = Hardware(ram_gb_s=ram, threads=threads, isa=isa, calibration=host_calibration())  # python -m core calibrate
     return "\n\n".join(speed_lines(predict(_setup, hw, context)))
 
 
@@ -213,7 +218,7 @@ if how := opened("How is this computed?", "kv_how"):
 if speed_rows and (how_speed := opened("How is the speed computed?", "kv_how_speed")):
     with how_speed:
         if row.fits:
-            st.markdown(speed_text(setup, ram, threads, context, repr(setup)))
+            st.markdown(speed_text(setup, ram, threads, isa, context, repr(setup)))
         else:  # the table shows "—" for this row: no figure here either
             st.markdown(
                 f"{format_tokens(context)} tokens do not fit on {setup.card.name}, so there is no speed to work "

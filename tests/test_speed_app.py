@@ -4,10 +4,12 @@ and the published figures as data, each traceable to its seed text."""
 from __future__ import annotations
 
 import json
+import re
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from streamlit.testing.v1 import AppTest
 
 from core.speed.published import published
 from tests.test_app import app, opened
@@ -152,3 +154,28 @@ def test_speed_columns_follow_a_new_context_on_the_same_setup():
     table = at.dataframe[0].value
     row = table[table["context"] == "64,000"]
     assert len(row) == 1 and float(row["decode tok/s"].iloc[0]) > 0
+
+
+def test_the_visitors_cpu_isa_sets_the_prefill_of_layers_in_ram_and_the_formula_says_so():
+    """Layers left in RAM: the sidebar's CPU vector ISA (the visitor's CPU, not the server's) picks the quantised
+    kernels' prefill factor fitted on that ISA's CPUs; not known, the pooled one."""
+    at = app({"model": "Qwen/Qwen3-8B", "card": "GeForce RTX 4060 8GB", "engine": "llama.cpp", "weights": "q4_k_m",
+              "ngl": "20", "ctx": "8k"})  # fmt: skip
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="in_isa").value == ""  # not known until the visitor says
+
+    def prefill_and_formula(page: AppTest) -> tuple[float, str]:
+        expander = next(e for e in opened(page, "kv_how_speed").expander if e.label == "How is the speed computed?")
+        text = "\n".join(m.value for m in expander.markdown)
+        (rate,) = re.findall(r"[\d,]+ tokens ÷ [\d.]+ s = ([\d,.]+) tok/s", text)  # the prefill's own line
+        return float(rate.replace(",", "")), text
+
+    pooled, text = prefill_and_formula(at)
+    assert "pooled over the CPUs fitted (the CPU's vector ISA not known)" in text
+    at.selectbox(key="in_isa").set_value("avx512").run()
+    avx512, text = prefill_and_formula(at)
+    assert "k-quant kernels at 2.68× the float kernels' rate, as fitted on AVX-512 CPUs" in text
+    assert avx512 > 1.2 * pooled  # the 16 layers in RAM prefill faster
+    at.selectbox(key="in_isa").set_value("avx2").run()
+    avx2, text = prefill_and_formula(at)
+    assert avx2 < pooled and "as fitted on AVX2 CPUs" in text
