@@ -111,10 +111,16 @@ if setup.engine.name == "llama.cpp" and inputs.fe == "ollama":
         st.page_link("pages/5_ollama.py", label="Ollama on your card: its split in detail", icon=":material/memory:")
 
 
+def host(ram: float, threads: int, isa: str) -> Hardware:
+    """The machine layers left in RAM run on, as the sidebar describes it (and this server's calibration, if any:
+    python -m core calibrate)."""
+    return Hardware(ram_gb_s=ram, threads=threads, isa=isa, calibration=host_calibration())
+
+
 @st.cache_data(show_spinner=False, max_entries=64)
 def speeds(_result, ram: float, threads: int, isa: str, key: str):
     """`key` stands for the result: the setup and the contexts of its rows (one setup, several context sets)."""
-    return speed_or_none(_result, Hardware(ram_gb_s=ram, threads=threads, isa=isa, calibration=host_calibration()))
+    return speed_or_none(_result, host(ram, threads, isa))
 
 
 # Layers left in system RAM (llama.cpp -ngl) run at its bandwidth: measured here once, editable for your machine.
@@ -204,8 +210,7 @@ def breakdown_chart(_result, key: str):
 @st.cache_data(show_spinner=False, max_entries=64)
 def speed_text(_setup: Setup, ram: float, threads: int, isa: str, context: int, key: str) -> str:
     """The speed explanation at one context (`key`: the setup's repr)."""
-    hw = Hardware(ram_gb_s=ram, threads=threads, isa=isa, calibration=host_calibration())  # python -m core calibrate
-    return "\n\n".join(speed_lines(predict(_setup, hw, context)))
+    return "\n\n".join(speed_lines(predict(_setup, host(ram, threads, isa), context)))
 
 
 # Both drawn only while open: closed, their text would still be sent and drawn, hidden, before the first paint.

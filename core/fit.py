@@ -9,7 +9,7 @@ from core.engines import Engine
 from core.engines.base import CacheAccount, per_count, sized_tensors, sized_weights
 from core.engines.hf_transformers import TransformersEngine
 from core.engines.llamacpp import LlamaCppEngine, Offload
-from core.engines.vllm_engine import Capacity, VllmEngine, serve_defaults
+from core.engines.vllm_engine import NEEDS_CC, Capacity, VllmEngine, serve_defaults
 from core.engines.vllm_mxfp4 import Kernel, kernel_for, loading_growth
 from core.engines.vllm_pipeline import fullest_stage_fraction, pipeline_capacity
 from core.errors import InputError
@@ -343,7 +343,7 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
         vllm = solver.vllm_capacity(solver.limit)
         if setup.card.fp32_only:  # the cards timed by their FP32 peak are Pascal's (core.memory.gpus.Card)
             notes.append(
-                f"vLLM needs compute capability 7.0 or newer (its installation guide); {setup.card.name} is a Pascal "
+                f"{NEEDS_CC} (its installation guide); {setup.card.name} is a Pascal "
                 "card (6.x): these are the bytes vLLM would need, but its builds do not run on this card"
             )
     if isinstance(solver.engine, LlamaCppEngine):

@@ -43,9 +43,8 @@ from core.llamacpp_autofit import FitChoice, fit_params
 from core.memory.gpus import Card
 from core.model.spec import ModelSpec
 from core.speed import calibration
-from core.speed.cli import error_record, hardware
+from core.speed.cli import calibrated_host, error_record, hardware
 from core.speed.predict import Hardware, Speed, predict
-from core.speed.ram import host_isa
 from core.speed.report import speed_lines
 from core.units import byte_amount, format_bytes, format_tokens
 
@@ -79,7 +78,7 @@ def host(ram_gb_s: float | str | None = None, threads: int | None = None) -> tup
     if ram_gb_s == MEASURED:  # this machine: its stored calibration (python -m core calibrate) where it has one
         cal = calibration.load()
         if cal is not None:
-            return Hardware(cal.ram_gb_s, threads or cal.threads, isa=host_isa(), calibration=cal), cal.label
+            return calibrated_host(cal, threads or cal.threads), cal.label
         return hardware(None, threads, cpu_only=False)
     if isinstance(ram_gb_s, str):
         try:

@@ -60,6 +60,8 @@ DEFAULT_BLOCK = 16  # CacheConfig.DEFAULT_BLOCK_SIZE
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS; `vllm serve` on small cards
 DEFAULT_MAX_NUM_SEQS = 256  # `vllm serve` on cards under 70 GiB and on A100s (serve_defaults)
 MLA_KERNEL_BLOCK = 128  # TRT-LLM/FlashInfer MLA decode kernels need 128-token alignment in hybrid models
+# its CUDA builds' floor (the installation guide): Pascal cards (6.x) are sized, never run
+NEEDS_CC = "vLLM needs compute capability 7.0 or newer"
 GDN_CHECKPOINT_ALIGNMENT = 64  # FLASHINFER_GDN_CHECKPOINT_ALIGNMENT in vllm/v1/attention/backends/gdn_attn.py
 
 

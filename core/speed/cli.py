@@ -33,6 +33,13 @@ def hardware(ram_gbs: float | None, threads: int | None, cpu_only: bool) -> tupl
     return Hardware(ram_gb_s=bw, threads=threads or os.cpu_count() or 1, cpu_only=cpu_only, isa=isa), source
 
 
+def calibrated_host(
+    cal: calibration.Calibration, threads: int, cpu_only: bool = False, backend: str | None = None
+) -> Hardware:
+    """This machine as its stored calibration times it (python -m core calibrate), with its vector ISA."""
+    return Hardware(cal.ram_gb_s, threads, cpu_only, backend, host_isa(), cal)
+
+
 def add_speed_flags(p: argparse.ArgumentParser) -> None:
     """The run settings that change speed, spelled as llama.cpp spells them (llama-bench -fa, -ub)."""
     p.add_argument(
@@ -107,7 +114,7 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
     if needs_ram(setup, hw) or args.ram_gbs is not None:
         cal = calibration.load()
         if cal is not None and args.ram_gbs is None:
-            hw, ram_source = Hardware(cal.ram_gb_s, hw.threads, cpu_only, backend, host_isa()), cal.label
+            hw, ram_source = calibrated_host(cal, hw.threads, cpu_only, backend), cal.label
         else:
             hw, ram_source = hardware(args.ram_gbs, args.threads, cpu_only)
             hw = replace(hw, backend=backend)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from core.dtypes import dtype_named
 from core.engines.base import per_count, sized_tensors
 from core.engines.llamacpp import LlamaCppEngine, Offload
-from core.engines.vllm_engine import VllmEngine
+from core.engines.vllm_engine import NEEDS_CC, VllmEngine
 from core.errors import InputError
 from core.fit import Setup, setup_format
 from core.model.layers import FullAttention
@@ -238,7 +238,7 @@ def untimed(setup: Setup) -> str | None:
         return str(err)
     if setup.card.fp32_only and not isinstance(setup.engine, LlamaCppEngine):
         why = (
-            "vLLM needs compute capability 7.0 or newer"
+            NEEDS_CC
             if isinstance(setup.engine, VllmEngine)
             else "its FP16 and BF16 run at 1/64 of the FP32 rate, which kvscope does not model"
         )
@@ -295,9 +295,10 @@ def fill(eff: Efficiency, pass_tokens: int) -> float:
     return pass_tokens / (pass_tokens + half) if half > 0 else 1.0
 
 
-def cpu_family_note(eff: Efficiency, family: str, prefill: bool, isa: str) -> str:
-    """What a CPU's matmul rate takes for the weight format's kernel family, and which CPUs that factor is from."""
-    text = f"{family} kernels at {eff.family_factor(family, prefill, isa):.3g}× the float kernels' rate, "
+def cpu_family_note(eff: Efficiency, family: str, factor: float, prefill: bool, isa: str) -> str:
+    """What a CPU's matmul rate takes for the weight format's kernel family (`factor`, Efficiency.family_factor), and
+    which CPUs that factor is from."""
+    text = f"{family} kernels at {factor:.3g}× the float kernels' rate, "
     if eff.isa_factor(family, prefill, isa) is not None:
         return text + f"as fitted on {ISA_NAMES[isa]} CPUs"
     why = f"none of its own for {ISA_NAMES.get(isa, isa)} CPUs" if isa else "the CPU's vector ISA not known"
@@ -367,7 +368,7 @@ def _part(
         factor = eff.family_factor(family, prefill, isa)
         base = peak * (eff.prefill_compute if prefill else eff.decode_compute) * factor
         if device == "cpu" and family != "float":
-            family_note = cpu_family_note(eff, family, prefill, isa)
+            family_note = cpu_family_note(eff, family, factor, prefill, isa)
         # a prefill pass's GEMMs fill with its tokens; each routed expert's only with the tokens routed to it
         # (tokens × top-k ÷ experts: llama.cpp's mul_mat_id groups the batch by expert)
         mm_rate = base * fill(eff, pass_tokens) if prefill else base

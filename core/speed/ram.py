@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import time
+from functools import lru_cache
 from pathlib import Path
 
 from core.files import cache_dir, write_json_atomic
@@ -57,6 +58,7 @@ def vector_isa(flags: str) -> str:
     return "avx512" if "avx512f" in have else "avx2" if "avx2" in have else ""
 
 
+@lru_cache(maxsize=1)  # the flags do not change while the process runs; pages ask on every rerun
 def host_isa() -> str:
     """This host's vector ISA (vector_isa of its cpuinfo flags)."""
     return vector_isa((_cpuinfo_fields(None) or {}).get("flags", ""))
