@@ -1,12 +1,16 @@
 """llama.cpp on CPUs: record this CPU per weight format, fit the CPU efficiencies on one CPU and check them on the
 other, and write the pooled fit (with the cross-CPU error) to core/speed/fitted.json as the group (llama.cpp, cpu).
 
-    python tests/bench/fit_cpu.py --record   # time this CPU: F16, Q8_0, Q4_0, Q4_K_M at 1 and 2 threads
+    python tests/bench/fit_cpu.py --record   # time this CPU: F16, Q8_0, Q4_0, Q4_K_M at 1 and 2 threads, and
+                                             # speed_runs' models at every context (llamacpp_cpu_hosts.jsonl)
     python tests/bench/fit_cpu.py            # fit and check on the recorded CPUs, write the group
 CPUs: the AMD EPYC rows of measurements/speed/llamacpp_cpu.jsonl (tiny F16 models, recorded 2026-11-30), the rows of
 measurements/speed/llamacpp_cpu_formats.jsonl (the calibration model of core/speed/calibrate.py per format, as
 `--record` times it: this project's Xeon on 2026-12-01, a Zen 3 EPYC on 2026-12-02, two Zen 4 EPYCs, with and
-without AVX-512, on 2026-12-03) and the published llama-bench CPU runs whose source gives the machine's RAM bandwidth.
+without AVX-512, on 2026-12-03), the rows of measurements/speed/llamacpp_cpu_hosts.jsonl (the same tiny F16 models at
+256-4096 tokens on the Zen 3 and both Zen 4s: the AVX2 Zen 4's timed by `--record`, the other two transcribed from
+the make bench-speed output each host left, which timed the same runs) and the published llama-bench CPU runs whose
+source gives the machine's RAM bandwidth.
 Each CPU's rows are predicted with the constants fitted on the other CPUs' (the cross check), then the defaults are
 fitted on all. Each row uses its own measured RAM copy bandwidth, thread count and, where known, vector ISA.
 """
@@ -34,10 +38,21 @@ from core.speed.groups import ERROR_BAND, FAMILIES, format_family
 from core.speed.predict import Hardware, predict
 from core.speed.ram import cpu_name, host_isa, measure_ram_gb_s
 from tests.bench.fit_corpus import DEEP, corpus_lines, descend, kvscope_format, loss, model_of
-from tests.bench.speed_runs import ARTIFACTS, config_path, git_commit
+from tests.bench.speed_runs import (
+    ARTIFACTS,
+    SETTINGS,
+    config_path,
+    engines_versions,
+    git_commit,
+    now,
+    time_llamacpp,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EPYC = ROOT / "measurements" / "speed" / "llamacpp_cpu.jsonl"
+# speed_runs' F16 models at 256-4096 tokens on each CPU since (the runs make bench-speed times): the cache's share of
+# a decode step, which the calibration model's 256-token rows never reach
+HOSTS = ROOT / "measurements" / "speed" / "llamacpp_cpu_hosts.jsonl"
 FORMATS_FILE = ROOT / "measurements" / "speed" / "llamacpp_cpu_formats.jsonl"
 RECORD_FORMATS = ("F16", "Q8_0", "Q4_0", "Q4_K_M")
 BAND = 0.25  # the CPU check: within ±25 %
@@ -92,15 +107,31 @@ def record() -> None:
                 f.write(json.dumps(row) + "\n")
                 print(f"{fmt:>7} {run['threads']}t: decode {row['decode_tok_s']:.1f} tok/s, prefill "
                       f"{row['prefill_tok_s']:.1f} tok/s (load {load[0]:.1f})")  # fmt: skip
+    record_hosts(ram)
+
+
+def record_hosts(ram: float) -> None:
+    """speed_runs' models at every context and thread count on this CPU, replacing this CPU's earlier rows."""
+    load = os.getloadavg()
+    rows = time_llamacpp()
+    machine = {"cpu": cpu_name(), "isa": host_isa(), "cores": os.cpu_count()}
+    run = {"time": now(), "machine": machine, "ram_copy_gb_s": round(ram, 2), "load_average": load,
+           "commit": git_commit(), "versions": engines_versions(), "source": "tests/bench/fit_cpu.py --record",
+           "settings": SETTINGS}  # fmt: skip
+    kept = [x for x in HOSTS.read_text().splitlines() if x.strip()] if HOSTS.exists() else []
+    kept = [x for x in kept if json.loads(x)["run"]["machine"]["cpu"] != machine["cpu"]]
+    HOSTS.write_text("".join(line + "\n" for line in kept + [json.dumps(r | {"run": run}) for r in rows]))
+    for r in rows:
+        print(f"{r['id']:>16}: decode {r['decode_tok_s']:.1f} tok/s, prefill {r['prefill_tok_s']:.1f} tok/s")
 
 
 # -- CPU rows: one measured figure each (cpu, setup, hardware, context, kind, measured) --------------------------
 
 
 def rows() -> list[dict]:
-    """This project's two CPUs and the published llama-bench CPU runs whose source gives the machine's RAM copy
+    """This project's CPUs and the published llama-bench CPU runs whose source gives the machine's RAM copy
     bandwidth; each row keeps its own RAM figure and threads."""
-    return epyc_rows() + format_rows() + published_rows()
+    return run_rows(EPYC) + run_rows(HOSTS) + format_rows() + published_rows()
 
 
 def _item(cpu: str, setup: Setup, hw: Hardware, context: int, kind: str, measured: float, name: str) -> dict:
@@ -110,12 +141,15 @@ def _item(cpu: str, setup: Setup, hw: Hardware, context: int, kind: str, measure
             "id": f"{cpu[:22]} {name}"}  # fmt: skip
 
 
-def epyc_rows() -> list[dict]:
+def run_rows(path: Path) -> list[dict]:
+    """speed_runs' F16 models as record_speed.py (llamacpp_cpu.jsonl) and --record (HOSTS) write them."""
+    if not path.exists():
+        return []
     out = []
-    for r in (json.loads(x) for x in EPYC.read_text().splitlines() if x.strip()):
+    for r in (json.loads(x) for x in path.read_text().splitlines() if x.strip()):
         setup = Setup(load_model(str(config_path(r["model"]))), configured("llama.cpp", n_ubatch=512),
                       Card.custom(1), weights="fp16")  # fmt: skip
-        hw = Hardware(r["run"]["ram_copy_gb_s"], r["threads"], True)
+        hw = Hardware(r["run"]["ram_copy_gb_s"], r["threads"], True, isa=r["run"]["machine"].get("isa", ""))
         for kind in ("decode", "prefill"):
             out.append(_item(r["run"]["machine"]["cpu"], setup, hw, r["context"], kind, r[f"{kind}_tok_s"],
                              f"{r['id']} {kind}"))  # fmt: skip
@@ -223,7 +257,10 @@ def fit_isa(items: list[_Row], pooled: dict) -> dict:
     that one CPU's two runs show exactly at its start, so a CPU checked against the one other CPU of its ISA got
     nothing of it. Prefill only: decode is bound by the RAM, and the two Zen 4s decoded every format within 0.8-1.5x
     of each other with no ISA pattern (fitting decode factors too took the cross-CPU decode check from 45 % to 38 %
-    within ±25 %). A CPU of unknown ISA keeps the pooled factors."""
+    within ±25 %). Nor a decode attention rate per ISA: on the same Zen 4 core, llama.cpp's F16 decode at 4096 tokens
+    ran 3.7x as fast with AVX-512 as without (llamacpp_cpu_hosts.jsonl), but a rate per ISA fitted on these CPUs'
+    deep rows took the cross check from 46 % to 42 % within ±25 % (decode 31 % to 24 %): fitted on one
+    microarchitecture, it carried poorly to another of the same ISA. A CPU of unknown ISA keeps the pooled factors."""
     own = [r for r in items if r.row["hw"].isa and r.row["kind"] == "prefill"]
     start = {
         f"{r.row['hw'].isa}/{fam}:prefill": pooled.get(f"{fam}:prefill", 1.0)

@@ -19,6 +19,7 @@ from tests.bench.speed_runs import (
     CONTEXTS,
     MODELS,
     ROOT,
+    SETTINGS,
     THREADS,
     engines_versions,
     git_commit,
@@ -49,7 +50,7 @@ def main() -> None:
     meta = provenance(ram) | {
         "engine": "llama.cpp",
         "versions": engines_versions(),
-        "settings": "F16 GGUF, f16 cache, flash attention auto, n_ubatch 512, use_extra_bufts off, 1 sequence",
+        "settings": SETTINGS,
     }
     OUT.mkdir(parents=True, exist_ok=True)
     with (OUT / "llamacpp_cpu.jsonl").open("w") as f:

@@ -60,6 +60,7 @@ MODELS: dict[str, dict[str, Any]] = {
     },
 }
 CONTEXTS = (256, 1024, 4096)
+SETTINGS = "F16 GGUF, f16 cache, flash attention auto, n_ubatch 512, use_extra_bufts off, 1 sequence"  # llama.cpp's
 THREADS = (1, 2)
 DECODE_STEPS = 32
 
