@@ -112,10 +112,10 @@ def record() -> None:
 
 def record_hosts(ram: float) -> None:
     """speed_runs' models at every context and thread count on this CPU, replacing this CPU's earlier rows."""
-    load = os.getloadavg()
+    load, stamp = os.getloadavg(), now()  # as the runs start
     rows = time_llamacpp()
     machine = {"cpu": cpu_name(), "isa": host_isa(), "cores": os.cpu_count()}
-    run = {"time": now(), "machine": machine, "ram_copy_gb_s": round(ram, 2), "load_average": load,
+    run = {"time": stamp, "machine": machine, "ram_copy_gb_s": round(ram, 2), "load_average": load,
            "commit": git_commit(), "versions": engines_versions(), "source": "tests/bench/fit_cpu.py --record",
            "settings": SETTINGS}  # fmt: skip
     kept = [x for x in HOSTS.read_text().splitlines() if x.strip()] if HOSTS.exists() else []
