@@ -502,6 +502,27 @@ def test_a_calibrated_cache_rate_streams_the_decode_cache():
     assert plain.cache_gb_s == 0 and math.isclose(plain.cache_s, plain.cache_bytes / bandwidth, rel_tol=1e-9)
 
 
+def test_an_isas_fitted_cache_rate_streams_an_uncalibrated_decode_cache():
+    """Uncalibrated, a CPU whose ISA has a fitted cache stream reads the decode's cache at it; another ISA, or an
+    unknown one, at the RAM bandwidth × efficiency; a calibration's own measured stream wins over the ISA's."""
+    eff = replace(efficiency_for("llama.cpp", "cpu"), isa_cache=(("avx2", 0.25),))
+    table = {("llama.cpp", "cpu"): eff}
+
+    def decode(isa: str, calibration: Calibration | None = None):
+        hw = Hardware(500.0, 2, cpu_only=True, isa=isa, calibration=calibration)
+        return predict(cpu_setup("q8_0"), hw, 8192, table=table).decode.parts[0]
+
+    fitted_isa = decode("avx2")
+    assert fitted_isa.cache_gb_s == 2 * 0.25
+    assert math.isclose(fitted_isa.cache_s, fitted_isa.cache_bytes / 0.5e9, rel_tol=1e-9)
+    for other in ("avx512", ""):
+        plain = decode(other)
+        assert plain.cache_gb_s == 0
+        assert math.isclose(plain.cache_s, plain.cache_bytes / (500e9 * eff.bandwidth), rel_tol=1e-9)
+    cal = Calibration(host_key(), "t", "test", 500.0, 2, (("Q8_0", 1.0, 10.0),), ((128, 0.5, 4.0, 1.5),))
+    assert decode("avx2", cal).cache_gb_s == 2 * 1.5
+
+
 def test_a_calibrated_cache_rate_is_in_the_printed_formula():
     from core.speed.report import speed_lines
     from tests.test_app_formulas import evaluate, formulas

@@ -48,6 +48,10 @@ class Efficiency:
     # .vector_isa): on one Zen 4 core, llama.cpp's Q4_K_M prefill ran 2.5x F16's with AVX-512 and 1.2x without.
     # None: no factor of the ISA's own for that kind (the pooled one applies)
     isa_families: tuple[tuple[str, str, float | None, float | None], ...] = ()
+    # (vector ISA, GB/s per thread): a decode step streams the attention cache at this rate on a CPU of that ISA.
+    # llama.cpp's CPU flash attention walks every cached key once per query head; on two AVX2 EPYCs the time per key
+    # followed the K/V bytes, not the FLOPs (llamacpp_cpu_hosts.jsonl). An ISA not listed: the RAM bandwidth's rate
+    isa_cache: tuple[tuple[str, float], ...] = ()
     flash_off: float = 1.0  # attention rates × this without flash attention (llama.cpp -fa 0: KQ materialised)
     prefill_half_tokens: float = 0.0  # a prefill pass of this many tokens reaches half the matmul rate (0: no such)
     # routed experts' weights stream at this × `bandwidth`: mul_mat_id reads each selected expert's rows as its own
@@ -72,6 +76,10 @@ class Efficiency:
                 return pre if prefill else decode
         return None
 
+    def isa_cache_rate(self, isa: str) -> float | None:
+        """GB/s per thread at which a CPU of this ISA streams the decode's attention cache, if fitted."""
+        return next((rate for i, rate in self.isa_cache if isa and i == isa), None)
+
     def family_factor(self, family: str, prefill: bool, isa: str = "") -> float:
         """The family's factor on this ISA where the fit has one, else the one pooled over every CPU (or card)."""
         own = self.isa_factor(family, prefill, isa)
@@ -91,7 +99,8 @@ def entry(row: dict) -> Efficiency:
         (str(i), str(f), None if d is None else float(d), None if p is None else float(p))
         for i, f, d, p in known.pop("isa_families", ())
     )
-    return Efficiency(**known, families=families, isa_families=isa_families)
+    isa_cache = tuple((str(i), float(r)) for i, r in known.pop("isa_cache", ()))
+    return Efficiency(**known, families=families, isa_families=isa_families, isa_cache=isa_cache)
 
 
 @lru_cache(maxsize=1)

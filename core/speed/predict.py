@@ -103,7 +103,7 @@ class DevicePart:
     efficiency: Efficiency
     expert_flops: float = 0.0  # the routed experts' share of matmul_flops (timed at their own GEMM fill)
     expert_bytes: float = 0.0  # the routed experts' share of weight_bytes (read at Efficiency.expert_bandwidth)
-    cache_gb_s: float = 0.0  # the cache's streaming rate this host's calibration measured, all threads (0: none)
+    cache_gb_s: float = 0.0  # the cache's streaming rate, all threads, as calibrated or fitted for the ISA (0: none)
     peak_note: str = ""  # why the matmuls' peak differs from the card's listed one (core.speed.groups.MatmulPeak)
     family_note: str = ""  # on a CPU: the weight format's kernel factor, and the ISA it was fitted for
 
@@ -376,8 +376,10 @@ def _part(
     cal = hw.calibration if device == "cpu" else None
     head_dim = attention_head_dim(setup) if cal else 0  # what the calibrated rates are looked up by
     calibrated = cal.attention_rate(prefill, head_dim) if cal else None
-    # a decode step streams the cache at this host's measured rate where it has one, else as the weights
-    stream = attention_peak * (cal.cache_rate(head_dim) or 0.0) if cal and not prefill else 0.0
+    # a CPU's decode step streams the cache at this host's measured rate, else at its ISA's fitted one, where either
+    # is known; otherwise as the weights
+    per_thread = (cal.cache_rate(head_dim) if cal else eff.isa_cache_rate(hw.isa)) if device == "cpu" else None
+    stream = attention_peak * (per_thread or 0.0) if not prefill else 0.0
     attn_rate = attention_peak * (
         calibrated if calibrated is not None else eff.prefill_attention if prefill else eff.decode_attention
     )

@@ -106,7 +106,7 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
     out = []
     for p in t.parts:
         bw, mm, at = _rates(p, prefill)
-        # this host's calibrated cache stream, per thread as its other rates
+        # the cache stream this host's calibration measured or its ISA's fit gives, per thread as the other rates
         cache = f"{p.peak_gflops:g} threads × {_n(p.cache_gb_s / p.peak_gflops * 1e9)} B/s" if p.cache_gb_s else bw
         read = f"{_n(p.weight_bytes)} B ÷ ({bw})"
         if p.expert_bytes and p.efficiency.expert_bandwidth != 1:  # routed experts at their own share (efficiency)

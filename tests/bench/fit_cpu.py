@@ -62,6 +62,8 @@ CPU_KEYS = (
 # round starting values of the CPU fit: bandwidth × the RAM copy figure, rates in GFLOP/s per thread
 NEUTRAL = {"bandwidth": 1.0, "decode_compute": 30.0, "decode_attention": 10.0, "prefill_compute": 100.0,
            "prefill_attention": 50.0, "overhead_step_s": 1e-4}  # fmt: skip
+CACHE = "/cache:decode"  # an ISA's decode cache stream, GB/s per thread ("avx2/cache:decode")
+CACHE_START = 2.0  # GB/s per thread: round, about what the AVX2 EPYCs' deep llama-s runs show
 KVSCOPE_FORMAT = {"F16": "gguf_f16", "Q8_0": "q8_0", "Q4_0": "q4_0", "Q4_K_M": "q4_k_m"}
 # published CPUs' vector ISA, from the vendor's page where the corpus row does not carry one: the i3-1315U lists
 # SSE4.1/4.2 and AVX2 (Intel ARK 232443); the Cix CP8180 is Arm and the XPS 13's CPU is not named (both unknown)
@@ -202,12 +204,12 @@ def entry_of(p: dict) -> Efficiency:
     fams = [f for f in FAMILIES if f != "float"]
     families = tuple((f, p.get(f"{f}:decode", 1.0), p.get(f"{f}:prefill", 1.0)) for f in fams)
     # an ISA's entry for each family its rows showed ("avx512/k-quant:prefill"); None for a kind it has none of
-    shown = sorted({tuple(k.split(":")[0].split("/")) for k in p if "/" in k})
+    shown = sorted({tuple(k.split(":")[0].split("/")) for k in p if "/" in k and not k.endswith(CACHE)})
     isa_families = tuple((i, f, p.get(f"{i}/{f}:decode"), p.get(f"{i}/{f}:prefill")) for i, f in shown)
+    isa_cache = tuple((k.split("/")[0], p[k]) for k in sorted(p) if k.endswith(CACHE))
     base = efficiency_for("llama.cpp", "cpu")
-    return Efficiency(
-        **{**base.__dict__, **{k: p[k] for k in CPU_KEYS}, "families": families, "isa_families": isa_families}
-    )
+    return Efficiency(**{**base.__dict__, **{k: p[k] for k in CPU_KEYS}, "families": families,
+                         "isa_families": isa_families, "isa_cache": isa_cache})  # fmt: skip
 
 
 def predicted(row: dict, p: dict) -> float:
@@ -267,9 +269,19 @@ def fit_isa(items: list[_Row], pooled: dict) -> dict:
         for r in own
         if (fam := format_family(r.row["setup"].weights)) != "float"
     }
+    out = descend(own, pooled | start, list(start), None, rounds=25) if start else {}  # type: ignore[arg-type]
+    return out | fit_isa_cache(items, pooled | out)
+
+
+def fit_isa_cache(items: list[_Row], held: dict) -> dict:
+    """Each vector ISA's decode cache stream (GB/s per thread), from its CPUs' deep decode rows, the rest held:
+    on both AVX2 EPYCs the extra time per cached key from 1,024 to 4,096 tokens follows the K/V bytes (531 and 534
+    ps per byte at 1 thread) whatever the FLOPs (llama-g's 4 query heads per K/V head cost no more per byte)."""
+    own = [r for r in items if r.row["hw"].isa and r.row["kind"] == "decode"]
+    start = {f"{r.row['hw'].isa}{CACHE}": CACHE_START for r in own if r.row["context"] >= DEEP}
     if not start:
         return {}
-    return descend(own, pooled | start, list(start), None, rounds=25)  # type: ignore[arg-type]
+    return descend(own, held | start, list(start), None, rounds=25)  # type: ignore[arg-type]
 
 
 def check(p: dict, held: list[dict]) -> list[tuple[dict, float]]:
