@@ -34,7 +34,7 @@ from core.speed.efficiency import fitted
 from core.speed.groups import CALIBRATED_CHECK
 from core.speed.ram import cpu_name, measure_ram_gb_s
 from tests.bench import fit_corpus, published_speed
-from tests.bench.fit_cpu import BAND, EPYC, HOSTS
+from tests.bench.fit_cpu import BAND, EPYC, HOSTS, recorded
 from tests.bench.fit_speed import FIT_MODEL
 from tests.bench.speed_fit import predicted
 from tests.bench.speed_runs import (
@@ -59,10 +59,6 @@ def err(pred: float, meas: float) -> float:
 
 def section(title: str) -> None:
     print(f"\n== {title} " + "=" * max(0, 100 - len(title)))
-
-
-def recorded(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
 def fitted_models(engine: str) -> set[str]:

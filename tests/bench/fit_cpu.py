@@ -8,9 +8,9 @@ CPUs: the AMD EPYC rows of measurements/speed/llamacpp_cpu.jsonl (tiny F16 model
 measurements/speed/llamacpp_cpu_formats.jsonl (the calibration model of core/speed/calibrate.py per format, as
 `--record` times it: this project's Xeon on 2026-12-01, a Zen 3 EPYC on 2026-12-02, two Zen 4 EPYCs, with and
 without AVX-512, on 2026-12-03), the rows of measurements/speed/llamacpp_cpu_hosts.jsonl (the same tiny F16 models at
-256-4096 tokens on the Zen 3 and both Zen 4s: the AVX2 Zen 4's timed by `--record`, the other two transcribed from
-the make bench-speed output each host left, which timed the same runs) and the published llama-bench CPU runs whose
-source gives the machine's RAM bandwidth.
+256-4096 tokens on the Zen 3 and both Zen 4s: the AVX2 Zen 4's and the Zen 3's timed by `--record`, the AVX-512 Zen
+4's transcribed from the make bench-speed output that host left, which timed the same runs) and the published
+llama-bench CPU runs whose source gives the machine's RAM bandwidth.
 Each CPU's rows are predicted with the constants fitted on the other CPUs' (the cross check), then the defaults are
 fitted on all. Each row uses its own measured RAM copy bandwidth, thread count and, where known, vector ISA.
 """
@@ -120,11 +120,15 @@ def record_hosts(ram: float) -> None:
     run = {"time": stamp, "machine": machine, "ram_copy_gb_s": round(ram, 2), "load_average": load,
            "commit": git_commit(), "versions": engines_versions(), "source": "tests/bench/fit_cpu.py --record",
            "settings": SETTINGS}  # fmt: skip
-    kept = [x for x in HOSTS.read_text().splitlines() if x.strip()] if HOSTS.exists() else []
-    kept = [x for x in kept if json.loads(x)["run"]["machine"]["cpu"] != machine["cpu"]]
-    HOSTS.write_text("".join(line + "\n" for line in kept + [json.dumps(r | {"run": run}) for r in rows]))
+    kept = [r for r in recorded(HOSTS) if r["run"]["machine"]["cpu"] != machine["cpu"]]
+    HOSTS.write_text("".join(json.dumps(r) + "\n" for r in kept + [r | {"run": run} for r in rows]))
     for r in rows:
         print(f"{r['id']:>16}: decode {r['decode_tok_s']:.1f} tok/s, prefill {r['prefill_tok_s']:.1f} tok/s")
+
+
+def recorded(path: Path) -> list[dict]:
+    """The runs of a JSON-lines record (none where the file is missing)."""
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
 
 
 # -- CPU rows: one measured figure each (cpu, setup, hardware, context, kind, measured) --------------------------
@@ -145,10 +149,8 @@ def _item(cpu: str, setup: Setup, hw: Hardware, context: int, kind: str, measure
 
 def run_rows(path: Path) -> list[dict]:
     """speed_runs' F16 models as record_speed.py (llamacpp_cpu.jsonl) and --record (HOSTS) write them."""
-    if not path.exists():
-        return []
     out = []
-    for r in (json.loads(x) for x in path.read_text().splitlines() if x.strip()):
+    for r in recorded(path):
         setup = Setup(load_model(str(config_path(r["model"]))), configured("llama.cpp", n_ubatch=512),
                       Card.custom(1), weights="fp16")  # fmt: skip
         hw = Hardware(r["run"]["ram_copy_gb_s"], r["threads"], True, isa=r["run"]["machine"].get("isa", ""))
@@ -159,11 +161,12 @@ def run_rows(path: Path) -> list[dict]:
 
 
 def format_rows() -> list[dict]:
-    if not FORMATS_FILE.exists():
+    runs = recorded(FORMATS_FILE)
+    if not runs:
         return []
     model = load_model(str(calib_config()))
     out = []
-    for r in (json.loads(x) for x in FORMATS_FILE.read_text().splitlines() if x.strip()):
+    for r in runs:
         if r["load_average"][0] >= r["cores"]:
             # timed while other work held every core: the run got less than its threads' share of the cores (and
             # ggml's threads wait on each other at every barrier while one is descheduled); kept in the file, not used
@@ -262,7 +265,8 @@ def fit_isa(items: list[_Row], pooled: dict) -> dict:
     within ±25 %). Nor a decode attention rate per ISA: on the same Zen 4 core, llama.cpp's F16 decode at 4096 tokens
     ran 3.7x as fast with AVX-512 as without (llamacpp_cpu_hosts.jsonl), but a rate per ISA fitted on these CPUs'
     deep rows took the cross check from 46 % to 42 % within ±25 % (decode 31 % to 24 %): fitted on one
-    microarchitecture, it carried poorly to another of the same ISA. A CPU of unknown ISA keeps the pooled factors."""
+    microarchitecture, it carried poorly to another of the same ISA (its cache stream per ISA is fit_isa_cache's).
+    A CPU of unknown ISA keeps the pooled factors."""
     own = [r for r in items if r.row["hw"].isa and r.row["kind"] == "prefill"]
     start = {
         f"{r.row['hw'].isa}/{fam}:prefill": pooled.get(f"{fam}:prefill", 1.0)
