@@ -258,3 +258,12 @@ def test_a_cpu_whose_name_hides_its_model_is_told_apart_by_family_model_and_vect
     assert cpu_name(zen4.replace(": fpu", ": fpu avx avx2 fma")) == "AMD EPYC (family 25, model 17, AVX2)"
     named = vm.replace("AMD EPYC", "AMD Ryzen 9 7950X")
     assert cpu_name(named) == "AMD Ryzen 9 7950X"  # a name with a model number is kept as it is
+
+
+def test_a_cpus_clock_is_read_from_cpuinfo_where_it_gives_one():
+    from core.speed.ram import cpu_mhz
+
+    vm = "processor\t: 0\nmodel name\t: AMD EPYC\ncpu MHz\t\t: 2445.424\n\nprocessor\t: 1\ncpu MHz\t: 1.0\n"
+    assert cpu_mhz(vm) == 2445.424  # the first processor's
+    assert cpu_mhz("processor\t: 0\nmodel name\t: Apple M2\n") is None  # Arm kernels print no clock
+    assert cpu_mhz("processor\t: 0\ncpu MHz\t: unknown\n") is None

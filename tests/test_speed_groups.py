@@ -513,11 +513,11 @@ def test_an_isas_fitted_cache_rate_streams_an_uncalibrated_decode_cache():
         return predict(cpu_setup("q8_0"), hw, 8192, table=table).decode.parts[0]
 
     fitted_isa = decode("avx2")
-    assert fitted_isa.cache_gb_s == 2 * 0.25
+    assert fitted_isa.cache_gb_s == 2 * 0.25 and fitted_isa.cache_note == "as fitted on AVX2 CPUs"
     assert math.isclose(fitted_isa.cache_s, fitted_isa.cache_bytes / 0.5e9, rel_tol=1e-9)
     for other in ("avx512", ""):
         plain = decode(other)
-        assert plain.cache_gb_s == 0
+        assert plain.cache_gb_s == 0 and plain.cache_note == ""
         assert math.isclose(plain.cache_s, plain.cache_bytes / (500e9 * eff.bandwidth), rel_tol=1e-9)
     cal = Calibration(host_key(), "t", "test", 500.0, 2, (("Q8_0", 1.0, 10.0),), ((128, 0.5, 4.0, 1.5),))
     assert decode("avx2", cal).cache_gb_s == 2 * 1.5
@@ -531,6 +531,7 @@ def test_a_calibrated_cache_rate_is_in_the_printed_formula():
     lines = speed_lines(predict(cpu_setup("q8_0"), Hardware(500.0, 2, cpu_only=True, calibration=cal), 8192))
     cache = [line for line in lines if "B ÷ (2 threads × 250,000,000 B/s)" in line]
     assert len(cache) == 1  # the decode step's; the prefill's reads at the bandwidth
+    assert "(streamed as this host's calibration measured it)" in cache[0]
     checked = 0
     for left, printed in formulas(cache[0]):
         got, want = evaluate(left)[0], evaluate(printed)[0]
@@ -884,8 +885,13 @@ def test_routed_experts_fill_with_the_tokens_routed_to_each():
 
 
 def _records(name: str) -> list[dict]:
-    path = ROOT / "measurements" / "speed" / name
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    """A run record as fit_cpu.py reads it (its one reader), failing where the file is missing or empty."""
+    sys.path.insert(0, str(ROOT))
+    from tests.bench.fit_cpu import recorded
+
+    runs = recorded(ROOT / "measurements" / "speed" / name)
+    assert runs, name
+    return runs
 
 
 def test_the_same_zen4_core_runs_llama_cpps_quantised_prefill_faster_with_avx512():
@@ -1022,3 +1028,4 @@ def test_recording_a_hosts_deep_runs_replaces_only_that_cpus_rows(tmp_path, monk
     assert [r["id"] for r in lines[1:]] == ["llama-s/1t/256", "llama-s/1t/4096"]  # this CPU's: the new run only
     assert all(r["run"]["machine"]["cpu"] == fit_cpu.cpu_name() and r["run"]["ram_copy_gb_s"] == 20.0
                for r in lines[1:])  # fmt: skip
+    assert all(r["run"]["machine"]["mhz"] == fit_cpu.cpu_mhz() for r in lines[1:])  # the clock beside the name

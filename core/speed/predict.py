@@ -106,6 +106,7 @@ class DevicePart:
     cache_gb_s: float = 0.0  # the cache's streaming rate, all threads, as calibrated or fitted for the ISA (0: none)
     peak_note: str = ""  # why the matmuls' peak differs from the card's listed one (core.speed.groups.MatmulPeak)
     family_note: str = ""  # on a CPU: the weight format's kernel factor, and the ISA it was fitted for
+    cache_note: str = ""  # on a CPU: where the cache stream's rate comes from (this host's calibration, its ISA's fit)
 
     @property
     def bytes(self) -> float:
@@ -380,6 +381,10 @@ def _part(
     # is known; otherwise as the weights
     per_thread = (cal.cache_rate(head_dim) if cal else eff.isa_cache_rate(hw.isa)) if device == "cpu" else None
     stream = attention_peak * (per_thread or 0.0) if not prefill else 0.0
+    isa_name = ISA_NAMES.get(hw.isa, hw.isa)
+    cache_note = (
+        ("as this host's calibration measured it" if cal else f"as fitted on {isa_name} CPUs") if stream else ""
+    )
     attn_rate = attention_peak * (
         calibrated if calibrated is not None else eff.prefill_attention if prefill else eff.decode_attention
     )
@@ -391,7 +396,7 @@ def _part(
         (weight_bytes - expert_bytes) / rate + expert_bytes / (rate * eff.expert_bandwidth),
         (matmul - experts) / (mm_rate * 1e9) + experts / (expert_rate * 1e9),
         cache_bytes / (stream * 1e9) if stream else cache_bytes / rate, attention / (attn_rate * 1e9), eff, experts,
-        expert_bytes, stream, limit.why, family_note,
+        expert_bytes, stream, limit.why, family_note, cache_note,
     )  # fmt: skip
 
 

@@ -108,6 +108,7 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
         bw, mm, at = _rates(p, prefill)
         # the cache stream this host's calibration measured or its ISA's fit gives, per thread as the other rates
         cache = f"{p.peak_gflops:g} threads × {_n(p.cache_gb_s / p.peak_gflops * 1e9)} B/s" if p.cache_gb_s else bw
+        streamed = f" (streamed {p.cache_note})" if p.cache_note else ""
         read = f"{_n(p.weight_bytes)} B ÷ ({bw})"
         if p.expert_bytes and p.efficiency.expert_bandwidth != 1:  # routed experts at their own share (efficiency)
             read = (
@@ -117,8 +118,9 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
         out.append(
             f"- {p.device.upper()} ({p.layers} layers) — weights and state: {read} = "
             f"{_s(p.weights_s)}; matmuls: {_n(p.matmul_flops)} FLOP ÷ ({mm}) = {_s(p.matmul_s)}; "
-            f"cache: {_n(p.cache_bytes)} B ÷ ({cache}) = {_s(p.cache_s)}; attention: {_n(p.attention_flops)} FLOP ÷ "
-            f"({at}) = {_s(p.attention_s)}; on this device: {_s(p.seconds)} (the slower of weights and matmuls plus "
+            f"cache: {_n(p.cache_bytes)} B ÷ ({cache}) = {_s(p.cache_s)}{streamed}; "
+            f"attention: {_n(p.attention_flops)} FLOP ÷ ({at}) = {_s(p.attention_s)}; on this device: "
+            f"{_s(p.seconds)} (the slower of weights and matmuls plus "
             "the slower of cache and attention)"
             + (
                 f"; the matmuls' peak is {p.peak_gflops / p.attention_peak_gflops:.2g}× the card's listed one: "

@@ -12,7 +12,9 @@ without AVX-512, on 2026-12-03), the rows of measurements/speed/llamacpp_cpu_hos
 4's transcribed from the make bench-speed output that host left, which timed the same runs) and the published
 llama-bench CPU runs whose source gives the machine's RAM bandwidth.
 Each CPU's rows are predicted with the constants fitted on the other CPUs' (the cross check), then the defaults are
-fitted on all. Each row uses its own measured RAM copy bandwidth, thread count and, where known, vector ISA.
+fitted on all. `--record` also writes the clock /proc/cpuinfo gives (`mhz`; CPUs recorded before 2026-12-03 lack it),
+to check later whether it predicts the per-CPU factor nothing else recorded does. Each row uses its own measured
+RAM copy bandwidth, thread count and, where known, vector ISA.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from core.speed.calibrate import CONTEXT, MODEL, engines_python, llamacpp_runs
 from core.speed.efficiency import FITTED, Efficiency, efficiency_for
 from core.speed.groups import ERROR_BAND, FAMILIES, format_family
 from core.speed.predict import Hardware, predict
-from core.speed.ram import cpu_name, host_isa, measure_ram_gb_s
+from core.speed.ram import cpu_mhz, cpu_name, host_isa, measure_ram_gb_s
 from tests.bench.fit_corpus import DEEP, corpus_lines, descend, kvscope_format, loss, model_of
 from tests.bench.speed_runs import (
     ARTIFACTS,
@@ -94,12 +96,12 @@ def record() -> None:
     ram = measure_ram_gb_s()
     runs = llamacpp_runs(python, 2, RECORD_FORMATS, MODEL, time_threads=(1, 2))["formats"]
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    cpu = this_cpu()
     with FORMATS_FILE.open("a") as f:
         for fmt, r in runs.items():
             for run in r["runs"]:
                 row = {
-                    "id": f"calibration/{fmt}/{run['threads']}t", "cpu": cpu_name(), "isa": host_isa(),
-                    "cores": os.cpu_count(),
+                    "id": f"calibration/{fmt}/{run['threads']}t", **cpu,
                     "format": fmt, "threads": run["threads"], "context": CONTEXT, "bytes": r["bytes"],
                     "prefill_tok_s": CONTEXT / run["prefill_s"], "decode_tok_s": 1 / run["decode_s"],
                     "ram_copy_gb_s": round(ram, 2), "load_average": load, "time": stamp, "commit": git_commit(),
@@ -112,11 +114,16 @@ def record() -> None:
     record_hosts(ram)
 
 
+def this_cpu() -> dict:
+    """What each record says of the CPU it was timed on: its name, vector ISA, cores and clock."""
+    return {"cpu": cpu_name(), "isa": host_isa(), "cores": os.cpu_count(), "mhz": cpu_mhz()}
+
+
 def record_hosts(ram: float) -> None:
     """speed_runs' models at every context and thread count on this CPU, replacing this CPU's earlier rows."""
     load, stamp = os.getloadavg(), now()  # as the runs start
     rows = time_llamacpp()
-    machine = {"cpu": cpu_name(), "isa": host_isa(), "cores": os.cpu_count()}
+    machine = this_cpu()
     run = {"time": stamp, "machine": machine, "ram_copy_gb_s": round(ram, 2), "load_average": load,
            "commit": git_commit(), "versions": engines_versions(), "source": "tests/bench/fit_cpu.py --record",
            "settings": SETTINGS}  # fmt: skip
