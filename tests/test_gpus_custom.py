@@ -83,7 +83,18 @@ def test_only_cards_without_a_usable_peak_are_left_untimed():
     assert untimed == said | {"RTX PRO 6000 Blackwell Server Edition 96GB"}
     assert {"GeForce GTX 1660 6GB", "GeForce GTX 1660 Ti Laptop GPU 6GB"} <= untimed
     pascal = {n for n, c in cards().items() if c.fp32_only}
-    assert pascal == {n for n, r in csv_rows().items() if r["fp32_tflops"]} and "Tesla P40 24GB" in pascal
+    assert "Tesla P40 24GB" in pascal and all("Pascal" in csv_rows()[n]["source"] for n in pascal)
+
+
+def test_a_vector_fp32_peak_beside_a_16_bit_one_is_below_it_and_says_where_it_comes_from():
+    # Listed beside the 16-bit peak only for cards Vulkan runs without matrix cores (the base of their int8 rate):
+    # half the packed FP16 rate (RDNA2) or an eighth of the matrix one (Volta, Arc Alchemist), never above either
+    both = {n: r for n, r in csv_rows().items() if r["fp32_tflops"] and r["fp16_tflops"]}
+    assert {"Radeon RX 6800 XT 16GB", "Intel Arc A750 8GB", "V100 16GB SXM2"} <= set(both)
+    for name, r in both.items():
+        ratio = float(r["fp16_tflops"]) / float(r["fp32_tflops"])
+        assert 1.99 <= ratio <= 2.01 or 7.3 <= ratio <= 8.1, name
+        assert "fp32 " in r["source"], name
 
 
 def test_the_file_keeps_crlf_and_one_width():

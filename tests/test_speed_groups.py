@@ -24,7 +24,7 @@ from core.speed import Hardware, predict, untimed
 from core.speed import calibration as cal_mod
 from core.speed.calibration import Calibration, host_key
 from core.speed.efficiency import efficiency_for, fitted, fitted_groups
-from core.speed.groups import ErrorBar, card_class, checked_backend, default_backend, format_family
+from core.speed.groups import ErrorBar, card_class, checked_backend, default_backend, format_family, matmul_peak
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "Qwen/Qwen3-8B"
@@ -389,11 +389,18 @@ def test_the_formula_says_why_a_matmul_peak_is_below_the_cards():
 
 @pytest.mark.parametrize(
     ("backend", "weights", "scale"),
-    [("cuda", "q4_0", 4.0), ("cuda", "q4_k_m", 4.0), ("cuda", "gguf_f16", 1.0), ("vulkan", "q4_0", 1.0)],
+    [
+        ("cuda", "q4_0", 4.0),
+        ("cuda", "q4_k_m", 4.0),
+        ("cuda", "gguf_f16", 1.0),
+        ("vulkan", "q4_0", 4.0),
+        ("vulkan", "q4_k_m", 1.0),
+    ],
 )
-def test_a_pascal_card_is_timed_by_its_fp32_peak_and_dp4a_for_quantised_weights_on_cuda(backend, weights, scale):
+def test_a_pascal_card_is_timed_by_its_fp32_peak_and_dp4a_for_quantised_weights(backend, weights, scale):
     """Pascal GP10x has no tensor cores and runs FP16 at 1/64 rate: ggml-cuda multiplies quantised weights with dp4a
-    (4 int8 multiply-adds per FP32 lane and clock) and F16 ones in FP32; on Vulkan kvscope claims no dp4a."""
+    (4 int8 multiply-adds per FP32 lane and clock) and F16 ones in FP32; ggml-vulkan's integer-dot shaders take the
+    legacy quants only."""
     card = card_named("Tesla P40 24GB")
     assert card.fp32_only and card.dense_tflops == card.fp32_tflops == 11.76
     setup = Setup(load_model(MODEL), configured("llama.cpp"), card, weights=weights)
@@ -402,8 +409,60 @@ def test_a_pascal_card_is_timed_by_its_fp32_peak_and_dp4a_for_quantised_weights_
     assert part.attention_peak_gflops == 11.76e3 and math.isclose(part.peak_gflops, 11.76e3 * scale, rel_tol=1e-12)
     from core.speed.report import part_lines
 
-    said = "the matmuls' peak is 4× the card's listed one: llama.cpp's CUDA backend multiplies quantised weights"
+    said = {
+        "cuda": "the matmuls' peak is 4× the card's listed one: llama.cpp's CUDA backend multiplies quantised weights",
+        "vulkan": "the matmuls' peak is 4× the card's listed one: llama.cpp's Vulkan backend multiplies legacy quants",
+    }[backend]
     assert (said in part_lines(timing, prefill=True)[0]) == (scale == 4.0)
+
+
+@pytest.mark.parametrize(
+    ("card", "weights", "scale"),
+    [
+        ("Intel Arc A750 8GB", "q4_0", 14.7 * 4 / 117.6),  # the XMX peak is listed: its vector int8 rate is half
+        ("Radeon RX 6700 XT 12GB", "q8_0", 13.21 * 4 / 26.43),  # the packed FP16 peak is listed: int8 is twice it
+        ("V100 16GB PCIe", "q4_0", 14 * 4 / 112),  # tensor cores Vulkan does not use
+        ("Intel Arc A750 8GB", "q4_k_m", 1.0),  # k-quants: no integer-dot prompt shader assumed
+        ("Intel Arc A750 8GB", "gguf_f16", 1.0),
+        ("Radeon RX 7900 XTX 24GB", "q4_0", 1.0),  # cooperative matrices: the listed matrix peak
+        ("GeForce RTX 4090 24GB", "q4_0", 1.0),  # coopmat2
+    ],
+)
+def test_legacy_quants_on_vulkan_without_matrix_cores_are_timed_by_int8_dot_products(card, weights, scale):
+    """ggml-vulkan runs Q4_0…Q8_0 prompt matmuls as integer-dot MMQ (llama.cpp PR #12135) on the vector ALUs of
+    cards it gives no cooperative-matrix path: four int8 multiply-adds per FP32 lane and clock, whatever kind of
+    peak gpus.csv lists for the card."""
+    c = card_named(card)
+    setup = Setup(load_model(MODEL), configured("llama.cpp"), c, weights=weights)
+    part = predict(setup, Hardware(50.0, 8, backend="vulkan"), 4096).prefill.parts[0]
+    listed = c.dense_tflops * 1e3
+    assert part.attention_peak_gflops == listed  # attention stays on the listed peak
+    assert math.isclose(part.peak_gflops, listed * scale, rel_tol=1e-12)
+
+
+def test_int8_dot_products_reach_the_share_the_fp16_shaders_did_on_an_rdna2_card():
+    """The 4-per-FP32-lane rate checked against the engine: PR #12135's own llama-bench runs on an RX 6800 XT (8B
+    Q4_0, pp512; comment of 2025-03-30): 921.40 tok/s with the FP16 shaders, 1,845.63 with integer dot products.
+    Each is the same share of its peak, the listed packed-FP16 one and four times the listed FP32 one."""
+    card = card_named("Radeon RX 6800 XT 16GB")
+    flop = 2 * 8.03e9  # per token, llama-bench's 8.03 B parameters
+    fp16_share = flop * 921.40 / (card.dense_tflops * 1e12)
+    peak = matmul_peak(card, "vulkan", "q4_0")
+    int8_share = flop * 1845.63 / (card.dense_tflops * peak.scale * 1e12)
+    assert peak.scale == pytest.approx(2.0, rel=0.01) and "integer dot products" in peak.why
+    assert int8_share == pytest.approx(fp16_share, rel=0.05)
+
+
+def test_the_published_vulkan_cards_without_matrix_cores_agree_on_one_int8_share():
+    """The corpus' Q4_0 prompts on Vulkan cards without a cooperative-matrix path (three vendors: Intel Arc A, RDNA2,
+    Pascal): against the peak each card lists they read 0.46-2.7x, a 6x spread the one efficiency of a class cannot
+    fit; against the int8 dot-product rate they lie within 2x of each other (1.5x when this was written)."""
+    from tests.bench.fit_corpus import load_rows, predicted_tok_s
+
+    rows = [r for r in load_rows()[0] if r.klass == "no-coopmat" and r.kind == "prefill"]
+    assert {r.raw["weights"] for r in rows} == {"Q4_0"} and len({r.raw["card"] for r in rows}) >= 4
+    ratios = [predicted_tok_s(r) / r.raw["tok_s"] for r in rows]
+    assert max(ratios) / min(ratios) < 2
 
 
 def test_vllm_on_a_pascal_card_is_refused_with_the_reason():

@@ -141,7 +141,7 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
         "card_bandwidth_gb_s": None if cpu_only else setup.card.bandwidth_gb_s,
         "card_bf16_tflops": None if cpu_only else setup.card.bf16_tflops,
         "card_dense_tflops": None if cpu_only else setup.card.dense_tflops,  # the peak it is timed by
-        "card_fp32_tflops": None if cpu_only else setup.card.fp32_tflops,  # listed only where it is that peak
+        "card_fp32_tflops": None if cpu_only else setup.card.fp32_tflops,  # the vector peak, where listed
         "ram_gb_s": hw.ram_gb_s if needs_ram(setup, hw) else None,
         "ram_source": ram_source,
         "threads": hw.threads,

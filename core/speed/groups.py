@@ -123,14 +123,29 @@ DP4A_PER_FP32 = 4.0
 
 
 def matmul_peak(card: Card, backend: str, fmt: str) -> MatmulPeak:
-    """The listed peak, except BF16 on Vulkan on AMD's RDNA3/3.5 (VULKAN_BF16_SCALAR_SHARE) and quantised weights
+    """The listed peak, except BF16 on Vulkan on AMD's RDNA3/3.5 (VULKAN_BF16_SCALAR_SHARE), quantised weights
     on CUDA on a card timed by its FP32 peak (DP4A_PER_FP32: ggml-cuda runs them as dp4a MMQ at every batch size
-    where fp16_mma_hardware_available is false, mmq.cu ggml_cuda_should_use_mmq)."""
+    where fp16_mma_hardware_available is false, mmq.cu ggml_cuda_should_use_mmq), and legacy quants on Vulkan on a
+    card without a cooperative-matrix path whose vector FP32 peak is listed: DP4A_PER_FP32 times that (ggml-vulkan's
+    integer-dot MMQ shaders for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, llama.cpp PR #12135, 2025-03; there it doubled pp512 over
+    the FP16 shaders on an RX 6800 XT and tripled it on an RTX 3090 run without coopmat). Every such card listed has
+    int8 dot products (Pascal GP10x, Volta, RDNA2, Xe-HPG); RDNA1's Navi 10, Vega 10 and Polaris lack them and are
+    not listed, so their FP32 peak must stay empty if they are."""
     if backend == "cuda" and card.fp32_only and format_family(fmt) != "float":
         return MatmulPeak(
             DP4A_PER_FP32,
             "llama.cpp's CUDA backend multiplies quantised weights with dp4a int8 dot products on this card (no "
             "tensor cores): 4 multiply-adds per FP32 lane and clock",
+        )
+    if (
+        backend == "vulkan" and card_class(card, backend) == "no-coopmat" and format_family(fmt) == "legacy"
+        and card.fp32_tflops and card.dense_tflops
+    ):  # fmt: skip
+        return MatmulPeak(
+            DP4A_PER_FP32 * card.fp32_tflops / card.dense_tflops,
+            "llama.cpp's Vulkan backend multiplies legacy quants (Q4_0 … Q8_0) with integer dot products on this "
+            "card's vector ALUs (DP4A MMQ shaders; no cooperative-matrix path): 4 multiply-adds per FP32 lane and "
+            "clock",
         )
     scalar = (
         backend == "vulkan" and fmt.removeprefix("gguf_") == "bf16" and vendor_of(card) == "AMD"

@@ -535,10 +535,10 @@ def main() -> None:
     print(table(stats, "held-out error (predicted ÷ measured through core.speed.predict)"))
     if "--check" not in sys.argv:
         data = json.loads(FITTED.read_text())
-        data["errors"] += [
+        data["errors"] = [
             {"kind": k, "engine": e, "backend": b, "card_class": c} | asdict(s)
             for (k, e, b, c), s in stats.items() if e != "*" and c != "*"
-        ]  # fmt: skip
+        ] + data["errors"]  # the CPU's last, as fit_cpu.py writes them: either script leaves the same file  # fmt: skip
         FITTED.write_text(json.dumps(data, indent=1) + "\n")
 
 
