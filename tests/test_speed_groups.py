@@ -128,6 +128,17 @@ def test_backend_errors_and_cpu_backend(capsys):
     assert out["device"] == "cpu" and out["backend"] == "cpu" and out["threads"] == 4
 
 
+@pytest.mark.parametrize("engine", ["vllm", "transformers"])
+def test_a_ggml_backend_under_another_engine_is_refused_with_the_reason(capsys, engine):
+    # vLLM and transformers run an NVIDIA card on CUDA whatever --backend says: a Vulkan figure would be llama.cpp's
+    base = ["speed", MODEL, "--gpu", "GeForce RTX 4090 24GB", "--engine", engine, "--context", "4096"]
+    assert main([*base, "--backend", "vulkan"]) == 2
+    err = capsys.readouterr().err
+    assert "picks one of llama.cpp's ggml backends" in err and f"{engine} runs GeForce RTX 4090 24GB on CUDA" in err
+    assert "Traceback" not in err
+    assert run_json(capsys, *base, "--backend", "cuda")["backend"] == "cuda"  # its own backend, said outright
+
+
 # -- fitted constants and error bars ---------------------------------------------------------------------------------
 
 

@@ -107,7 +107,10 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
     solver = Solver(setup)
     contexts = args.context or [c for c in DEFAULT_CONTEXTS if c <= solver.limit] or [solver.limit]
     batches = args.batch or [1]
-    backend = None if cpu_only or args.backend is None else checked_backend(setup.card, args.backend)
+    backend = (
+        None if cpu_only or args.backend is None
+        else checked_backend(setup.card, args.backend, setup.engine.name)
+    )  # fmt: skip
     hw = Hardware(ram_gb_s=0.0, threads=args.threads or os.cpu_count() or 1, cpu_only=cpu_only, backend=backend)
     ram_source = "not used (every layer on the GPU)"
     cal = None

@@ -288,8 +288,9 @@ def _group_of(card_name: str) -> tuple[str, str]:
 _RUNS_ON = {"cuda": ("NVIDIA", "custom"), "rocm": ("AMD",), "metal": ("Apple",), "sycl": ("Intel",)}
 
 
-def checked_backend(card: Card, backend: str) -> str:
-    """The backend, if it can drive this card (Vulkan drives any; CPU runs without it)."""
+def checked_backend(card: Card, backend: str, engine: str = "llama.cpp") -> str:
+    """The backend, if it can drive this card (Vulkan drives any; CPU runs without it) under this engine: the choice
+    among ggml backends is llama.cpp's; vLLM and transformers run a card through its vendor's own stack."""
     if backend not in BACKENDS:
         raise InputError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     vendors = _RUNS_ON.get(backend)
@@ -297,5 +298,11 @@ def checked_backend(card: Card, backend: str) -> str:
         raise InputError(
             f"{BACKEND_NAMES[backend]} does not run on {card.name}; use --backend "
             f"{default_backend(card)} or vulkan (or cpu)"
+        )
+    own = default_backend(card)
+    if engine != "llama.cpp" and backend not in (own, "cpu"):
+        raise InputError(
+            f"--backend {backend} picks one of llama.cpp's ggml backends; {engine} runs {card.name} on "
+            f"{BACKEND_NAMES[own]}: drop --backend, or choose --engine llama.cpp"
         )
     return backend
