@@ -19,6 +19,7 @@ from core.report import (
 )
 from core.speed import Hardware, predict
 from core.speed.calibration import load as host_calibration
+from core.speed.groups import chosen_backend
 from core.speed.ram import ISA_NAMES, ram_gb_s
 from core.speed.report import speed_lines, speed_or_none
 from core.units import format_bytes, format_tokens
@@ -111,16 +112,16 @@ if setup.engine.name == "llama.cpp" and inputs.fe == "ollama":
         st.page_link("pages/5_ollama.py", label="Ollama on your card: its split in detail", icon=":material/memory:")
 
 
-def host(ram: float, threads: int, isa: str) -> Hardware:
+def host(ram: float, threads: int, isa: str, backend: str | None) -> Hardware:
     """The machine layers left in RAM run on, as the sidebar describes it (and this server's calibration, if any:
-    python -m core calibrate)."""
-    return Hardware(ram_gb_s=ram, threads=threads, isa=isa, calibration=host_calibration())
+    python -m core calibrate), and the backend llama.cpp drives the card with (None: the card's vendor's)."""
+    return Hardware(ram_gb_s=ram, threads=threads, backend=backend, isa=isa, calibration=host_calibration())
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def speeds(_result, ram: float, threads: int, isa: str, key: str):
+def speeds(_result, ram: float, threads: int, isa: str, backend: str | None, key: str):
     """`key` stands for the result: the setup and the contexts of its rows (one setup, several context sets)."""
-    return speed_or_none(_result, host(ram, threads, isa))
+    return speed_or_none(_result, host(ram, threads, isa, backend))
 
 
 # Layers left in system RAM (llama.cpp -ngl) run at its bandwidth: measured here once, editable for your machine.
@@ -136,8 +137,11 @@ if in_ram:
         "CPU vector ISA", ("", *ISA_NAMES), format_func=lambda i: ISA_NAMES.get(i, "not known"), key="in_isa",
         help="Sets the quantised kernels' prefill rate for layers in RAM; not known: the rate pooled over CPUs.",
     )  # fmt: skip
+backend, backend_problem = chosen_backend(setup.card, inputs.backend, setup.engine.name)
+if backend_problem:
+    st.warning(f"Backend: {backend_problem}.")
 result_key = f"{setup!r} {[r.context for r in result.rows]}"  # the setup and its table's contexts
-speed_rows, no_speed = speeds(result, ram, threads, isa, result_key)
+speed_rows, no_speed = speeds(result, ram, threads, isa, backend, result_key)
 
 st.subheader("Context table")
 st.caption(f"{setup.card.name}" + (f" × {setup.gpus}" if setup.gpus > 1 else "") + ", per GPU")
@@ -208,9 +212,9 @@ def breakdown_chart(_result, key: str):
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def speed_text(_setup: Setup, ram: float, threads: int, isa: str, context: int, key: str) -> str:
+def speed_text(_setup: Setup, ram: float, threads: int, isa: str, backend: str | None, context: int, key: str) -> str:
     """The speed explanation at one context (`key`: the setup's repr)."""
-    return "\n\n".join(speed_lines(predict(_setup, host(ram, threads, isa), context)))
+    return "\n\n".join(speed_lines(predict(_setup, host(ram, threads, isa, backend), context)))
 
 
 # Both drawn only while open: closed, their text would still be sent and drawn, hidden, before the first paint.
@@ -223,7 +227,7 @@ if how := opened("How is this computed?", "kv_how"):
 if speed_rows and (how_speed := opened("How is the speed computed?", "kv_how_speed")):
     with how_speed:
         if row.fits:
-            st.markdown(speed_text(setup, ram, threads, isa, context, repr(setup)))
+            st.markdown(speed_text(setup, ram, threads, isa, backend, context, repr(setup)))
         else:  # the table shows "—" for this row: no figure here either
             st.markdown(
                 f"{format_tokens(context)} tokens do not fit on {setup.card.name}, so there is no speed to work "

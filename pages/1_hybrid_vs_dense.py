@@ -22,6 +22,7 @@ from core.fit import Setup, context_limit
 from core.model.loading import load_model, presets
 from core.model.whatif import all_full_attention
 from core.speed import Hardware, untimed
+from core.speed.groups import chosen_backend
 from core.speed.published import points
 from core.speed.report import curve
 from core.units import GIB, MIB, format_tokens
@@ -52,14 +53,14 @@ def compute(_setup: Setup, comparators: tuple[str, ...], key: str):
 
 
 @st.cache_data(show_spinner="Timing…", max_entries=64)
-def speed_curves(_setup: Setup, comparators: tuple[str, ...], key: str):
+def speed_curves(_setup: Setup, comparators: tuple[str, ...], backend: str | None, key: str):
     """Decode tok/s and time to first token over context for the same models, each to its own limit; None when
     the card cannot be timed (core.speed.untimed says why)."""
     if untimed(_setup):
         return None
     setups = _setups(_setup, comparators)
     grid = context_grid(shown_limit(setups))
-    hw = Hardware(ram_gb_s=60.0, threads=8)  # only layers left in RAM (llama.cpp -ngl) use it
+    hw = Hardware(ram_gb_s=60.0, threads=8, backend=backend)  # only layers left in RAM (llama.cpp -ngl) use RAM
     return {s.model.name: curve(s, hw, [c for c in grid if c <= context_limit(s)]) for s in setups}
 
 
@@ -192,7 +193,10 @@ for s, r in zip(all_series, reach, strict=True):
         where = f"from {fits[0]} up" if fits else "on none of these sizes (its weights do not fit)"
         st.caption(f"**{s.name}** has no context limit (fixed state per sequence): any length fits {where}.")
 st.subheader(f"Speed on {setup.card.name}")
-timed = speed_curves(setup, tuple(chosen), repr(setup))
+backend, backend_problem = chosen_backend(setup.card, inputs.backend, setup.engine.name)
+if backend_problem:
+    st.warning(f"Backend: {backend_problem}.")
+timed = speed_curves(setup, tuple(chosen), backend, repr(setup))
 if timed is None:
     no_figures = f"{setup.card.name} has no bandwidth or peak figure: pick a listed card to see speed."
     st.caption(f"No speed: {untimed(setup)}." if setup.card.fp32_only else no_figures)  # Pascal: the engine's reason

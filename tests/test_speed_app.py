@@ -181,3 +181,48 @@ def test_the_visitors_cpu_isa_sets_the_prefill_of_layers_in_ram_and_the_formula_
     at.selectbox(key="in_isa").set_value("avx2").run()
     avx2, text = prefill_and_formula(at)
     assert avx2 < pooled and "as fitted on AVX2 CPUs" in text
+
+
+def test_the_ggml_backend_picks_the_speed_group_and_travels_in_the_link():
+    """llama.cpp users pick their ggml backend (an AMD card runs ROCm or Vulkan): the speed and its error bar follow
+    the choice, as core.speed times it; a backend that cannot drive the card says so and keeps the card's own."""
+    from core.engines import configured
+    from core.fit import Setup
+    from core.memory.gpus import card_named
+    from core.model.loading import load_model
+    from core.speed import Hardware, predict
+    from tests.test_app import open_page
+
+    params = {"model": "Qwen/Qwen3-8B", "card": "Radeon RX 7900 XTX 24GB", "engine": "llama.cpp",
+              "weights": "q4_k_m", "ctx": "8k"}  # fmt: skip
+    at = app(params)
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="in_backend").value == "auto"
+
+    def shown(page) -> tuple[float, str]:
+        table = page.dataframe[0].value
+        decode = float(table[table["context"] == "8K"]["decode tok/s"].iloc[0])
+        return decode, " ".join(c.value for c in page.caption if "Decode error bar" in c.value)
+
+    rocm, bar = shown(at)
+    assert "ROCm on consumer cards" in bar
+    at.selectbox(key="in_backend").set_value("vulkan").run()
+    assert not at.exception and at.query_params["backend"] == "vulkan"
+    vulkan, bar = shown(at)
+    assert "Vulkan on cards with cooperative-matrix cores" in bar
+    setup = Setup(load_model("Qwen/Qwen3-8B"), configured("llama.cpp"), card_named("Radeon RX 7900 XTX 24GB"),
+                  weights="q4_k_m")  # fmt: skip
+    for backend, got in (("rocm", rocm), ("vulkan", vulkan)):
+        want = predict(setup, Hardware(60.0, 8, backend=backend), 8192).decode_tok_s
+        assert got == pytest.approx(want, rel=0.01), backend
+    assert rocm != vulkan
+
+    cuda = app({**params, "backend": "cuda"})  # a link naming a backend the card cannot run
+    assert not cuda.exception
+    warned = " ".join(w.value for w in cuda.warning)
+    assert "CUDA does not run on Radeon RX 7900 XTX 24GB" in warned and "timed on ROCm instead" in warned
+    assert shown(cuda)[0] == rocm
+    hybrid = open_page("pages/1_hybrid_vs_dense.py", {**params, "backend": "cuda"})
+    assert any("timed on ROCm instead" in w.value for w in hybrid.warning)
+    other = app({**params, "engine": "vllm", "weights": "bf16", "backend": "vulkan"})
+    assert not other.exception and "in_backend" not in [s.key for s in other.selectbox]  # llama.cpp's choice only

@@ -24,6 +24,7 @@ from core.model.resolver import RESOLVER
 from core.model.spec import ModelSpec
 from core.model.whatif import edited
 from core.report import check, csv_text, engine_format_warning, gpu_counts
+from core.speed.groups import AUTO_BACKEND, BACKEND_CHOICES, BACKEND_NAMES
 from core.units import format_bytes, format_tokens, parse_tokens
 from ui.layout import fold_sidebar_on_phones, nav, opened, share_box, wait_for_paint
 from ui.state import (
@@ -303,6 +304,14 @@ def _hardware_inputs(w: Any, gguf_caption: str | None) -> list[str]:
             key="in_fe",
             help="Whose defaults apply: llama-server (unified buffer), llama-cli, or the library "
             "(llama-cpp-python: full-size sliding-window cache)",
+        )
+        w.selectbox(
+            "ggml backend",
+            BACKEND_CHOICES,
+            key="in_backend",
+            format_func=lambda b: "auto (the card's vendor's)" if b == AUTO_BACKEND else BACKEND_NAMES[b],
+            help="The backend llama.cpp is built with (speed only: its fitted efficiencies and error bar); auto: "
+            "CUDA on NVIDIA, ROCm on AMD, Metal on Apple, SYCL on Intel. Vulkan runs on any card.",
         )
         w.radio(
             "Sliding-window cache (--swa-full)",

@@ -24,6 +24,7 @@ from core.memory.quant import format_named
 from core.model.config import parse_json
 from core.model.loading import DEFAULT_MODEL, presets
 from core.ollama_report import DEFAULT_CARDS, MEASURED, parse_free
+from core.speed.groups import AUTO_BACKEND, BACKEND_CHOICES
 from core.units import format_tokens, parse_tokens
 
 CUSTOM_CARD = "custom"
@@ -61,6 +62,7 @@ CHOICES = {
     "kvu": SWITCH,
     "vver": VERSIONS,
     "fe": FRONTENDS,
+    "backend": BACKEND_CHOICES,
     "plat": PLATFORMS,
     "ep": SWITCH,
     "ftab": FINDER_VIEWS,
@@ -97,6 +99,7 @@ class Inputs:
     plat: str = "cuda"  # vLLM platform: cuda or cpu
     vver: str = VllmOptions.version  # vLLM release whose start-up log line is reproduced
     fe: str = DEFAULT_FRONTEND  # llama.cpp front end whose defaults apply
+    backend: str = AUTO_BACKEND  # llama.cpp's ggml backend (speed only); auto: the card's vendor's
     util: float = 0.92  # vLLM gpu_memory_utilization (vLLM 0.33's default)
     layers: int = 0  # what-if edits; 0 = as the config says
     kvh: int = 0

@@ -288,6 +288,21 @@ def _group_of(card_name: str) -> tuple[str, str]:
 _RUNS_ON = {"cuda": ("NVIDIA", "custom"), "rocm": ("AMD",), "metal": ("Apple",), "sycl": ("Intel",)}
 
 
+AUTO_BACKEND = "auto"  # the app's choice for the card's own backend (default_backend)
+BACKEND_CHOICES = (AUTO_BACKEND, "cuda", "rocm", "vulkan", "metal", "sycl")  # the app's; no GPU is -ngl 0 there
+
+
+def chosen_backend(card: Card, choice: str, engine: str) -> tuple[str | None, str]:
+    """The app's backend choice as Hardware.backend (None: the card's own), and why a choice was not taken ("" when
+    it was): only llama.cpp picks among ggml backends, so another engine's choice is ignored without a word."""
+    if choice == AUTO_BACKEND or engine != "llama.cpp":
+        return None, ""
+    try:
+        return checked_backend(card, choice), ""
+    except InputError as err:
+        return None, f"{err}; timed on {BACKEND_NAMES[default_backend(card)]} instead"
+
+
 def checked_backend(card: Card, backend: str, engine: str = "llama.cpp") -> str:
     """The backend, if it can drive this card (Vulkan drives any; CPU runs without it) under this engine: the choice
     among ggml backends is llama.cpp's; vLLM and transformers run a card through its vendor's own stack."""
@@ -296,7 +311,7 @@ def checked_backend(card: Card, backend: str, engine: str = "llama.cpp") -> str:
     vendors = _RUNS_ON.get(backend)
     if vendors and vendor_of(card) not in vendors:
         raise InputError(
-            f"{BACKEND_NAMES[backend]} does not run on {card.name}; use --backend "
+            f"{BACKEND_NAMES[backend]} does not run on {card.name}; choose the backend "
             f"{default_backend(card)} or vulkan (or cpu)"
         )
     own = default_backend(card)
