@@ -26,7 +26,7 @@ from core.argtypes import (
 from core.check import add_check_parser
 from core.cluster_report import cluster_report, parse_layout, print_cluster
 from core.engines import ENGINES, Engine, configured
-from core.engines.llamacpp import DEFAULT_FRONTEND, FRONTENDS, LlamaCppBuild
+from core.engines.llamacpp import DEFAULT_FRONTEND, FRONTENDS, LlamaCppBuild, LlamaCppEngine
 from core.engines.runtimes import OLLAMA_KV_TYPES, OllamaSettings
 from core.engines.vllm_cluster import Cluster
 from core.engines.vllm_engine import VERSIONS, VllmOptions
@@ -44,7 +44,7 @@ from core.model.loading import load_model, presets
 from core.ollama_report import DEFAULT_CARDS, MEASURED, free_card, host, parse_free, print_report, report
 from core.probe import add_probe_parser
 from core.report import table_records
-from core.speed.cli import add_calibrate_parser, add_speed_flags, print_speed, speed_report, with_llama_flags
+from core.speed.cli import add_calibrate_parser, add_speed_flags, print_speed, speed_report
 from core.units import MIB, format_bytes, format_tokens
 
 DEFAULT_CONTEXTS = (4096, 32768, 131072)
@@ -127,8 +127,9 @@ def print_size(out: dict) -> None:
 
 
 def build_engine(args: argparse.Namespace) -> Engine:
-    """The engine with the options given on the command line; each flag only applies to its own engine."""
-    return configured(
+    """The engine with the options given on the command line; each flag only applies to its own engine (vLLM and
+    transformers have no -fa or -ub: they run fused attention and their own chunking)."""
+    engine = configured(
         args.engine,
         frontend=args.frontend,
         max_num_batched_tokens=args.max_num_batched_tokens,
@@ -138,7 +139,11 @@ def build_engine(args: argparse.Namespace) -> Engine:
         swa_full=args.swa_full,
         kv_unified=args.kv_unified,
         build=args.llamacpp_build,
+        flash_attn=None if args.flash_attn is None else args.flash_attn == "on",
     )
+    if args.ubatch is not None and isinstance(engine, LlamaCppEngine):
+        engine = engine.with_ubatch(args.ubatch)
+    return engine
 
 
 def engine_options(engine: Engine) -> dict:
@@ -203,6 +208,11 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="llama.cpp: one cell buffer shared by all sequences",
     )
+    llama.add_argument(
+        "--flash-attn", "-fa", choices=("on", "off"), help="llama.cpp: flash attention (default on/auto; off stores V "
+        "transposed and refuses a quantised V)",
+    )  # fmt: skip
+    llama.add_argument("--ubatch", "-ub", type=positive_int, help="llama.cpp: n_ubatch, prompt tokens per pass (512)")
     add_build_option(llama)
 
 
@@ -451,7 +461,7 @@ def cmd_speed(args: argparse.Namespace) -> dict:
     for value in args.batch or ():
         if value <= 0:
             raise InputError("--batch must be positive")
-    return speed_report(with_llama_flags(build_setup(args), args), args, cpu_only)
+    return speed_report(build_setup(args), args, cpu_only)
 
 
 def cmd_autofit(args: argparse.Namespace) -> dict:

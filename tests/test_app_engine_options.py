@@ -71,3 +71,26 @@ def test_the_sidebar_names_the_rules_each_engine_follows():
         at = app({"model": "Qwen/Qwen3-8B", "engine": engine, "weights": "bf16"})
         captions = " ".join(c.value for c in at.sidebar.caption)
         assert configured(engine).rules_version in captions
+
+
+def test_flash_attention_and_ubatch_from_the_sidebar_reach_llamacpp_memory():
+    """-fa off buffers a micro-batch's attention scores over the whole context, and -ub sizes that micro-batch: both
+    change how long a context fits, and travel in the link."""
+    from core.memory.gpus import card_named
+    from core.report import max_context_text
+    from tests.test_app import metrics
+
+    params = {"model": "Qwen/Qwen3-8B", "card": "GeForce RTX 4090 24GB", "weights": "q4_k_m", "ctx": "16k"}
+    at = app(params)
+    default = metrics(at)["Max context, one sequence"]
+    at.radio(key="in_fa").set_value("off").run()
+    at.number_input(key="in_ub").set_value(4096).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert (at.query_params["fa"], at.query_params["ub"]) == ("off", "4096")
+    engine = configured("llama.cpp", flash_attn=False).with_ubatch(4096)
+    setup = Setup(load_model("Qwen/Qwen3-8B"), engine, card_named("GeForce RTX 4090 24GB"), weights="q4_k_m")
+    result = fit(setup, sorted(set(table_contexts(context_limit(setup))) | {16384}))
+    assert metrics(at)["Max context, one sequence"] == max_context_text(result) != default
+    refused = app({**params, "fa": "off", "kv": "q8_0"})  # llama.cpp's own refusal, with the fix
+    assert not refused.exception
+    assert any("without flash attention: turn flash attention on" in e.value for e in refused.error)

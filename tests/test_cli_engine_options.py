@@ -65,3 +65,48 @@ def test_vllm_version_changes_the_logged_pool_size_for_hybrids():
     plan = VllmEngine().with_options(gdn_flashinfer=True).plan(load_model("Qwen/Qwen3.5-9B"))  # H100: Hopper
     assert len(plan.groups) == 4
     assert old["kv_cache_tokens"] == old["num_blocks"] // 4 * plan.block_size
+
+
+def _fit(*args: str) -> dict:
+    proc = run_cli("fit", *args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_flash_attention_and_ubatch_reach_llamacpp_memory_on_every_command():
+    """-fa and -ub change llama.cpp's compute buffers (one micro-batch's graph; without flash attention its KQ
+    scores too), so `fit` takes them as `speed` does; -ub alone grows the batch with it, as llama.cpp's tools do."""
+    from core.engines import configured
+    from core.fit import Setup, fit
+    from core.memory.gpus import card_named
+
+    base = ("Qwen/Qwen3-8B", "--gpu", "GeForce RTX 4090 24GB", "--engine", "llama.cpp", "--weights", "q4_k_m")
+    default, big, off = _fit(*base), _fit(*base, "-ub", "2048"), _fit(*base, "-ub", "2048", "-fa", "off")
+    assert (big["engine_options"]["n_ubatch"], big["engine_options"]["n_batch"]) == (2048, 2048)
+    assert default["engine_options"]["flash_attn"] is True and off["engine_options"]["flash_attn"] is False
+
+
+    def at_16k(out: dict) -> int:
+        return next(c["overhead_bytes"] for c in out["contexts"] if c["context"] == 16384)
+
+    assert at_16k(default) < at_16k(big) < at_16k(off)  # off: the 2,048 × 16,384 KQ scores per head are buffered
+    engine = configured("llama.cpp", flash_attn=False).with_ubatch(2048)
+    setup = Setup(load_model("Qwen/Qwen3-8B"), engine, card_named("GeForce RTX 4090 24GB"), weights="q4_k_m")
+    assert at_16k(off) == fit(setup, [16384]).rows[0].overhead_bytes
+    # the speed command reads the same flags: its table's contexts stop where fit's limit does
+    proc = run_cli("speed", *base, "-ub", "2048", "-fa", "off", "--json")
+    assert proc.returncode == 0, proc.stderr
+    speed = json.loads(proc.stdout)
+    assert (speed["n_ubatch"], speed["flash_attn"]) == (2048, False)
+
+
+def test_a_quantised_v_without_flash_attention_is_refused_with_the_fix():
+    proc = run_cli("fit", "Qwen/Qwen3-8B", "--gpu", "GeForce RTX 4090 24GB", "--engine", "llama.cpp", "-fa", "off",
+                   "--kv-dtype", "q8_0")  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "refuses a quantised V cache (q8_0) without flash attention" in proc.stderr and "-fa on" in proc.stderr
+
+
+def test_ubatch_and_flash_attention_leave_other_engines_alone():
+    out = _size("Qwen/Qwen3-8B", "--engine", "vllm", "-ub", "2048", "-fa", "off", "--context", "4k")
+    assert out["engine_options"] == _size("Qwen/Qwen3-8B", "--engine", "vllm", "--context", "4k")["engine_options"]

@@ -10,7 +10,7 @@ from typing import Any
 import streamlit as st
 
 from core.engines import ENGINES, configured
-from core.engines.llamacpp import FRONTENDS
+from core.engines.llamacpp import FRONTENDS, LlamaCppEngine
 from core.engines.vllm_engine import VERSIONS
 from core.errors import InputError
 from core.fit import Setup, default_split
@@ -327,6 +327,22 @@ def _hardware_inputs(w: Any, gguf_caption: str | None) -> list[str]:
             horizontal=True,
             help="on: all sequences share one buffer of cells; off: one stream per sequence; auto: default",
         )
+        w.radio(
+            "Flash attention (-fa)",
+            list(SWITCH),
+            key="in_fa",
+            horizontal=True,
+            help="off: V is stored transposed and padded, the attention scores of a whole micro-batch are buffered, "
+            "and a quantised V cache is refused; auto: on, as llama.cpp's auto picks where the backend has it",
+        )
+        w.number_input(
+            "Micro-batch (-ub; 0 = the front end's)",
+            *BOUNDS["ub"],
+            step=256,
+            key="in_ub",
+            help="Prompt tokens per pass (n_ubatch, 512 by default; the batch -b grows with it): larger prompt "
+            "passes run faster and need larger compute buffers",
+        )
         w.number_input(
             "GPU layers (-ngl; -1 = all)",
             *BOUNDS["ngl"],
@@ -488,7 +504,10 @@ def setup_for(inputs: Inputs, model: ModelSpec, weights_file: WeightFile | None 
         version=inputs.vver,
         swa_full=SWITCH[inputs.swa],
         kv_unified=SWITCH[inputs.kvu],
+        flash_attn=SWITCH[inputs.fa],
     )
+    if inputs.ub and isinstance(engine, LlamaCppEngine):
+        engine = engine.with_ubatch(inputs.ub)
     card = Card.custom(inputs.gib, inputs.gbs, inputs.tflops) if inputs.card == CUSTOM_CARD else card_named(inputs.card)
     tp, pp = default_split(engine, inputs.gpus)
     offload = inputs.ngl if inputs.engine == "llama.cpp" and inputs.ngl >= 0 else None

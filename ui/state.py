@@ -38,6 +38,7 @@ BOUNDS = {
     "util": (0.05, 1.0),
     "ngl": (-1, 100_000),
     "ncmoe": (0, 100_000),
+    "ub": (0, 1 << 16),  # llama.cpp -ub; 0 = the front end's (512)
     "gpus": (1, 1024),
     "layers": (0, 10_000),
     "kvh": (0, 4096),
@@ -60,6 +61,7 @@ MAX_OLLAMA_CARDS = 12
 CHOICES = {
     "swa": SWITCH,
     "kvu": SWITCH,
+    "fa": SWITCH,
     "vver": VERSIONS,
     "fe": FRONTENDS,
     "backend": BACKEND_CHOICES,
@@ -96,6 +98,8 @@ class Inputs:
     ncmoe: int = 0  # llama.cpp --n-cpu-moe: the first N layers keep their routed experts in system RAM
     swa: str = "auto"  # llama.cpp --swa-full: auto (the front end's default), on, off
     kvu: str = "auto"  # llama.cpp --kv-unified: auto, on, off
+    fa: str = "auto"  # llama.cpp -fa: auto (on where the backend has the kernels, as llama.cpp's auto), on, off
+    ub: int = 0  # llama.cpp -ub (n_ubatch); 0 = the front end's default
     plat: str = "cuda"  # vLLM platform: cuda or cpu
     vver: str = VllmOptions.version  # vLLM release whose start-up log line is reproduced
     fe: str = DEFAULT_FRONTEND  # llama.cpp front end whose defaults apply

@@ -318,6 +318,14 @@ class LlamaCppEngine(Engine):
     def with_options(self, **changes) -> LlamaCppEngine:
         return replace(self, options=replace(self.options, **changes))
 
+    def with_ubatch(self, n_ubatch: int) -> LlamaCppEngine:
+        """-ub N as llama.cpp's tools take it alone: llama.cpp caps n_ubatch by n_batch (llama-context.cpp:
+        n_ubatch = min(n_batch, n_ubatch)), so -ub alone (llama-bench's usual spelling) means that ubatch and the
+        batch grows with it."""
+        if n_ubatch <= 0:
+            raise InputError(f"n_ubatch must be positive, got {n_ubatch}")
+        return self.with_options(n_ubatch=n_ubatch, n_batch=max(self.options.n_batch, n_ubatch))
+
     def offload(self, gpu_layers: int | None, n_layers: int, cpu_experts: range = range(0)) -> Offload:
         """Offload.of under this engine's build's -ngl convention."""
         return Offload.of(gpu_layers, n_layers, cpu_experts, self.options.build.output_first)
@@ -338,7 +346,10 @@ class LlamaCppEngine(Engine):
             raise InputError(f"{model.name}: llama.cpp has no lightning-attention (MiniMax-Text-01) cache to model")
         kv = self.kv_dtype(model, kv_dtype)
         if kv.block_elems > 1 and not self.options.flash_attn:
-            raise InputError(f"llama.cpp refuses a quantised V cache ({kv.name}) without flash attention")
+            raise InputError(
+                f"llama.cpp refuses a quantised V cache ({kv.name}) without flash attention: turn flash attention on "
+                "(-fa on), or keep the cache f16"
+            )
         return Storage(kv=kv, conv=FP32, ssm=FP32, linear=FP32, conv_columns_dropped=1)
 
     # --- geometry -----------------------------------------------------------------------------------------------

@@ -41,29 +41,11 @@ def calibrated_host(
 
 
 def add_speed_flags(p: argparse.ArgumentParser) -> None:
-    """The run settings that change speed, spelled as llama.cpp spells them (llama-bench -fa, -ub)."""
+    """The run settings that change speed only (-fa and -ub change memory too: core.cli.add_engine_options)."""
     p.add_argument(
         "--backend", choices=BACKENDS, help="ggml backend the card runs (default: CUDA on NVIDIA, ROCm on AMD, "
         "Metal on Apple, SYCL on Intel); cpu = no GPU, like --device cpu",
     )  # fmt: skip
-    p.add_argument("--flash-attn", "-fa", choices=("on", "off"), help="llama.cpp: flash attention (default on/auto)")
-    p.add_argument("--ubatch", "-ub", type=positive_int, help="llama.cpp: n_ubatch, prompt tokens per pass (512)")
-
-
-def with_llama_flags(setup: Setup, args: argparse.Namespace) -> Setup:
-    """-fa and -ub on a llama.cpp engine; other engines have neither knob (they run fused attention and their own
-    chunking), so the flags leave them as they are, like every engine flag kvscope takes."""
-    engine = setup.engine
-    if not isinstance(engine, LlamaCppEngine):
-        return setup
-    chosen: dict = {}
-    if args.flash_attn is not None:
-        chosen["flash_attn"] = args.flash_attn == "on"
-    if args.ubatch is not None:
-        # llama.cpp caps n_ubatch by n_batch (llama-context.cpp: n_ubatch = min(n_batch, n_ubatch)); -ub alone
-        # (llama-bench's usual spelling) means that ubatch, so the batch grows with it
-        chosen |= {"n_ubatch": args.ubatch, "n_batch": max(engine.options.n_batch, args.ubatch)}
-    return replace(setup, engine=engine.with_options(**chosen)) if chosen else setup
 
 
 def error_record(e: ErrorBar | None) -> dict | None:
