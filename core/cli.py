@@ -139,11 +139,26 @@ def build_engine(args: argparse.Namespace) -> Engine:
         swa_full=args.swa_full,
         kv_unified=args.kv_unified,
         build=args.llamacpp_build,
-        flash_attn=None if args.flash_attn is None else args.flash_attn == "on",
     )
-    if args.ubatch is not None and isinstance(engine, LlamaCppEngine):
-        engine = engine.with_ubatch(args.ubatch)
-    return engine
+    return with_run_flags(engine, args)
+
+
+def with_run_flags(engine: Engine, args: argparse.Namespace) -> Engine:
+    """-fa and -ub (add_run_flags) on a llama.cpp engine; other engines have neither knob."""
+    if not isinstance(engine, LlamaCppEngine):
+        return engine
+    if args.flash_attn is not None:
+        engine = engine.with_options(flash_attn=args.flash_attn == "on")
+    return engine if args.ubatch is None else engine.with_ubatch(args.ubatch)
+
+
+def add_run_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """llama.cpp's -fa and -ub: they size its compute buffers (and set its prompt speed)."""
+    p.add_argument(
+        "--flash-attn", "-fa", choices=("on", "off"), help="llama.cpp: flash attention (default on/auto; off stores V "
+        "transposed and refuses a quantised V)",
+    )  # fmt: skip
+    p.add_argument("--ubatch", "-ub", type=positive_int, help="llama.cpp: n_ubatch, prompt tokens per pass (512)")
 
 
 def engine_options(engine: Engine) -> dict:
@@ -208,11 +223,7 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="llama.cpp: one cell buffer shared by all sequences",
     )
-    llama.add_argument(
-        "--flash-attn", "-fa", choices=("on", "off"), help="llama.cpp: flash attention (default on/auto; off stores V "
-        "transposed and refuses a quantised V)",
-    )  # fmt: skip
-    llama.add_argument("--ubatch", "-ub", type=positive_int, help="llama.cpp: n_ubatch, prompt tokens per pass (512)")
+    add_run_flags(llama)
     add_build_option(llama)
 
 
@@ -474,6 +485,7 @@ def cmd_autofit(args: argparse.Namespace) -> dict:
     engine = configured(
         "llama.cpp", frontend=args.frontend, kv_unified=unified, build=args.llamacpp_build, n_outputs_max=outputs
     )
+    engine = with_run_flags(engine, args)
     checked_kv_dtype(engine, args.kv_dtype)
     setup = Setup(
         model=load_model(args.model),
@@ -644,6 +656,7 @@ def build_parser() -> argparse.ArgumentParser:
     autofitp.add_argument("--n-gpu-layers", "-ngl", type=int32, dest="n_gpu_layers", help="-ngl (default: fitted)")
     autofitp.add_argument("--fit-target", type=positive_int, default=1024, help="MiB to leave free (default 1024)")
     autofitp.add_argument("--fit-ctx", type=positive_int, default=4096, help="smallest context it sets (default 4096)")
+    add_run_flags(autofitp)
     add_build_option(autofitp)
     autofitp.add_argument("--json", action="store_true")
     autofitp.set_defaults(run=cmd_autofit, show=print_autofit)

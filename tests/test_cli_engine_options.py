@@ -85,7 +85,6 @@ def test_flash_attention_and_ubatch_reach_llamacpp_memory_on_every_command():
     assert (big["engine_options"]["n_ubatch"], big["engine_options"]["n_batch"]) == (2048, 2048)
     assert default["engine_options"]["flash_attn"] is True and off["engine_options"]["flash_attn"] is False
 
-
     def at_16k(out: dict) -> int:
         return next(c["overhead_bytes"] for c in out["contexts"] if c["context"] == 16384)
 
@@ -110,3 +109,14 @@ def test_a_quantised_v_without_flash_attention_is_refused_with_the_fix():
 def test_ubatch_and_flash_attention_leave_other_engines_alone():
     out = _size("Qwen/Qwen3-8B", "--engine", "vllm", "-ub", "2048", "-fa", "off", "--context", "4k")
     assert out["engine_options"] == _size("Qwen/Qwen3-8B", "--engine", "vllm", "--context", "4k")["engine_options"]
+
+
+def test_autofit_takes_the_run_flags_llama_servers_fit_sizes_its_buffers_with():
+    """llama-server's --fit leaves room for the compute buffers of the -ub it was given: a larger micro-batch, and
+    attention without flash attention, leave a shorter context."""
+    ctx = []
+    for flags in ((), ("-ub", "2048"), ("-ub", "2048", "-fa", "off")):
+        proc = run_cli("autofit", "Qwen/Qwen3-8B", "--gpu", "GeForce RTX 4060 8GB", *flags, "--json")
+        assert proc.returncode == 0, proc.stderr
+        ctx.append(json.loads(proc.stdout)["n_ctx"])
+    assert ctx[0] > ctx[1] > ctx[2]
