@@ -84,12 +84,14 @@ def row(**kw) -> dict:
         "tok_s_std": None,
         "notes": "",
     }
+    # a CPU row's published RAM copy (None: none published for that machine, and the row stays out of the CPU check)
+    cpu = {k: v for k in ("ram_copy_gb_s", "ram_source") if (v := kw.pop(k, None)) is not None}
     unknown = set(kw) - set(base)
     assert not unknown, unknown
     base.update(kw)
     base["kind"] = "prefill" if base["n_prompt"] else "decode"
     base["test"] = base["test"] or test_name(base["n_prompt"], base["n_gen"], base["depth"])
-    return base
+    return base | cpu
 
 
 def from_bench_json(b: dict, **kw) -> dict:
@@ -624,6 +626,13 @@ def scoreboards(repo: Path) -> dict[str, list[dict]]:
 # 7B (same shapes, 6.74 B parameters); "llama 8B" in mid-2024 PRs is Llama 3 8B (the Llama 3.1 config's shapes).
 GIB_ = GIB
 MIB = 1024**2
+# the Cix CP8180's RAM copy, from the same reviewer's tinymembench run of that board
+CIX_RAM = (
+    "tinymembench C copy backwards (the C copy line is cut in the stored excerpt; the two agree within 2 % on every "
+    "other machine in those reviews) 13887.3 MB/s × 2 (read + written, as kvscope's copy counts it), "
+    "https://github.com/geerlingguy/sbc-reviews/issues/103"
+)
+
 HAND = [
     dict(
         slug="llamacpp-pr-7676-mmq-tensor-cores",
@@ -881,6 +890,42 @@ HAND = [
         rows=[("pp512", 1493.64, 0.53, {})],
     ),
     dict(
+        slug="geerlingguy-ai-benchmarks-52-xps13",
+        url="https://github.com/geerlingguy/ai-benchmarks/issues/52",
+        backend="cpu",
+        card="Dell XPS 13 (DX13260) CPU",
+        model="llama 1B Q4_K - Medium",
+        model_id="TinyLlama/TinyLlama-1.1B-Chat-v1.0",
+        build="b10252 (fe2adf0e7)",
+        size_bytes=round(636.18 * MIB),
+        params=1_100_000_000,
+        threads=1,
+        ram_copy_gb_s=23.76,
+        ram_source="tinymembench C copy 11881.8 MB/s × 2 (read + written, as kvscope's copy counts it), "
+        "https://github.com/geerlingguy/sbc-reviews/issues/111",
+        notes="llama-bench defaults (micro-batch and flash attention not printed); the table prints 1 thread; the CPU "
+        "model is not in the stored excerpt",
+        rows=[
+            ("pp512", 53.04, 0.68, {}),
+            ("pp4096", 40.22, 0.01, {}),
+            ("tg128", 24.80, 0.03, {}),
+        ]
+        + [
+            (
+                t,
+                v,
+                sd,
+                {
+                    "model": "llama 3B Q4_K - Medium",
+                    "model_id": "meta-llama/Llama-3.2-3B-Instruct",
+                    "size_bytes": round(1.87 * GIB_),
+                    "params": 3_210_000_000,
+                },
+            )
+            for t, v, sd in [("pp512", 18.20, 0.07), ("pp4096", 15.00, 0.02)]
+        ],
+    ),
+    dict(
         slug="geerlingguy-ai-benchmarks-cpu",
         url="https://github.com/geerlingguy/ai-benchmarks/issues/51",
         backend="cpu",
@@ -889,8 +934,11 @@ HAND = [
         build="b8664 (9c699074c)",
         size_bytes=round(636.18 * MIB),
         params=1_100_000_000,
+        model_id="TinyLlama/TinyLlama-1.1B-Chat-v1.0",
         threads=12,
-        notes="TinyLlama 1.1B (no bundled config); MetaComputing Framework 13 mainboard",
+        ram_copy_gb_s=27.77,
+        ram_source=CIX_RAM,
+        notes="TinyLlama 1.1B (model_id: config in corpus/configs/); MetaComputing Framework 13 mainboard",
         rows=[
             ("pp512", 194.05, 0.65, {}),
             ("pp4096", 115.50, 0.0, {}),
@@ -903,7 +951,8 @@ HAND = [
                     "model": "llama 3B Q4_K - Medium",
                     "size_bytes": round(1.87 * GIB_),
                     "params": 3_210_000_000,
-                    "notes": "Llama-3.2-3B-Instruct (no bundled config)",
+                    "model_id": "meta-llama/Llama-3.2-3B-Instruct",
+                    "notes": "Llama-3.2-3B-Instruct (model_id: config in corpus/configs/)",
                 },
             ),
         ]
@@ -915,12 +964,16 @@ HAND = [
                 {
                     "url": "https://github.com/geerlingguy/ai-benchmarks/issues/53",
                     "card": "Intel Core i5-4278U",
+                    "model_id": "meta-llama/Llama-3.2-3B-Instruct",
+                    "ram_copy_gb_s": None,  # no RAM copy published for this machine: out of the CPU check
+                    "ram_source": None,
                     "threads": 2,
                     "build": "b10334 (936918514)",
                     "model": "llama 3B Q4_K - Medium",
                     "size_bytes": round(1.87 * GIB_),
                     "params": 3_210_000_000,
-                    "notes": "Llama-3.2-3B-Instruct (no bundled config); 2014 MacBook Pro, DDR3L-1600",
+                    "notes": "Llama-3.2-3B-Instruct (model_id: config in corpus/configs/); 2014 MacBook Pro, "
+                    "DDR3L-1600",
                 },
             )
             for t, v, sd in [("pp512", 17.70, 0.08), ("pp4096", 14.06, 0.04), ("tg128", 7.68, 0.03)]
@@ -933,11 +986,16 @@ HAND = [
                 {
                     "url": "https://github.com/geerlingguy/sbc-reviews/issues/107",
                     "card": "Intel Core i3-1315U",
+                    "model_id": "meta-llama/Llama-3.2-3B-Instruct",
+                    "ram_copy_gb_s": 18.39,
+                    "ram_source": "tinymembench C copy 9196.8 MB/s × 2 (read + written, as kvscope's copy counts it), "
+                    "https://github.com/geerlingguy/sbc-reviews/issues/107",
                     "threads": 2,
                     "model": "llama 3B Q4_K - Medium",
                     "size_bytes": round(1.87 * GIB_),
                     "params": 3_210_000_000,
-                    "notes": "Llama-3.2-3B-Instruct (no bundled config); Framework 12; build not in the thread excerpt",
+                    "notes": "Llama-3.2-3B-Instruct (model_id: config in corpus/configs/); Framework 12; build not "
+                    "in the thread excerpt",
                 },
             )
             for t, v, sd in [("pp512", 28.67, 0.18), ("pp4096", 23.91, 0.04), ("tg128", 11.05, 0.08)]
@@ -979,7 +1037,7 @@ def hand_tables() -> dict[str, list[dict]]:
             n = int(m.group(2))
             fields = {**common, **{k: v for k, v in extra.items() if k not in ("url", "notes")}}
             model = fields.pop("model")
-            if model.split()[:2] != t["model"].split()[:2]:  # another model in the same table
+            if "model_id" not in extra and model.split()[:2] != t["model"].split()[:2]:  # another model in the table
                 fields["model_id"] = model_id(model)
             fields["weights"] = weights_of(model)
             out.setdefault(t["slug"], []).append(
