@@ -158,7 +158,7 @@ def add_run_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
         "--flash-attn", "-fa", choices=("on", "off"), help="llama.cpp: flash attention (default on/auto; off stores V "
         "transposed and refuses a quantised V)",
     )  # fmt: skip
-    p.add_argument("--ubatch", "-ub", type=positive_int, help="llama.cpp: n_ubatch, prompt tokens per pass (512)")
+    p.add_argument("--ubatch", "-ub", type=tokens, help="llama.cpp: n_ubatch, prompt tokens per pass (512; 2k = 2048)")
 
 
 def engine_options(engine: Engine) -> dict:

@@ -81,8 +81,8 @@ def test_flash_attention_and_ubatch_reach_llamacpp_memory_on_every_command():
     from core.memory.gpus import card_named
 
     base = ("Qwen/Qwen3-8B", "--gpu", "GeForce RTX 4090 24GB", "--engine", "llama.cpp", "--weights", "q4_k_m")
-    default, big, off = _fit(*base), _fit(*base, "-ub", "2048"), _fit(*base, "-ub", "2048", "-fa", "off")
-    assert (big["engine_options"]["n_ubatch"], big["engine_options"]["n_batch"]) == (2048, 2048)
+    default, big, off = _fit(*base), _fit(*base, "-ub", "2k"), _fit(*base, "-ub", "2048", "-fa", "off")
+    assert (big["engine_options"]["n_ubatch"], big["engine_options"]["n_batch"]) == (2048, 2048)  # 2k: a token count
     assert default["engine_options"]["flash_attn"] is True and off["engine_options"]["flash_attn"] is False
 
     def at_16k(out: dict) -> int:
