@@ -310,6 +310,7 @@ def summary(results: list[tuple[dict, float]]) -> dict:
             "rows": len(errors), "median": statistics.median(errors),
             "within": sum(e <= ERROR_BAND for e in errors) / len(errors),
             "within_25": sum(e <= BAND for e in errors) / len(errors), "ratio": statistics.median(ratios),
+            "lowest": min(ratios), "highest": max(ratios),
         }  # fmt: skip
     return out
 
@@ -322,6 +323,7 @@ def main() -> None:
     cpus = sorted({r["cpu"] for r in all_rows})
     print(f"CPUs: {cpus} ({len(all_rows)} rows)")
     cross: list[tuple[dict, float]] = []
+    per_cpu: dict[str, dict] = {}
     for cpu in cpus:  # each CPU predicted from a fit on all the others
         train = [r for r in all_rows if r["cpu"] != cpu]
         if not train:
@@ -329,12 +331,18 @@ def main() -> None:
         p = fit(train)
         res = check(p, [r for r in all_rows if r["cpu"] == cpu])
         cross += res
+        per_cpu[cpu] = summary(res)
         print(
             f"\nfitted on the other {len({r['cpu'] for r in train})} CPUs, checked on {cpu}: "
             f"{json.dumps({k: round(v, 4) for k, v in p.items()})}"
         )
         for r, x in res:
             print(f"  {r['id']:<52} ctx {r['context']:>5}, {r['hw'].threads:>2} threads: ×{x:.2f}")
+    print(f"\n{'each CPU from a fit on the others':<48} {'kind':<8} {'within ±25 %':>13} {'ratio':>6}  range")
+    for cpu, by_kind in per_cpu.items():  # where the misses are: a factor per CPU, or one kind on one CPU
+        for kind, s in by_kind.items():
+            print(f"{cpu[:48]:<48} {kind:<8} {round(s['within_25'] * s['rows']):>6} of {s['rows']:<4} "
+                  f"{s['ratio']:>6.2f}  {s['lowest']:.2f}-{s['highest']:.2f}")  # fmt: skip
     stats = summary(cross) if cross else {}
     for kind, s in stats.items():
         print(f"cross-CPU {kind}: {s['rows']} rows, median |error| {s['median']:.1%}, within ±25 % "
