@@ -200,7 +200,8 @@ def published_rows() -> list[dict]:
         wfile = WeightFile("llama-bench size", "gguf", int(r["size_bytes"]), (), 0, 0) if r.get("size_bytes") else None
         fmt = kvscope_format(r["weights"], r["model_id"])
         setup = Setup(model_of(r["model_id"]), engine, Card.custom(1), weights=fmt, weights_file=wfile)
-        hw = Hardware(float(r["ram_copy_gb_s"]), int(r["threads"]), True, isa=PUBLISHED_ISA.get(r["card"], ""))
+        isa = r.get("isa") or PUBLISHED_ISA.get(r["card"], "")  # recorded with the run, or known for the CPU
+        hw = Hardware(float(r["ram_copy_gb_s"]), int(r["threads"]), True, isa=isa)
         depth = r.get("depth") or 0
         # decode at the run's mean depth (fit_corpus's rule); a prefill of n_prompt tokens from an empty cache
         context = depth + max(1, r["n_gen"] // 2) if r["kind"] == "decode" else r["n_prompt"]
