@@ -783,6 +783,7 @@ def test_fit_and_table_on_a_few_corpus_rows(tmp_path, monkeypatch):
     assert lines, "no Metal rows with a model_id in measurements/speed/corpus"
     (tmp_path / "few.jsonl").write_text("\n".join(json.dumps(r) for r in lines))
     monkeypatch.setattr(fit_corpus, "CORPUS", tmp_path)
+    monkeypatch.setattr(fit_corpus, "DEVICE_RUNS", tmp_path / "no-device-runs.jsonl")
     rows, _ = fit_corpus.load_rows()
     assert len(rows) == len(lines)
     terms = [fit_corpus.terms(r) for r in rows]
@@ -802,6 +803,7 @@ def test_held_out_split_is_by_source_and_card():
 
     assert held_out("a", "b") == held_out("a", "b")
     assert {held_out(f"s{i}", "card") for i in range(30)} == {True, False}
+    assert all(held_out(f"kvscope-device-s{i}", "card") for i in range(30))  # this project's own runs: never fitted
     assert kvscope_format("Q4_K - Medium", "meta-llama/Llama-3.1-8B-Instruct") == "q4_k_m"
     assert kvscope_format("MXFP4 MoE", "openai/gpt-oss-20b") == "mxfp4_moe"
 

@@ -1,0 +1,40 @@
+"""This project's own llama.cpp runs on a lent GPU machine (tests/bench/device_llamacpp.py; an H200 and its host's
+Xeon, 2026-12-04): the rows kept are what the script makes of llama-bench's own JSON lines, kept beside them, and
+the GPU fit never sees them: each is a held-out check of a card and a CPU nothing was fitted on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from core.memory.gpus import card_named
+from core.model.params import count_params
+from tests.bench import device_llamacpp, fit_corpus
+
+ROOT = Path(__file__).resolve().parent.parent
+RAW = ROOT / "measurements" / "speed" / "device_2026-12-04"
+ROWS = [json.loads(line) for line in fit_corpus.DEVICE_RUNS.read_text().splitlines()]
+
+
+def test_the_rows_are_what_the_script_makes_of_llama_benchs_output():
+    assert device_llamacpp.rows(RAW) == ROWS
+    raw = sum(1 for p in RAW.glob("bench-*.jsonl") for line in p.read_text().splitlines() if line.startswith("{"))
+    assert len(ROWS) == raw == 16
+
+
+def test_each_row_names_a_listed_card_or_its_recorded_cpu_and_the_model_that_ran():
+    host = json.loads((RAW / "host.json").read_text())
+    params = count_params(fit_corpus.model_of(device_llamacpp.MODEL_ID)).total  # the config the fit loads
+    for r in ROWS:
+        if r["backend"] == "cuda":
+            assert card_named(r["card"]).bandwidth_gb_s, r["card"]
+        else:
+            assert (r["card"], r["isa"], r["ram_copy_gb_s"]) == (host["cpu"], host["isa"], host["ram_copy_gb_s"])
+        assert abs(params - r["params"]) <= 0.01 * r["params"], (params, r["params"])  # Llama 2 7B's shapes
+
+
+def test_the_gpu_fit_holds_every_device_row_out():
+    rows, _ = fit_corpus.load_rows()
+    device = [r for r in rows if r.raw["source_id"].startswith(fit_corpus.DEVICE_SOURCE)]
+    assert len(device) == sum(r["backend"] == "cuda" for r in ROWS) == 14
+    assert all(r.held_out for r in device)
