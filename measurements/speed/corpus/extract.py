@@ -626,6 +626,10 @@ def scoreboards(repo: Path) -> dict[str, list[dict]]:
 # 7B (same shapes, 6.74 B parameters); "llama 8B" in mid-2024 PRs is Llama 3 8B (the Llama 3.1 config's shapes).
 GIB_ = GIB
 MIB = 1024**2
+# TinyLlama 1.1B and Llama 3.2 3B in Q4_K_M as llama-bench prints them, the models of geerlingguy's tables
+TINYLLAMA_Q4_K_M = {"model": "llama 1B Q4_K - Medium", "size_bytes": round(636.18 * MIB), "params": 1_100_000_000}
+LLAMA32_3B_Q4_K_M = {"model": "llama 3B Q4_K - Medium", "size_bytes": round(1.87 * GIB_), "params": 3_210_000_000}
+
 # the Cix CP8180's RAM copy, from the same reviewer's tinymembench run of that board
 CIX_RAM = (
     "tinymembench C copy backwards (the C copy line is cut in the stored excerpt; the two agree within 2 % on every "
@@ -852,10 +856,8 @@ HAND = [
         url="https://github.com/geerlingguy/ai-benchmarks/issues/48",
         backend="metal",
         card="Apple M1 Ultra 128GB (20C CPU / 64C GPU)",
-        model="llama 1B Q4_K - Medium",
+        **TINYLLAMA_Q4_K_M,
         build="b7825 (e9fd8dc)",
-        size_bytes=round(636.18 * MIB),
-        params=1_100_000_000,
         threads=16,
         notes="TinyLlama 1.1B (no bundled config); macOS 14.8.3; Metal,BLAS",
         rows=[
@@ -867,9 +869,7 @@ HAND = [
                 2142.59,
                 15.24,
                 {
-                    "model": "llama 3B Q4_K - Medium",
-                    "size_bytes": round(1.87 * GIB_),
-                    "params": 3_210_000_000,
+                    **LLAMA32_3B_Q4_K_M,
                     "notes": "Llama-3.2-3B-Instruct (no bundled config); Metal,BLAS",
                 },
             ),
@@ -894,11 +894,9 @@ HAND = [
         url="https://github.com/geerlingguy/ai-benchmarks/issues/52",
         backend="cpu",
         card="Dell XPS 13 (DX13260) CPU",
-        model="llama 1B Q4_K - Medium",
+        **TINYLLAMA_Q4_K_M,
         model_id="TinyLlama/TinyLlama-1.1B-Chat-v1.0",
         build="b10252 (fe2adf0e7)",
-        size_bytes=round(636.18 * MIB),
-        params=1_100_000_000,
         threads=1,
         ram_copy_gb_s=23.76,
         ram_source="tinymembench C copy 11881.8 MB/s × 2 (read + written, as kvscope's copy counts it), "
@@ -916,10 +914,8 @@ HAND = [
                 v,
                 sd,
                 {
-                    "model": "llama 3B Q4_K - Medium",
+                    **LLAMA32_3B_Q4_K_M,
                     "model_id": "meta-llama/Llama-3.2-3B-Instruct",
-                    "size_bytes": round(1.87 * GIB_),
-                    "params": 3_210_000_000,
                 },
             )
             for t, v, sd in [("pp512", 18.20, 0.07), ("pp4096", 15.00, 0.02)]
@@ -930,10 +926,8 @@ HAND = [
         url="https://github.com/geerlingguy/ai-benchmarks/issues/51",
         backend="cpu",
         card="Cix CP8180",
-        model="llama 1B Q4_K - Medium",
+        **TINYLLAMA_Q4_K_M,
         build="b8664 (9c699074c)",
-        size_bytes=round(636.18 * MIB),
-        params=1_100_000_000,
         model_id="TinyLlama/TinyLlama-1.1B-Chat-v1.0",
         threads=12,
         ram_copy_gb_s=27.77,
@@ -948,9 +942,7 @@ HAND = [
                 81.27,
                 0.06,
                 {
-                    "model": "llama 3B Q4_K - Medium",
-                    "size_bytes": round(1.87 * GIB_),
-                    "params": 3_210_000_000,
+                    **LLAMA32_3B_Q4_K_M,
                     "model_id": "meta-llama/Llama-3.2-3B-Instruct",
                     "notes": "Llama-3.2-3B-Instruct (model_id: config in corpus/configs/)",
                 },
@@ -969,9 +961,7 @@ HAND = [
                     "ram_source": None,
                     "threads": 2,
                     "build": "b10334 (936918514)",
-                    "model": "llama 3B Q4_K - Medium",
-                    "size_bytes": round(1.87 * GIB_),
-                    "params": 3_210_000_000,
+                    **LLAMA32_3B_Q4_K_M,
                     "notes": "Llama-3.2-3B-Instruct (model_id: config in corpus/configs/); 2014 MacBook Pro, "
                     "DDR3L-1600",
                 },
@@ -991,9 +981,7 @@ HAND = [
                     "ram_source": "tinymembench C copy 9196.8 MB/s × 2 (read + written, as kvscope's copy counts it), "
                     "https://github.com/geerlingguy/sbc-reviews/issues/107",
                     "threads": 2,
-                    "model": "llama 3B Q4_K - Medium",
-                    "size_bytes": round(1.87 * GIB_),
-                    "params": 3_210_000_000,
+                    **LLAMA32_3B_Q4_K_M,
                     "notes": "Llama-3.2-3B-Instruct (model_id: config in corpus/configs/); Framework 12; build not "
                     "in the thread excerpt",
                 },
