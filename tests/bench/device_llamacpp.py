@@ -10,7 +10,8 @@ The machine has CUDA's compiler but no llama-cpp-python: llama.cpp (the commit l
 GGUFs whose weights are random (speed does not depend on their values; MoE routing would, so no MoE here). The GGUF
 writer is the calibration's (core/speed/calibrate_llamacpp.py write_f16), loaded without its Python binding, which
 only its timing needs. The rows follow measurements/speed/corpus/README.md's schema, with this script as their
-source; they live in measurements/speed/llamacpp_device.jsonl, outside the corpus the GPU fit reads.
+source; they live in measurements/speed/llamacpp_device.jsonl, beside the published corpus, and the GPU fit
+(tests/bench/fit_corpus.py) reads every row whose source_id starts with SOURCE_ID_PREFIX as held out, never fitted.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ SOURCE = "tests/bench/device_llamacpp.py"  # this project's own runs: the script
 # llama-bench prints the driver's name; gpus.csv names the card by its memory and form factor
 CARDS = {"NVIDIA H200": "H200 141GB SXM", "NVIDIA H100 80GB HBM3": "H100 80GB SXM5"}
 COMMIT = "0c1e57098"
+SOURCE_ID_PREFIX = "kvscope-device-"  # one source per llama-bench file: bench-h200.jsonl is kvscope-device-h200
 
 
 def host(out: Path) -> None:
@@ -51,7 +53,7 @@ def gguf(folder: Path) -> None:
 
 
 def rows(out: Path) -> list[dict]:
-    """Each llama-bench JSON line (`-o jsonl`) of out/*.jsonl as a corpus row, with the host beside CPU runs."""
+    """Each llama-bench JSON line (`-o jsonl`) of out/bench-*.jsonl as a corpus row, with the host beside CPU runs."""
     machine = json.loads((out / "host.json").read_text())
     result = []
     for path in sorted(out.glob("bench-*.jsonl")):
@@ -68,7 +70,7 @@ def rows(out: Path) -> list[dict]:
                 f"{machine['mhz']} MHz)",
             }  # fmt: skip
             result.append({
-                "source": SOURCE, "source_id": f"kvscope-device-{path.stem.removeprefix('bench-')}",
+                "source": SOURCE, "source_id": SOURCE_ID_PREFIX + path.stem.removeprefix("bench-"),
                 "engine": "llama.cpp", "build": COMMIT, "backend": "cuda" if gpu else "cpu",
                 "card": CARDS.get(b["gpu_info"], b["gpu_info"]) if gpu else machine["cpu"], "n_devices": 1,
                 "model": b["model_type"], "model_id": MODEL_ID,

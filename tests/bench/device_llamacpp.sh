@@ -6,8 +6,7 @@ set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=".device/llama.cpp/gguf-py:${PYTHONPATH:-}"
 OUT=${OUT:-/tmp/out}; M=/tmp/models; B=/tmp/build; mkdir -p "$OUT" "$M"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
-python3 tests/bench/device_llamacpp.py host "$OUT" &  # the RAM copy before anything else loads the machine
-wait
+python3 tests/bench/device_llamacpp.py host "$OUT"  # the RAM copy before anything else loads the machine
 (timeout 240 python3 tests/bench/device_llamacpp.py gguf "$M" > "$OUT/gguf.log" 2>&1) &
 writer=$!
 cmake -S .device/llama.cpp -B $B -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 $(cat .device/cmake_flags.txt) \

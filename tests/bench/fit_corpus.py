@@ -6,7 +6,8 @@ on the sources held out; write them, with each group's held-out error, to core/s
 
 Split: the unit is one source's runs on one card (`source_id` + `card`: a scoreboard thread gathers many people's
 cards, a results file is one machine's); a unit is held out when sha256("<source_id>|<card>") mod 3 == 0, so every
-run of one machine in one source lands on one side and the split never depends on the rows' values.
+run of one machine in one source lands on one side and the split never depends on the rows' values. This
+project's own runs on a lent machine (measurements/speed/llamacpp_device.jsonl) are always held out.
 Fit, in three levels, each a coordinate descent on the sum of |log(predicted ÷ measured)| (one slow run pulls
 less than with squares):
 1. all fit rows of an engine, each backend weighing alike (backend_weighted): bandwidth, matmul and attention
@@ -47,6 +48,7 @@ from core.speed import efficiency as eff_module
 from core.speed.efficiency import FITTED, Efficiency, efficiency_for
 from core.speed.groups import FAMILIES, card_class, error_stats, format_family, group_label
 from core.speed.predict import Hardware, Timing, chained_layers, predict, setup_weights
+from tests.bench.device_llamacpp import SOURCE_ID_PREFIX as DEVICE_SOURCE
 from tests.bench.speed_fit import descend as coordinate_descent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,7 +56,6 @@ CORPUS = ROOT / "measurements" / "speed" / "corpus"
 # this project's own llama-bench runs on a lent machine (tests/bench/device_llamacpp.py): a card and a CPU nothing
 # was fitted on, so they are never fitted here either, and always checked
 DEVICE_RUNS = ROOT / "measurements" / "speed" / "llamacpp_device.jsonl"
-DEVICE_SOURCE = "kvscope-device-"
 CONFIGS = (ROOT.parent / "shared" / "reference",)  # the project's shared configs, beside the checkout
 LAMBDA = 2.0
 MIN_ROWS = 8
@@ -528,7 +529,8 @@ def main() -> None:
             "schema_version": 1,
             "about": "Efficiencies per engine, backend and card class fitted to published runs, and each group's "
             "error on the sources held out (tests/bench/fit_corpus.py; see its docstring for the split and the fit).",
-            "split": "a source's runs on one card are held out when sha256('<source_id>|<card>') mod 3 == 0",
+            "split": "a source's runs on one card are held out when sha256('<source_id>|<card>') mod 3 == 0; this "
+            f"project's own runs on a lent machine ({DEVICE_SOURCE}*) always are",
             "fitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "groups": entries + cpu,
             "errors": [e for e in kept.get("errors", ()) if e["backend"] == "cpu"],
