@@ -24,7 +24,15 @@ from core.speed import Hardware, predict, untimed
 from core.speed import calibration as cal_mod
 from core.speed.calibration import Calibration, host_key
 from core.speed.efficiency import efficiency_for, fitted, fitted_groups
-from core.speed.groups import ErrorBar, card_class, checked_backend, default_backend, format_family, matmul_peak
+from core.speed.groups import (
+    HOPPER_MMA_SYNC_SHARE,
+    ErrorBar,
+    card_class,
+    checked_backend,
+    default_backend,
+    format_family,
+    matmul_peak,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "Qwen/Qwen3-8B"
@@ -449,6 +457,58 @@ def test_legacy_quants_on_vulkan_without_matrix_cores_are_timed_by_int8_dot_prod
     listed = c.dense_tflops * 1e3
     assert part.attention_peak_gflops == listed  # attention stays on the listed peak
     assert math.isclose(part.peak_gflops, listed * scale, rel_tol=1e-12)
+
+
+def test_the_hopper_mma_sync_share_is_the_microbenchmarks_whole_kernel_rate():
+    """The share is the H100 SXM microbenchmark's whole-kernel mma.sync rates (Johnsonms/NVIDIA-Hopper-Benchmark,
+    reproduction/H100-dapperdingo/raw/mma_m16n8k16.log and mma_m16n8k32.log @ 374a9f16) against the listed dense
+    peaks gpus.csv gives the H100 SXM5; wgmma on the same card (wgmma_fp16.log, wgmma_s8.log) came within 2 % of
+    those peaks, so the listed peak is wgmma's."""
+    h100 = card_named("H100 80GB SXM5")
+    fp16 = 668.332 / h100.dense_tflops  # m16n8k16, FP16 in, FP32 accumulate: ggml-cuda's flash attention
+    int8 = 1328.95 / h100.fp8_tflops  # m16n8k32 s8: MMQ's legacy quants, Q4_K, Q5_K (the INT8 peak is FP8's)
+    assert HOPPER_MMA_SYNC_SHARE == pytest.approx(fp16, abs=0.01) == pytest.approx(int8, abs=0.01)
+    assert 976.6 / h100.dense_tflops == pytest.approx(1.0, abs=0.02)
+
+
+@pytest.mark.parametrize(
+    ("card", "backend", "weights", "matmul", "flash_prefill"),
+    [
+        ("H200 141GB SXM", "cuda", "q4_0", HOPPER_MMA_SYNC_SHARE, HOPPER_MMA_SYNC_SHARE),  # MMQ, flash attention
+        ("H100 80GB PCIe", "cuda", "q4_k_m", HOPPER_MMA_SYNC_SHARE, HOPPER_MMA_SYNC_SHARE),
+        ("H200 141GB SXM", "cuda", "gguf_f16", 1.0, HOPPER_MMA_SYNC_SHARE),  # F16 prompt matmuls: cuBLAS, wgmma
+        ("A100 80GB SXM4", "cuda", "q4_0", 1.0, 1.0),  # Ampere: mma.sync is its full rate
+        ("H200 141GB SXM", "vulkan", "q4_0", 1.0, 1.0),  # another backend's kernels
+    ],
+)
+def test_llamacpp_cuda_kernels_on_hopper_run_at_the_mma_sync_share(card, backend, weights, matmul, flash_prefill):
+    """On sm_90, ggml-cuda's own kernels (int8 MMQ, the flash-attention prompt kernel) issue mma.sync, never wgmma:
+    their peak is HOPPER_MMA_SYNC_SHARE of the listed one. Decode's flash attention (fattn-vec: no matrix
+    instructions) and attention without -fa (cuBLAS) keep the listed peak."""
+    from core.speed.report import part_lines
+
+    c = card_named(card)
+    listed = c.dense_tflops * 1e3
+
+    def timing(flash: bool, prefill: bool):
+        setup = Setup(load_model(MODEL), configured("llama.cpp", flash_attn=flash), c, weights=weights)
+        speed = predict(setup, Hardware(50.0, 8, backend=backend), 8192)
+        return speed.prefill if prefill else speed.decode
+
+    def attention_share(p) -> float:  # the attention rate used, as a share of the listed peak
+        return p.attention_gflops / p.attention_peak_gflops
+
+    prompt = timing(True, True)
+    on, off, dec = prompt.parts[0], timing(False, True).parts[0], timing(True, False).parts[0]
+    assert on.attention_peak_gflops == listed and math.isclose(on.peak_gflops, listed * matmul, rel_tol=1e-12)
+    eff = on.efficiency
+    assert math.isclose(attention_share(on), eff.prefill_attention * flash_prefill, rel_tol=1e-9)
+    assert math.isclose(attention_share(off), eff.prefill_attention * eff.flash_off, rel_tol=1e-9)
+    assert math.isclose(attention_share(dec), eff.decode_attention, rel_tol=1e-9)
+    assert not off.attention_note and not dec.attention_note
+    line = part_lines(prompt, prefill=True)[0]
+    assert ("mma.sync" in line) == (flash_prefill != 1.0)
+    assert (f"the matmuls' peak is {HOPPER_MMA_SYNC_SHARE:.2g}× the card's listed one" in line) == (matmul != 1.0)
 
 
 def test_int8_dot_products_reach_the_share_the_fp16_shaders_did_on_an_rdna2_card():

@@ -32,7 +32,8 @@ class Card:
 
     @property
     def hopper(self) -> bool:
-        """SM90 parts, where some engines pick other kernels (vLLM's FlashInfer GDN prefill)."""
+        """SM90 parts, where some engines pick other kernels (vLLM's FlashInfer GDN prefill) and llama.cpp's own
+        mma.sync kernels reach a smaller share of the listed peak (core.speed.groups.HOPPER_MMA_SYNC_SHARE)."""
         return any(tag in self.name for tag in ("H100", "H200", "GH200"))
 
     @property

@@ -122,8 +122,34 @@ class MatmulPeak:
 DP4A_PER_FP32 = 4.0
 
 
+# Hopper (sm_90) reaches its listed dense peak only through the asynchronous warpgroup wgmma instructions. ggml-cuda's
+# own kernels issue none (no wgmma anywhere in ggml-cuda @ 0c1e570): its int8 MMQ matmuls (mma.cuh: m16n8k32 for the
+# legacy quants, Q4_K and Q5_K) and its flash-attention prompt kernel (fattn-mma-f16: m16n8k16 FP16) run the
+# warp-level mma.sync. On an H100 SXM, Luo et al.'s microbenchmark suite, rerun in Johnsonms/NVIDIA-Hopper-Benchmark
+# (reproduction/H100-dapperdingo/raw @ 374a9f16), timed whole kernels of mma.sync at 668.3 TFLOPS (m16n8k16 FP16,
+# FP32 accumulate) and 1,329.0 TOPS (m16n8k32 INT8) against wgmma's 976.6 and 1,950.7: 0.675 and 0.672 of the listed
+# 989.4 and 1,978.9. (Q2_K, Q3_K and Q6_K's kernels use the int8 m16n8k16 shape, which reached 995 TOPS, 0.50; not
+# told apart here.) F16/BF16 prompt matmuls go to cuBLAS (mmf.cu ggml_cuda_should_use_mmf: none past 16 columns),
+# which issues wgmma, and keep the listed peak.
+HOPPER_MMA_SYNC_SHARE = 0.67
+_HOPPER_WHY = (
+    "llama.cpp's CUDA kernels issue the warp-level mma.sync, never Hopper's wgmma, and mma.sync ran at "
+    f"{HOPPER_MMA_SYNC_SHARE:.2f} of the listed peak in an H100 microbenchmark (FP16 and INT8)"
+)
+
+
+def flash_attention_peak(card: Card, backend: str, prefill: bool, flash: bool) -> MatmulPeak:
+    """A card's peak for a pass's attention, as a multiple of its listed peak: on Hopper, llama.cpp's CUDA flash
+    attention for prompts runs mma.sync (HOPPER_MMA_SYNC_SHARE); its decode kernel (fattn-vec, one query) uses no
+    matrix instructions and its attention without -fa goes to cuBLAS, so both keep the listed peak."""
+    if backend == "cuda" and card.hopper and prefill and flash:
+        return MatmulPeak(HOPPER_MMA_SYNC_SHARE, _HOPPER_WHY)
+    return MatmulPeak()
+
+
 def matmul_peak(card: Card, backend: str, fmt: str) -> MatmulPeak:
-    """The listed peak, except BF16 on Vulkan on AMD's RDNA3/3.5 (VULKAN_BF16_SCALAR_SHARE), quantised weights
+    """llama.cpp's matmul peak on a card: the listed one, except quantised weights on CUDA on Hopper
+    (HOPPER_MMA_SYNC_SHARE), BF16 on Vulkan on AMD's RDNA3/3.5 (VULKAN_BF16_SCALAR_SHARE), quantised weights
     on CUDA on a card timed by its FP32 peak (DP4A_PER_FP32: ggml-cuda runs them as dp4a MMQ at every batch size
     where fp16_mma_hardware_available is false, mmq.cu ggml_cuda_should_use_mmq), and legacy quants on Vulkan on a
     card without a cooperative-matrix path whose vector FP32 peak is listed: DP4A_PER_FP32 times that (ggml-vulkan's
@@ -137,6 +163,8 @@ def matmul_peak(card: Card, backend: str, fmt: str) -> MatmulPeak:
             "llama.cpp's CUDA backend multiplies quantised weights with dp4a int8 dot products on this card (no "
             "tensor cores): 4 multiply-adds per FP32 lane and clock",
         )
+    if backend == "cuda" and card.hopper and format_family(fmt) != "float":  # int8 MMQ on mma.sync
+        return MatmulPeak(HOPPER_MMA_SYNC_SHARE, _HOPPER_WHY)
     if (
         backend == "vulkan" and card_class(card, backend) == "no-coopmat" and format_family(fmt) == "legacy"
         and card.fp32_tflops and card.dense_tflops

@@ -27,6 +27,7 @@ from core.speed.groups import (
     card_class,
     default_backend,
     error_bar,
+    flash_attention_peak,
     format_family,
     matmul_peak,
 )
@@ -107,6 +108,7 @@ class DevicePart:
     peak_note: str = ""  # why the matmuls' peak differs from the card's listed one (core.speed.groups.MatmulPeak)
     family_note: str = ""  # on a CPU: the weight format's kernel factor, and the ISA it was fitted for
     cache_note: str = ""  # on a CPU: where the cache stream's rate comes from (this host's calibration, its ISA's fit)
+    attention_note: str = ""  # why the attention's peak is below the card's listed one (groups.flash_attention_peak)
 
     @property
     def bytes(self) -> float:
@@ -353,12 +355,12 @@ def _part(
         # FP8 checkpoints run their matmuls on FP8 tensor cores where the card has them (vLLM's W8A8 path)
         fp8 = setup.weights in FP8_FORMATS and card.fp8_tflops and isinstance(setup.engine, VllmEngine)
         attention_peak = dense_tflops * 1e3 * share
-        limit = matmul_peak(card, backend_of(setup, hw), fmt)
+        limit, attention_limit = kernel_peaks(setup, hw, fmt, prefill)
         peak = (card.fp8_tflops * 1e3 * share if fp8 else attention_peak) * limit.scale
     else:
         bw = hw.ram_gb_s
         peak = attention_peak = float(hw.threads)  # CPU figures are GFLOP/s per thread
-        limit = MatmulPeak()
+        limit = attention_limit = MatmulPeak()
     family = format_family(fmt)
     measured = hw.calibration.rate(fmt, prefill, hw.threads) if hw.calibration and device == "cpu" else None
     family_note = ""
@@ -390,14 +392,24 @@ def _part(
     )
     if not flash_attn(setup):
         attn_rate *= eff.flash_off
+    attn_rate *= attention_limit.scale
     rate = bw * 1e9 * eff.bandwidth
     return DevicePart(
         device, len(layers), weight_bytes, cache_bytes, matmul, attention, bw, peak, attention_peak,
         (weight_bytes - expert_bytes) / rate + expert_bytes / (rate * eff.expert_bandwidth),
         (matmul - experts) / (mm_rate * 1e9) + experts / (expert_rate * 1e9),
         cache_bytes / (stream * 1e9) if stream else cache_bytes / rate, attention / (attn_rate * 1e9), eff, experts,
-        expert_bytes, stream, limit.why, family_note, cache_note,
+        expert_bytes, stream, limit.why, family_note, cache_note, attention_limit.why,
     )  # fmt: skip
+
+
+def kernel_peaks(setup: Setup, hw: Hardware, fmt: str, prefill: bool) -> tuple[MatmulPeak, MatmulPeak]:
+    """The matmuls' and the attention's peaks as shares of the card's listed one where llama.cpp's own kernels
+    cannot reach it (groups.matmul_peak, groups.flash_attention_peak); other engines run the vendor's libraries."""
+    if not isinstance(setup.engine, LlamaCppEngine):
+        return MatmulPeak(), MatmulPeak()
+    backend = backend_of(setup, hw)
+    return matmul_peak(setup.card, backend, fmt), flash_attention_peak(setup.card, backend, prefill, flash_attn(setup))
 
 
 def attention_head_dim(setup: Setup) -> int:

@@ -129,6 +129,7 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
                 else ""
             )
             + (f"; the matmul rate has the {p.family_note}" if p.family_note else "")
+            + (f"; the attention's peak is below the card's listed one: {p.attention_note}" if p.attention_note else "")
         )
     return out
 
