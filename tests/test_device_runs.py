@@ -38,3 +38,26 @@ def test_the_gpu_fit_holds_every_device_row_out():
     device = [r for r in rows if r.raw["source_id"].startswith(fit_corpus.DEVICE_SOURCE)]
     assert len(device) == sum(r["backend"] == "cuda" for r in ROWS) == 14
     assert all(r.held_out for r in device)
+
+
+def test_the_gguf_writer_needs_no_llama_cpp_binding_and_writes_the_shapes_asked(tmp_path):
+    """The device run and the calibration write their random-weight model with core/speed/gguf_random.py, which
+    imports gguf-py alone: the lent machine has no llama-cpp-python. Read back with gguf-py's own reader."""
+    import subprocess
+    import sys
+
+    import gguf
+
+    probe = "import sys, core.speed.gguf_random; assert 'llama_cpp' not in sys.modules"
+    subprocess.run([sys.executable, "-c", probe], cwd=ROOT, check=True)
+    from core.speed.gguf_random import write_f16
+
+    path = tmp_path / "tiny.gguf"
+    write_f16(path, {"hidden": 64, "ffn": 96, "layers": 2, "heads": 4, "kv_heads": 2, "vocab": 50})
+    reader = gguf.GGUFReader(path)
+    shapes = {t.name: tuple(int(n) for n in t.shape) for t in reader.tensors}  # ggml's ne order: (in, out)
+    assert shapes["blk.1.attn_k.weight"] == (64, 32)  # 2 KV heads × 16 wide: grouped-query attention
+    assert shapes["blk.0.ffn_down.weight"] == (96, 64) and shapes["output.weight"] == (64, 50)
+    assert len(shapes) == 2 + 2 * 9 + 1  # embeddings, output norm and head; 9 tensors per layer
+    kv = reader.fields["llama.attention.head_count_kv"]
+    assert int(kv.parts[kv.data[0]][0]) == 2

@@ -8,18 +8,16 @@ kvscope's speed constants were never fitted on, so every row is a held-out check
 The machine has CUDA's compiler but no llama-cpp-python: llama.cpp (the commit llama-cpp-python 0.3.36 vendors,
 0c1e57098, copied to an ignored folder that travels) is built there for the card alone, and llama-bench times
 GGUFs whose weights are random (speed does not depend on their values; MoE routing would, so no MoE here). The GGUF
-writer is the calibration's (core/speed/calibrate_llamacpp.py write_f16), loaded without its Python binding, which
-only its timing needs. The rows follow measurements/speed/corpus/README.md's schema, with this script as their
-source; they live in measurements/speed/llamacpp_device.jsonl, beside the published corpus, and the GPU fit
-(tests/bench/fit_corpus.py) reads every row whose source_id starts with SOURCE_ID_PREFIX as held out, never fitted.
+writer is the calibration's (core/speed/gguf_random.py, gguf-py alone: no llama.cpp binding). The rows follow
+measurements/speed/corpus/README.md's schema, with this script as their source; they live in
+measurements/speed/llamacpp_device.jsonl, beside the published corpus, and the GPU fit (tests/bench/fit_corpus.py)
+reads every row whose source_id starts with SOURCE_ID_PREFIX as held out, never fitted.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
-import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,12 +42,10 @@ def host(out: Path) -> None:
 
 
 def gguf(folder: Path) -> None:
-    sys.modules.setdefault("llama_cpp", types.ModuleType("llama_cpp"))  # the binding only times; writing needs none
-    spec = importlib.util.spec_from_file_location("calibrate_llamacpp", ROOT / "core/speed/calibrate_llamacpp.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from core.speed.gguf_random import write_f16
+
     folder.mkdir(parents=True, exist_ok=True)
-    module.write_f16(folder / "llama2-7b-f16.gguf", LLAMA2_7B)
+    write_f16(folder / "llama2-7b-f16.gguf", LLAMA2_7B)
 
 
 def rows(out: Path) -> list[dict]:
