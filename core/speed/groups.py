@@ -140,8 +140,10 @@ _HOPPER_WHY = (
 
 def flash_attention_peak(card: Card, backend: str, prefill: bool, flash: bool) -> MatmulPeak:
     """A card's peak for a pass's attention, as a multiple of its listed peak: on Hopper, llama.cpp's CUDA flash
-    attention for prompts runs mma.sync (HOPPER_MMA_SYNC_SHARE); its decode kernel (fattn-vec, one query) uses no
-    matrix instructions and its attention without -fa goes to cuBLAS, so both keep the listed peak."""
+    attention for prompts runs mma.sync (HOPPER_MMA_SYNC_SHARE). Decode keeps the listed peak: one query mostly
+    takes the vector kernel (fattn.cu ggml_cuda_get_best_fattn_kernel: fattn-vec from Ada on, but the mma kernel
+    for more than 4 query heads per KV head at 256-wide heads or 8,192 keys), and a decode step's attention is
+    bound by the cache's bytes, not by the matrix rate. Without -fa the attention's matmuls go to cuBLAS (wgmma)."""
     if backend == "cuda" and card.hopper and prefill and flash:
         return MatmulPeak(HOPPER_MMA_SYNC_SHARE, _HOPPER_WHY)
     return MatmulPeak()
