@@ -5,10 +5,15 @@ the GPU fit never sees them: each is a held-out check of a card and a CPU nothin
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
+
+import gguf
 
 from core.memory.gpus import card_named
 from core.model.params import count_params
+from core.speed.gguf_random import write_f16
 from tests.bench import device_llamacpp, fit_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,14 +48,8 @@ def test_the_gpu_fit_holds_every_device_row_out():
 def test_the_gguf_writer_needs_no_llama_cpp_binding_and_writes_the_shapes_asked(tmp_path):
     """The device run and the calibration write their random-weight model with core/speed/gguf_random.py, which
     imports gguf-py alone: the lent machine has no llama-cpp-python. Read back with gguf-py's own reader."""
-    import subprocess
-    import sys
-
-    import gguf
-
-    probe = "import sys, core.speed.gguf_random; assert 'llama_cpp' not in sys.modules"
+    probe = "import sys, core.speed.gguf_random; assert 'llama_cpp' not in sys.modules"  # in a fresh interpreter
     subprocess.run([sys.executable, "-c", probe], cwd=ROOT, check=True)
-    from core.speed.gguf_random import write_f16
 
     path = tmp_path / "tiny.gguf"
     write_f16(path, {"hidden": 64, "ffn": 96, "layers": 2, "heads": 4, "kv_heads": 2, "vocab": 50})
