@@ -191,6 +191,28 @@ def matmul_peak(card: Card, backend: str, fmt: str) -> MatmulPeak:
     )
 
 
+# ggml-vulkan's mul_mat_id takes its mat-vec shaders only for F32, F16 and quantised experts at up to 8 tokens a pass
+# (ggml_vk_use_mul_mat_vec_id @ 0c1e570; BF16 is not among ggml's quantised types): BF16 experts at any batch, and
+# any experts past 8 tokens, run the tiled matmul shader, one tile per expert holding the tokens routed to it. The
+# dense mul_mat takes the mat-vec shaders for BF16 too.
+VULKAN_MMV_ID_MAX_TOKENS = 8
+
+
+def tiled_experts(backend: str, fmt: str, tokens: int) -> str:
+    """Why llama.cpp multiplies a decode step's routed experts with its tiled matmul (a GEMM of the tokens routed to
+    each expert) rather than a mat-vec kernel, or "" where it takes the mat-vec one."""
+    if backend != "vulkan":
+        return ""
+    if fmt.removeprefix("gguf_") == "bf16":
+        return "llama.cpp's Vulkan backend has no mat-vec path for BF16 experts (ggml_vk_use_mul_mat_vec_id)"
+    if tokens > VULKAN_MMV_ID_MAX_TOKENS:
+        return (
+            f"llama.cpp's Vulkan backend takes its mat-vec path for experts only up to {VULKAN_MMV_ID_MAX_TOKENS} "
+            "tokens a pass (ggml_vk_use_mul_mat_vec_id)"
+        )
+    return ""
+
+
 def format_family(fmt: str) -> str:
     """The kernel family of a weight format name (llama.cpp type or ftype name, or a checkpoint format)."""
     key = fmt.strip().lower().replace("-", "_").removeprefix("gguf_")

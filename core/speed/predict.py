@@ -30,6 +30,7 @@ from core.speed.groups import (
     flash_attention_peak,
     format_family,
     matmul_peak,
+    tiled_experts,
 )
 from core.speed.ram import ISA_NAMES
 from core.speed.work import PassWork, Weights, decode_work, prefill_work
@@ -109,6 +110,7 @@ class DevicePart:
     family_note: str = ""  # on a CPU: the weight format's kernel factor, and the ISA it was fitted for
     cache_note: str = ""  # on a CPU: where the cache stream's rate comes from (this host's calibration, its ISA's fit)
     attention_note: str = ""  # why the attention's peak is below the card's listed one (groups.flash_attention_peak)
+    expert_note: str = ""  # why a decode step's routed experts run as a GEMM (groups.tiled_experts)
 
     @property
     def bytes(self) -> float:
@@ -356,11 +358,13 @@ def _part(
         fp8 = setup.weights in FP8_FORMATS and card.fp8_tflops and isinstance(setup.engine, VllmEngine)
         attention_peak = dense_tflops * 1e3 * share
         limit, attention_limit = kernel_peaks(setup, hw, fmt, prefill)
+        tiled = "" if prefill else expert_kernel(setup, hw, fmt, pass_tokens)
         peak = (card.fp8_tflops * 1e3 * share if fp8 else attention_peak) * limit.scale
     else:
         bw = hw.ram_gb_s
         peak = attention_peak = float(hw.threads)  # CPU figures are GFLOP/s per thread
         limit = attention_limit = MatmulPeak()
+        tiled = ""
     family = format_family(fmt)
     measured = hw.calibration.rate(fmt, prefill, hw.threads) if hw.calibration and device == "cpu" else None
     family_note = ""
@@ -375,7 +379,10 @@ def _part(
         # a prefill pass's GEMMs fill with its tokens; each routed expert's only with the tokens routed to it
         # (tokens × top-k ÷ experts: llama.cpp's mul_mat_id groups the batch by expert)
         mm_rate = base * fill(eff, pass_tokens) if prefill else base
-        expert_rate = base * fill(eff, max(1, pass_tokens * top_k // n_experts)) if prefill else base
+        routed = max(1, pass_tokens * top_k // n_experts)
+        expert_rate = base * fill(eff, routed) if prefill else base
+        if tiled and experts:  # a decode step's experts through the prompt's tiled matmul, as a prefill times it
+            expert_rate = peak * eff.prefill_compute * eff.family_factor(family, True, "") * fill(eff, routed)
     cal = hw.calibration if device == "cpu" else None
     head_dim = attention_head_dim(setup) if cal else 0  # what the calibrated rates are looked up by
     calibrated = cal.attention_rate(prefill, head_dim) if cal else None
@@ -399,7 +406,7 @@ def _part(
         (weight_bytes - expert_bytes) / rate + expert_bytes / (rate * eff.expert_bandwidth),
         (matmul - experts) / (mm_rate * 1e9) + experts / (expert_rate * 1e9),
         cache_bytes / (stream * 1e9) if stream else cache_bytes / rate, attention / (attn_rate * 1e9), eff, experts,
-        expert_bytes, stream, limit.why, family_note, cache_note, attention_limit.why,
+        expert_bytes, stream, limit.why, family_note, cache_note, attention_limit.why, tiled if experts else "",
     )  # fmt: skip
 
 
@@ -410,6 +417,13 @@ def kernel_peaks(setup: Setup, hw: Hardware, fmt: str, prefill: bool) -> tuple[M
         return MatmulPeak(), MatmulPeak()
     backend = backend_of(setup, hw)
     return matmul_peak(setup.card, backend, fmt), flash_attention_peak(setup.card, backend, prefill, flash_attn(setup))
+
+
+def expert_kernel(setup: Setup, hw: Hardware, fmt: str, tokens: int) -> str:
+    """Why llama.cpp runs a decode step's routed experts through its tiled matmul (groups.tiled_experts), or ""."""
+    if not isinstance(setup.engine, LlamaCppEngine):
+        return ""
+    return tiled_experts(backend_of(setup, hw), fmt, tokens)
 
 
 def attention_head_dim(setup: Setup) -> int:

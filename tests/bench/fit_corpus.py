@@ -279,18 +279,22 @@ class Terms:
     expert_weights: float = 0.0  # the routed experts' share of `weights` (unit seconds)
     weight: float = 1.0  # the row's share of the loss (pooled over backends: 1 ÷ its backend's rows)
     recurrent: int = 0  # layers updating their state by a chain of kernels (core.speed.predict.chained_layers)
+    tiled: bool = False  # a decode step's routed experts run the tiled matmul (core.speed.groups.tiled_experts)
 
     def tok_s(self, p: dict) -> float:
         pre = "prefill" if self.prefill else "decode"
         rate = p[f"{pre}_compute"] * p.get(f"{self.family}:{pre}", 1.0)
         dense, experts = self.matmul - self.experts, self.experts
+        expert_rate = rate
+        half = p["prefill_half_tokens"]
         if self.prefill:  # core.speed.predict.fill: n ÷ (n + half) per pass, per expert for routed experts
-            half = p["prefill_half_tokens"]
             dense *= (self.pass_tokens + half) / self.pass_tokens
+        if self.prefill or self.tiled:
             experts *= (self.routed_tokens + half) / self.routed_tokens
+            expert_rate = p["prefill_compute"] * p.get(f"{self.family}:prefill", 1.0)
         attn = p[f"{pre}_attention"] * (1.0 if self.flash else p["flash_off"])
         read = (self.weights - self.expert_weights + self.expert_weights / p["expert_bandwidth"]) / p["bandwidth"]
-        t = max(read, (dense + experts) / rate)
+        t = max(read, dense / rate + experts / expert_rate)
         overhead = p["overhead_step_s"] + p["overhead_recurrent_s"] * self.recurrent
         overhead += p.get("old_overhead_s", 0.0) if self.old else 0.0
         t += max(self.cache / p["bandwidth"], self.attention / attn) + overhead * self.passes
@@ -308,7 +312,7 @@ def terms(row: Row) -> Terms:
         row.family, tokens, r["tok_s"], math.ceil(tokens / passes), reach(r),
         sum(p.expert_flops / (p.peak_gflops * 1e9) for p in t.parts), routed_tokens(row, math.ceil(tokens / passes)),
         old_run(r, row.klass), sum(p.expert_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts),
-        recurrent=chained_layers(row.setup),
+        recurrent=chained_layers(row.setup), tiled=any(p.expert_note for p in t.parts),
     )  # fmt: skip
 
 
