@@ -607,6 +607,9 @@ def test_a_vulkan_bf16_moe_decode_times_its_experts_as_the_prompts_gemm_and_says
     assert "routed experts" in part_lines(step("vulkan"), prefill=False)[0]
     assert "ggml_vk_use_mul_mat_vec_id" in vulkan.expert_note and not rocm.expert_note
     assert not step("vulkan", "q8_0").parts[0].expert_note  # quantised experts take the mat-vec shaders
+    q8 = Setup(load_model("Qwen/Qwen3-30B-A3B"), configured("llama.cpp"), card, weights="q8_0")
+    batched = [predict(q8, Hardware(50.0, 8, backend="vulkan"), 4096, batch=b).decode.parts[0] for b in (8, 9)]
+    assert not batched[0].expert_note and "up to 8 tokens" in batched[1].expert_note  # 9 sequences: the tiled shader
     dense_model = Setup(load_model(MODEL), configured("llama.cpp"), card, weights="gguf_bf16")
     assert not predict(dense_model, Hardware(50.0, 8, backend="vulkan"), 4096).decode.parts[0].expert_note
     monkeypatch.setattr(predict_module, "expert_kernel", lambda *a: "")
