@@ -21,7 +21,7 @@ from core.speed import Hardware, predict
 from core.speed.calibration import load as host_calibration
 from core.speed.groups import chosen_backend
 from core.speed.ram import ISA_NAMES, ram_gb_s
-from core.speed.report import speed_lines, speed_or_none
+from core.speed.report import error_note, speed_lines, speed_or_none
 from core.units import format_bytes, format_tokens
 from ui.arrow import arrow_table
 from ui.figures import figure_row
@@ -196,9 +196,7 @@ else:
 st.caption(
     "Per GPU. Binary units: 1 GiB = 2³⁰ bytes. Requests = how many of that length fit at once. Decode tok/s: "
     "one sequence; aggregate: as many sequences as fit, together (a roofline with fitted or assumed engine "
-    "efficiencies, see below)."
-    + (f" No speed: {no_speed}" if no_speed else "")
-    + (f" Decode error bar: {speed_rows[0]['decode_error']}." if speed_rows else "")
+    "efficiencies, see below)." + (f" No speed: {no_speed}" if no_speed else "") + error_note(speed_rows or [])
 )
 
 

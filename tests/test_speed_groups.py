@@ -642,6 +642,54 @@ def test_the_tiled_expert_rule_brings_the_published_vulkan_bf16_moe_decodes_clos
     assert max(ruled) < 2.35 < min(before)
 
 
+STRIX = "AMD Ryzen AI Max+ 395 (Strix Halo, Radeon 8060S) 128GB"
+
+
+def test_a_decode_on_the_tiled_expert_path_carries_that_paths_own_error(capsys):
+    """The Strix Halo's Vulkan group reads ±13 % typical over its 25 held-out decodes, but the five of them whose
+    experts took the tiled matmul read 1.7-2.3x fast: a figure on that path says so, not the group's bar; a figure
+    off it keeps the group's, and a group with no run on the path says "not checked"."""
+    from tests.bench.fit_corpus import load_rows, path_errors, path_of, ratios
+
+    held = ratios([r for r in load_rows()[0] if r.held_out])
+    on_path = [x for r, x in held if path_of(r)]
+    entries = path_errors(held)
+    assert [(e["kind"], e["backend"], e["card_class"], e["rows"]) for e in entries] == [("decode", "vulkan", "apu", 5)]
+    assert math.isclose(entries[0]["ratio"], statistics.median(on_path)) and entries[0]["ratio"] > 1.5
+    written = [e for e in fitted()["errors"] if e.get("path") == "tiled-experts"]
+    assert [(e["rows"], round(e["ratio"], 6)) for e in written] == [(5, round(entries[0]["ratio"], 6))]
+
+    def bars(weights: str, card: str = STRIX, batch: int = 1):
+        setup = Setup(load_model("Qwen/Qwen3-30B-A3B"), configured("llama.cpp"), card_named(card), weights=weights)
+        s = predict(setup, Hardware(50.0, 8, backend="vulkan"), 4096, batch=batch)
+        return s.decode_error, s.prefill_error
+
+    decode, prefill = bars("gguf_bf16")
+    assert decode.rows == 5 and "tiled matmul" in decode.label and f"{entries[0]['ratio']:.2f}×" in decode.label
+    assert "tiled" not in prefill.label and prefill.rows > 5
+    group, _ = bars("q8_0")
+    assert "tiled" not in group.label and group.rows > 5 and group.median < decode.median
+    unchecked, _ = bars("q8_0", "Radeon RX 7900 XTX 24GB", batch=9)
+    assert not unchecked.checked and "tiled matmul" in unchecked.label
+    # the command line gives each batch's bar where they differ
+    assert main(["speed", "Qwen/Qwen3-30B-A3B", "--gpu", STRIX, "--engine", "llama.cpp", "--weights", "Q8_0",
+                 "--backend", "vulkan", "--context", "4k", "--batch", "1", "--batch", "9"]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    assert "decode error bar (batch 1): ±" in text and "decode error bar (batch 9): ±" in text
+    assert text.count("prefill error bar: ") == 1
+
+
+def test_the_tables_caption_gives_the_aggregates_own_error_bar():
+    from core.speed.report import error_note
+
+    row = {"decode_error": "±13 % a", "aggregate_error": "±13 % a", "aggregate_batch": 4}
+    assert error_note([row]) == " Decode error bar: ±13 % a."
+    tiled = row | {"aggregate_error": "not checked: b", "aggregate_batch": 12}
+    assert error_note([row, tiled]) == " Decode error bar: ±13 % a. Aggregate error bar: not checked: b."
+    assert error_note([row | {"aggregate_error": "x", "aggregate_batch": 1}]) == " Decode error bar: ±13 % a."
+    assert error_note([]) == ""
+
+
 # -- calibration -------------------------------------------------------------------------------------------------------
 
 

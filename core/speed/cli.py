@@ -174,9 +174,14 @@ def print_speed(out: dict) -> None:
             f"{format_bytes(r['bytes_per_step']):>11} "
             f"{r['bound']:>8}{flag}"
         )
-    if out["rows"]:
-        for kind in ("decode", "prefill"):
-            print(f"{kind} error bar: {out['rows'][0][kind + '_error']['label']}")
+    for kind in ("decode", "prefill"):
+        # one line per distinct bar: a decode of many sequences may take a kernel path with its own (groups.PATHS)
+        batches: dict[str, list[int]] = {}
+        for r in out["rows"]:
+            batches.setdefault(r[kind + "_error"]["label"], []).append(r["batch"])
+        for label, at in batches.items():
+            where = f" (batch {', '.join(map(str, sorted(set(at))))})" if len(batches) > 1 else ""
+            print(f"{kind} error bar{where}: {label}")
 
 
 def add_calibrate_parser(sub: argparse._SubParsersAction) -> None:

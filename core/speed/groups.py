@@ -196,6 +196,7 @@ def matmul_peak(card: Card, backend: str, fmt: str) -> MatmulPeak:
 # any experts past 8 tokens, run the tiled matmul shader, one tile per expert holding the tokens routed to it. The
 # dense mul_mat takes the mat-vec shaders for BF16 too.
 VULKAN_MMV_ID_MAX_TOKENS = 8
+TILED_EXPERTS = "tiled-experts"  # the kernel path's name in fitted.json's errors (error_bar)
 
 
 def tiled_experts(backend: str, fmt: str, tokens: int) -> str:
@@ -307,14 +308,32 @@ def error_stats(ratios: list[float]) -> tuple[float, float, float]:
     return statistics.median(errors), sum(e <= ERROR_BAND for e in errors) / len(errors), statistics.median(ratios)
 
 
-def error_bar(engine: str, backend: str, klass: str, kind: str, calibrated: str = "", chained: int = 0) -> ErrorBar:
+# kernel paths whose held-out runs fitted.json keeps apart from their group's (fit_corpus.path_of): a figure on one
+# carries that path's own error, not the group's
+PATHS = {TILED_EXPERTS: "whose routed experts take Vulkan's tiled matmul"}
+
+
+def error_bar(
+    engine: str, backend: str, klass: str, kind: str, calibrated: str = "", chained: int = 0, path: str = ""
+) -> ErrorBar:
     """The group's held-out error from fitted.json; for an engine without a fit, its error on the published figures
     of the group (measurements/speed/published_speed.jsonl); else an unchecked ErrorBar. `chained`: the model's
     layers with a chained state update (core.speed.predict.chained_layers), whose overhead the error covers only
-    where the group's held-out runs include such a model (`chained_rows`)."""
+    where the group's held-out runs include such a model (`chained_rows`). `path`: a kernel path of PATHS the
+    figure takes: the error of the group's held-out runs on that path, or "not checked" where none took it."""
     label = group_label(engine, backend, klass)
+    if path:
+        for e in fitted().get("errors", ()):
+            if (e["engine"], e["backend"], e["card_class"], e["kind"], e.get("path")) == (
+                engine, backend, klass, kind, path
+            ) and e["rows"]:  # fmt: skip
+                said = f"on them kvscope's figure was {e['ratio']:.2f}× the measured one (median)"
+                return ErrorBar(kind, f"{label} {PATHS[path]}", e["rows"], e["median"], e["within"], e["ratio"],
+                                calibrated, caveat=said)  # fmt: skip
+        return ErrorBar(kind, f"{label} {PATHS[path]}", calibrated=calibrated)
     for e in fitted().get("errors", ()):
-        if (e["engine"], e["backend"], e["card_class"], e["kind"]) == (engine, backend, klass, kind) and e["rows"]:
+        if (e["engine"], e["backend"], e["card_class"], e["kind"]) == (engine, backend, klass, kind) and e["rows"] \
+                and not e.get("path"):  # fmt: skip
             caveat = (
                 f"no Gated DeltaNet model among them: its {chained} DeltaNet layers' overhead is not checked here"
                 if chained and not e.get("chained_rows") else ""

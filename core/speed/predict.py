@@ -22,6 +22,7 @@ from core.model.params import count_params
 from core.speed.calibration import Calibration
 from core.speed.efficiency import Efficiency, efficiency_for
 from core.speed.groups import (
+    TILED_EXPERTS,
     ErrorBar,
     MatmulPeak,
     card_class,
@@ -464,14 +465,16 @@ def driver(setup: Setup, hw: Hardware) -> str:
     return "gpu" if where.layers or where.output else "cpu"
 
 
-def error_bars(setup: Setup, hw: Hardware) -> tuple[ErrorBar, ErrorBar]:
-    """The held-out error of the group this setup falls in, for decode and for prefill."""
+def error_bars(setup: Setup, hw: Hardware, decode: Timing | None = None) -> tuple[ErrorBar, ErrorBar]:
+    """The held-out error of the group this setup falls in, for decode and for prefill; a decode step (`decode`)
+    whose routed experts take Vulkan's tiled matmul carries that path's own error (groups.error_bar)."""
     device = driver(setup, hw)
     backend, klass = group(setup, hw, device)
     cal = hw.calibration.label if hw.calibration and device == "cpu" else ""
     engine, chained = setup.engine.name, chained_layers(setup)
+    path = TILED_EXPERTS if decode and any(p.expert_note for p in decode.parts) else ""
     return (
-        error_bar(engine, backend, klass, "decode", cal, chained),
+        error_bar(engine, backend, klass, "decode", cal, chained, path),
         error_bar(engine, backend, klass, "prefill", cal, chained),
     )
 
@@ -548,5 +551,5 @@ def predict(
     work = decode_work(setup.model, setup.engine, weights, context, batch, setup.kv_dtype)
     decode = _timing(work, setup, hw, False, table)
     prefill, chunk = prefill_timing(setup, hw, context, table, weights)
-    dec_err, pre_err = error_bars(setup, hw)
+    dec_err, pre_err = error_bars(setup, hw, decode)
     return Speed(context, batch, decode, prefill, chunk, decode_error=dec_err, prefill_error=pre_err)

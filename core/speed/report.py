@@ -31,10 +31,21 @@ def table_speeds(fit: Fit, hw: Hardware) -> list[dict]:
                 "ttft_s": one.ttft_s,
                 "bound": one.bound,
                 "decode_error": error_label(one.decode_error),
+                "aggregate_error": error_label(many.decode_error),  # its own where many sequences take another kernel
                 "prefill_error": error_label(one.prefill_error),
             }
         )
     return out
+
+
+def error_note(rows: list[dict]) -> str:
+    """The table's decode error bar (its first row's), and the aggregate's where many sequences at once take a kernel
+    path with an error of its own (groups.PATHS: e.g. Vulkan's tiled matmul for experts past 8 tokens)."""
+    if not rows:
+        return ""
+    decode = rows[0]["decode_error"]
+    others = sorted({r["aggregate_error"] for r in rows if r["aggregate_batch"] > 1} - {decode})
+    return f" Decode error bar: {decode}." + "".join(f" Aggregate error bar: {o}." for o in others)
 
 
 def error_label(e: ErrorBar | None) -> str:

@@ -46,7 +46,7 @@ from core.memory.weightfiles import WeightFile
 from core.model.loading import load_model
 from core.speed import efficiency as eff_module
 from core.speed.efficiency import FITTED, Efficiency, efficiency_for
-from core.speed.groups import FAMILIES, card_class, error_stats, format_family, group_label
+from core.speed.groups import FAMILIES, PATHS, TILED_EXPERTS, card_class, error_stats, format_family, group_label
 from core.speed.predict import Hardware, Timing, chained_layers, predict, setup_weights
 from tests.bench.device_llamacpp import SOURCE_ID_PREFIX as DEVICE_SOURCE
 from tests.bench.speed_fit import descend as coordinate_descent
@@ -509,6 +509,28 @@ def error_groups(results: list[tuple[Row, float]]) -> dict[tuple[str, ...], Stat
     return {k: stat(v, chained[k]) for k, v in sorted(buckets.items())}
 
 
+def path_of(row: Row) -> str:
+    """The kernel path of core.speed.groups.PATHS a row's figure takes, or "": a decode whose routed experts run
+    Vulkan's tiled matmul (core.speed.groups.tiled_experts)."""
+    if row.kind != "decode":
+        return ""
+    timing, _ = _timing(row, None)
+    return TILED_EXPERTS if any(p.expert_note for p in timing.parts) else ""
+
+
+def path_errors(results: list[tuple[Row, float]]) -> list[dict]:
+    """fitted.json's error entries of the rows on a kernel path, per kind and group: a figure on that path carries
+    its path's error (core.speed.groups.error_bar); the group's own entry keeps every row."""
+    buckets: dict[tuple[str, ...], list[float]] = defaultdict(list)
+    for r, x in results:
+        if path := path_of(r):
+            buckets[(r.kind, *r.group, path)].append(x)
+    return [
+        {"kind": k, "engine": e, "backend": b, "card_class": c, "path": p} | asdict(stat(v))
+        for (k, e, b, c, p), v in sorted(buckets.items())
+    ]
+
+
 def table(stats: dict[tuple[str, ...], Stat], title: str) -> str:
     lines = [title, f"{'kind':<8} {'group':<58} {'rows':>5} {'median |err|':>12} {'±20 %':>6} {'ratio':>6}"]
     for (kind, engine, backend, klass), s in stats.items():
@@ -546,12 +568,17 @@ def main() -> None:
     held = ratios([r for r in rows if r.held_out])
     stats = error_groups(held)
     print(table(stats, "held-out error (predicted ÷ measured through core.speed.predict)"))
+    paths = path_errors(held)
+    for e in paths:
+        name = f"{group_label(e['engine'], e['backend'], e['card_class'])} {PATHS[e['path']]}"
+        print(f"  of which {e['kind']} of {name}: {e['rows']} rows, median |err| {e['median']:.1%}, "
+              f"ratio {e['ratio']:.2f}")  # fmt: skip
     if "--check" not in sys.argv:
         data = json.loads(FITTED.read_text())
         data["errors"] = [
             {"kind": k, "engine": e, "backend": b, "card_class": c} | asdict(s)
             for (k, e, b, c), s in stats.items() if e != "*" and c != "*"
-        ] + data["errors"]  # the CPU's last, as fit_cpu.py writes them: either script leaves the same file  # fmt: skip
+        ] + paths + data["errors"]  # the CPU's last, as fit_cpu.py writes them  # fmt: skip
         FITTED.write_text(json.dumps(data, indent=1) + "\n")
 
 
