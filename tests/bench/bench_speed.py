@@ -155,8 +155,10 @@ def corpus() -> None:
     held = [r for r in rows if r.held_out]
     print(f"{len(rows)} usable rows, {len(held)} held out; {sum(skipped.values())} skipped (no model_id, a card "
           "without bandwidth and peak, MLX, CPU rows without a RAM figure, SUSPECT)")  # fmt: skip
-    stats = fit_corpus.error_groups(fit_corpus.ratios(held))
+    results = fit_corpus.ratios(held)
+    stats = fit_corpus.error_groups(results)
     print(fit_corpus.table(stats, "held-out error (predicted ÷ measured; core.speed.predict, core/speed/fitted.json)"))
+    print(fit_corpus.path_table(fit_corpus.path_errors(results)))  # kernel paths' own rows, inside their groups
     for e in fitted()["errors"]:
         if e["backend"] == "cpu":  # tests/bench/fit_cpu.py: each CPU predicted from a fit on the others
             print(f"{e['kind']:<8} {'llama.cpp on a CPU it was not fitted on':<58} {e['rows']:>5} {e['median']:>12.1%} "

@@ -531,6 +531,15 @@ def path_errors(results: list[tuple[Row, float]]) -> list[dict]:
     ]
 
 
+def path_table(entries: list[dict]) -> str:
+    """path_errors' entries, one line each, as they sit inside their groups' rows of `table`."""
+    return "\n".join(
+        f"  of which {e['kind']} of {group_label(e['engine'], e['backend'], e['card_class'])} {PATHS[e['path']]}: "
+        f"{e['rows']} rows, median |err| {e['median']:.1%}, ratio {e['ratio']:.2f}"
+        for e in entries
+    )
+
+
 def table(stats: dict[tuple[str, ...], Stat], title: str) -> str:
     lines = [title, f"{'kind':<8} {'group':<58} {'rows':>5} {'median |err|':>12} {'±20 %':>6} {'ratio':>6}"]
     for (kind, engine, backend, klass), s in stats.items():
@@ -569,10 +578,7 @@ def main() -> None:
     stats = error_groups(held)
     print(table(stats, "held-out error (predicted ÷ measured through core.speed.predict)"))
     paths = path_errors(held)
-    for e in paths:
-        name = f"{group_label(e['engine'], e['backend'], e['card_class'])} {PATHS[e['path']]}"
-        print(f"  of which {e['kind']} of {name}: {e['rows']} rows, median |err| {e['median']:.1%}, "
-              f"ratio {e['ratio']:.2f}")  # fmt: skip
+    print(path_table(paths))
     if "--check" not in sys.argv:
         data = json.loads(FITTED.read_text())
         data["errors"] = [
