@@ -321,25 +321,22 @@ def error_bar(
     layers with a chained state update (core.speed.predict.chained_layers), whose overhead the error covers only
     where the group's held-out runs include such a model (`chained_rows`). `path`: a kernel path of PATHS the
     figure takes: the error of the group's held-out runs on that path, or "not checked" where none took it."""
-    label = group_label(engine, backend, klass)
-    if path:
-        for e in fitted().get("errors", ()):
-            if (e["engine"], e["backend"], e["card_class"], e["kind"], e.get("path")) == (
-                engine, backend, klass, kind, path
-            ) and e["rows"]:  # fmt: skip
-                said = f"on them kvscope's figure was {e['ratio']:.2f}× the measured one (median)"
-                return ErrorBar(kind, f"{label} {PATHS[path]}", e["rows"], e["median"], e["within"], e["ratio"],
-                                calibrated, caveat=said)  # fmt: skip
-        return ErrorBar(kind, f"{label} {PATHS[path]}", calibrated=calibrated)
+    label = group_label(engine, backend, klass) + (f" {PATHS[path]}" if path else "")
     for e in fitted().get("errors", ()):
-        if (e["engine"], e["backend"], e["card_class"], e["kind"]) == (engine, backend, klass, kind) and e["rows"] \
-                and not e.get("path"):  # fmt: skip
+        key = (e["engine"], e["backend"], e["card_class"], e["kind"], e.get("path", ""))
+        if key != (engine, backend, klass, kind, path) or not e["rows"]:
+            continue
+        if path:
+            caveat = f"on them kvscope's figure was {e['ratio']:.2f}× the measured one (median)"
+        else:
             caveat = (
                 f"no Gated DeltaNet model among them: its {chained} DeltaNet layers' overhead is not checked here"
                 if chained and not e.get("chained_rows") else ""
             )  # fmt: skip
-            return ErrorBar(kind, label, e["rows"], e["median"], e["within"], e["ratio"], calibrated, backend == "cpu",
-                            caveat)  # fmt: skip
+        return ErrorBar(kind, label, e["rows"], e["median"], e["within"], e["ratio"], calibrated, backend == "cpu",
+                        caveat)  # fmt: skip
+    if path:  # no held-out run of the group took it
+        return ErrorBar(kind, label, calibrated=calibrated)
     figures = [r for r in error_figures(engine, f"{kind}_tok_s") if _group_of(r["setup"]["gpu"]) == (backend, klass)]
     if figures:
         median, within, ratio = error_stats([1 + r["kvscope"]["error"] for r in figures])
