@@ -623,7 +623,6 @@ def test_the_tiled_expert_rule_brings_the_published_vulkan_bf16_moe_decodes_clos
     fast with the experts at the mat-vec rate; timed as the tiled matmul llama.cpp runs them through, every one is
     closer, though still too fast (1.7-2.3x when this was written: the one-token GEMM is slower than the prompt
     fill curve says). The fit's own formula (fit_corpus.Terms) gives the same figures as core.speed.predict."""
-    from tests.bench import fit_corpus
     from tests.bench.fit_corpus import load_rows, predicted_tok_s, start_params, terms
 
     rows = [r for r in load_rows()[0] if r.kind == "decode" and r.backend == "vulkan" and r.raw["weights"] == "BF16"]
@@ -637,7 +636,7 @@ def test_the_tiled_expert_rule_brings_the_published_vulkan_bf16_moe_decodes_clos
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(predict_module, "expert_kernel", lambda *a: "")
         before = [predicted_tok_s(r) / r.raw["tok_s"] for r in rows]
-        assert not any(fit_corpus.terms(r).tiled for r in rows)
+        assert not any(terms(r).tiled for r in rows)
     assert all(1 < x < y for x, y in zip(ruled, before, strict=True))
     assert max(ruled) < 2.35 < min(before)
 
