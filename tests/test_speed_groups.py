@@ -1036,6 +1036,46 @@ def test_runs_of_an_unnumbered_january_2024_source_count_as_old_builds():
     assert not old_run(_corpus_row("llamacpp-disc-15013-cuda", "A100 80GB PCIe", "decode", "Q4_0"))  # 5143fa8
 
 
+def _run(build: str | None, depth: int, tok_s: float, **other) -> dict:
+    test = {"source_id": "a-source", "card": "a card", "backend": "vulkan", "kind": "prefill", "model": "m"}
+    test |= {"weights": "Q8_0", "n_prompt": 2048, "n_gen": 0, "n_ubatch": 512, "flash_attn": True}
+    return test | {"build": build, "depth": depth, "tok_s": tok_s} | other
+
+
+def test_a_run_a_newer_build_beat_at_a_deeper_context_is_superseded():
+    """A deeper cache only adds work, so an older build slower than a newer one at a deeper context timed its own
+    slowness; the other way round, or across builds that cannot be ordered, nothing can be told."""
+    from tests.bench.fit_corpus import superseded
+
+    old, new = _run("b7423 (2aa45ef9)", 16384, 777.0), _run("b8577 (2405d59c)", 32768, 1760.0)
+    assert superseded([old, new]) == {0}
+    assert superseded([old, new | {"tok_s": 700.0}]) == set()  # deeper and slower: as it should be
+    assert superseded([old, new | {"build": "b7423 (2aa45ef9)"}]) == set()  # one build: no build to blame
+    assert superseded([old, new | {"depth": 16384}]) == set()  # not deeper
+    assert superseded([old | {"build": "b8e09f0"}, new]) == set()  # a commit hash alone has no order
+    for key, value in (("source_id", "b"), ("card", "b"), ("backend", "rocm"), ("n_ubatch", 2048), ("weights", "F16")):
+        assert superseded([old, new | {key: value}]) == set(), key  # another machine or test
+
+
+def test_the_corpus_runs_set_aside_as_superseded_each_have_their_newer_deeper_faster_twin():
+    from tests.bench.fit_corpus import SAME_TEST, build_number, corpus_lines, load_rows, superseded
+
+    lines = corpus_lines()
+    gone = superseded(lines)
+    assert gone, "kyuz0's b7423 column is slower than deeper runs of later builds"
+    for i in gone:
+        r = lines[i]
+        assert any(
+            all(s.get(k) == r.get(k) for k in SAME_TEST) and build_number(s.get("build")) > build_number(r["build"])
+            and s["depth"] > r["depth"] and s["tok_s"] > r["tok_s"] for s in lines if build_number(s.get("build"))
+        ), r  # fmt: skip
+    gemma = [lines[i] for i in gone if lines[i]["source_id"] == "kyuz0-strix-gemma-3-4b-it-q3_k_s"]
+    assert {(r["backend"], r["kind"], r["tok_s"]) for r in gemma} >= {("vulkan", "prefill", 776.82)}
+    rows, skipped = load_rows()
+    assert skipped["superseded: a newer build ran the same test deeper and faster"] == len(gone)
+    assert not any(r.raw == lines[i] for r in rows for i in gone)
+
+
 def test_a_pascal_run_is_never_an_old_build():
     """The old builds' extra overhead is a step without CUDA graphs; Pascal runs without them in current builds too
     (ggml-cuda disables graphs below compute capability 7.0), so its January 2024 runs are not set apart."""

@@ -16,7 +16,8 @@ less than with squares):
 2. per backend, pulled toward level 1 by a penalty of LAMBDA × |log(value ÷ parent)| per parameter; here, and only
    where a backend has MoE rows beside dense ones, the routed experts' share of the bandwidth (expert_bandwidth);
 3. per backend and card class with at least MIN_ROWS fit rows, pulled toward level 2.
-APU runs from builds before APU_CURRENT_BUILD are superseded and left out of the fit and the check.
+APU runs from builds before APU_CURRENT_BUILD are superseded and left out of the fit and the check, as is any run
+that a newer build of the same test ran faster at a deeper context (superseded).
 The terms each row is fitted on are kvscope's own roofline at unit efficiencies (core.speed.predict with an
 all-ones table), so the fit and the prediction are one formula; the error table runs core.speed.predict itself.
 """
@@ -76,6 +77,8 @@ MMQ_DEFAULT_BUILD = 3000
 # sources that print no build number but date from before both CUDA graphs and MMQ-by-default: PR #4766's tables
 # (2024-01); each of their runs counts as a build before OLD_BUILD and before MMQ_DEFAULT_BUILD
 EARLY_2024_SOURCES = frozenset({"llamacpp-pr-4766-backend-sched", "llamacpp-pr-4766-backend-sched-jg"})
+# the fields a run must share with another to count as the same test on the same machine (superseded)
+SAME_TEST = ("source_id", "card", "backend", "kind", "model", "weights", "n_prompt", "n_gen", "n_ubatch", "flash_attn")
 FLOORS = {"overhead_step_s": 1e-5, "old_overhead_s": 1e-5, "prefill_half_tokens": 1.0, "overhead_recurrent_s": 1e-6}
 DEEP = 4096  # runs whose context reaches this many tokens (cached + their own) time the attention kernels
 HOST = Hardware(ram_gb_s=50.0, threads=8)  # unused: every corpus layer is on the GPU (-ngl 99)
@@ -198,9 +201,35 @@ def cublas_prefill(r: dict, klass: str, family: str) -> bool:
     return built_before(r, MMQ_DEFAULT_BUILD)
 
 
+def superseded(lines: list[dict]) -> set[int]:
+    """The runs (indices into `lines`) that a newer build beat at a deeper context in the same test on the same
+    machine: a deeper cache only adds work, so the older build's figure is its own slowness, which current builds
+    no longer have. kyuz0's Strix Halo tables gather each depth from a different build and toolbox, and b7423's
+    16,384-token column is slower than b8577's or b9187's 32,768 for 14 of its runs (pp2048 of Gemma 3 4B on Vulkan:
+    777 against 1,760 t/s). A slower newer build leaves no such trace, so only this direction can be seen."""
+    by_test: dict[tuple, list[int]] = defaultdict(list)
+    for i, r in enumerate(lines):
+        by_test[tuple(r.get(k) for k in SAME_TEST)].append(i)
+    gone = set()
+    for runs in by_test.values():
+        for i in runs:
+            build, depth = build_number(lines[i].get("build")), lines[i].get("depth") or 0
+            if build is not None and any(
+                (build_number(lines[j].get("build")) or 0) > build and (lines[j].get("depth") or 0) > depth
+                and lines[j]["tok_s"] > lines[i]["tok_s"] for j in runs
+            ):  # fmt: skip
+                gone.add(i)
+    return gone
+
+
 def load_rows() -> tuple[list[Row], Counter]:
     rows, skipped = [], Counter()
-    for r in corpus_lines():
+    lines = corpus_lines()
+    gone = superseded(lines)
+    for i, r in enumerate(lines):
+        if i in gone:
+            skipped["superseded: a newer build ran the same test deeper and faster"] += 1
+            continue
         try:
             rows.append(to_row(r))
         except InputError as err:
