@@ -30,6 +30,7 @@ from core.speed.groups import (
     card_class,
     checked_backend,
     default_backend,
+    error_stats,
     format_family,
     matmul_peak,
     tiled_experts,
@@ -1074,6 +1075,24 @@ def test_the_corpus_runs_set_aside_as_superseded_each_have_their_newer_deeper_fa
     rows, skipped = load_rows()
     assert skipped["superseded: a newer build ran the same test deeper and faster"] == len(gone)
     assert not any(r.raw == lines[i] for r in rows for i in gone)
+
+
+def test_the_held_out_interval_resamples_whole_units_not_rows():
+    """Two held-out units of ten runs each, one all within ±20 % and one all 2× off: drawn by unit, the share within
+    ±20 % can only be 0, ½ or 1, so its 90 % interval spans 0–1; drawn by row it would sit near ½."""
+    from types import SimpleNamespace
+
+    from tests.bench.fit_corpus import unit_interval
+
+    def run(source: str, ratio: float, kind: str = "decode") -> tuple[SimpleNamespace, float]:
+        return SimpleNamespace(kind=kind, raw={"source_id": source, "card": "a card"}), ratio
+
+    results = [run("a", 1.0) for _ in range(10)] + [run("b", 2.0) for _ in range(10)] + [run("c", 9.0, "prefill")]
+    share = lambda xs: error_stats(xs)[1]  # noqa: E731
+    assert unit_interval(results, "decode", share) == (0.0, 1.0)
+    assert unit_interval([*results[:10], results[-1]], "decode", share) == (1.0, 1.0)  # the prefill run is not drawn
+    lo, hi = unit_interval(results, "decode", lambda xs: error_stats(xs)[0])
+    assert lo == 0.0 and hi == 1.0
 
 
 def test_a_pascal_run_is_never_an_old_build():

@@ -27,11 +27,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import random
 import re
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -536,6 +537,22 @@ def error_groups(results: list[tuple[Row, float]]) -> dict[tuple[str, ...], Stat
             buckets[key].append(x)
             chained[key] += has_chained
     return {k: stat(v, chained[k]) for k, v in sorted(buckets.items())}
+
+
+def unit_interval(
+    results: list[tuple[Row, float]], kind: str, statistic: Callable[[list[float]], float], draws: int = 2000
+) -> tuple[float, float]:
+    """A 90 % interval of `statistic` over the `kind` rows' ratios, the held-out units (source × card) resampled with
+    replacement: rows of one unit share a machine and a build, so they are drawn together, as the split holds them
+    out together. How far the figure could move with another draw of sources, not with another fit."""
+    units: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r, x in results:
+        if r.kind == kind:
+            units[(r.raw["source_id"], r.raw["card"])].append(x)
+    pool = list(units.values())
+    rng = random.Random(0)  # the same interval every run
+    values = sorted(statistic([x for _ in pool for x in rng.choice(pool)]) for _ in range(draws))
+    return values[int(0.05 * draws)], values[int(0.95 * draws) - 1]
 
 
 def path_of(row: Row) -> str:
