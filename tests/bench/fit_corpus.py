@@ -213,12 +213,9 @@ def superseded(lines: list[dict]) -> set[int]:
         by_test[tuple(r.get(k) for k in SAME_TEST)].append(i)
     gone = set()
     for runs in by_test.values():
-        for i in runs:
-            build, depth = build_number(lines[i].get("build")), lines[i].get("depth") or 0
-            if build is not None and any(
-                (build_number(lines[j].get("build")) or 0) > build and (lines[j].get("depth") or 0) > depth
-                and lines[j]["tok_s"] > lines[i]["tok_s"] for j in runs
-            ):  # fmt: skip
+        timed = [(i, build_number(lines[i].get("build")), lines[i].get("depth") or 0, lines[i]["tok_s"]) for i in runs]
+        for i, build, depth, tok_s in timed:
+            if build is not None and any((b or 0) > build and d > depth and t > tok_s for _, b, d, t in timed):
                 gone.add(i)
     return gone
 
