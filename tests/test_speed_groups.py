@@ -559,6 +559,26 @@ def test_the_published_pascal_runs_a_fit_never_saw_are_within_a_fifth():
     assert all(0.8 <= predicted_tok_s(r) / r.raw["tok_s"] <= 1.2 for r in rows)
 
 
+def test_the_dgx_spark_is_a_unified_memory_cuda_card_whose_published_decodes_check_blind():
+    """llama.cpp's own DGX Spark tables (benches/dgx-spark.md, b6918): 5 models at 5 depths. The Spark is CUDA on
+    unified memory, a class no fit row has, so it is timed by the pooled CUDA constants; its runs are held out, and
+    the rule that sets aside old AMD APU builds (ROCm, RADV history) does not take them. Decode, bound by the 273
+    GB/s the vendor lists, checks within a fifth on every run; the prompts (a derived, uncertain BF16 peak) do not,
+    and their group's error bar says so."""
+    from tests.bench.fit_corpus import load_rows, predicted_tok_s
+
+    spark = card_named("gb10")  # not an Apple "10C GPU" row
+    assert spark.name == "DGX Spark (GB10) 128GB" and spark.unified_memory and spark.bandwidth_gb_s == 273
+    assert card_class(spark, default_backend(spark)) == "apu" and default_backend(spark) == "cuda"
+    rows = [r for r in load_rows()[0] if r.raw["card"] == spark.name]
+    assert len(rows) == 50 and all(r.held_out and r.group == ("llama.cpp", "cuda", "apu") for r in rows)
+    assert ("llama.cpp", "cuda", "apu") not in fitted_groups()  # nothing fitted on the class: the pooled constants
+    decode = [predicted_tok_s(r) / r.raw["tok_s"] for r in rows if r.kind == "decode"]
+    assert len(decode) == 25 and all(0.8 <= x <= 1.2 for x in decode)
+    bars = {e["kind"]: e for e in fitted()["errors"] if (e["backend"], e["card_class"]) == ("cuda", "apu")}
+    assert bars["decode"]["rows"] == bars["prefill"]["rows"] == 25 and bars["prefill"]["median"] > 0.35
+
+
 def test_the_fp32_shader_rule_brings_the_published_vulkan_bf16_prompts_closer():
     """kyuz0's held-out BF16 runs on the Strix Halo's Vulkan backend (no BF16 run is in the fit): at the listed peak
     their prefill read 1.1-5.0x fast; at the FP32 shader rate, which the rule takes from the hardware and not from

@@ -175,6 +175,8 @@ ALIASES = {
     "teslap4": "Tesla P4 8GB",
     "v100": "V100 16GB SXM2",  # the cloud V100 (AWS p3, GCP, Colab)
     "v100s": "V100S 32GB PCIe",
+    "gb10": "DGX Spark (GB10) 128GB",  # "gb10" alone also matches Apple's "10C GPU" rows
+    "dgxspark": "DGX Spark (GB10) 128GB",
 }
 
 

@@ -16,8 +16,8 @@ less than with squares):
 2. per backend, pulled toward level 1 by a penalty of LAMBDA × |log(value ÷ parent)| per parameter; here, and only
    where a backend has MoE rows beside dense ones, the routed experts' share of the bandwidth (expert_bandwidth);
 3. per backend and card class with at least MIN_ROWS fit rows, pulled toward level 2.
-APU runs from builds before APU_CURRENT_BUILD are superseded and left out of the fit and the check, as is any run
-that a newer build of the same test ran faster at a deeper context (superseded).
+AMD APU runs (ROCm, Vulkan) from builds before APU_CURRENT_BUILD are superseded and left out of the fit and the check,
+as is any run that a newer build of the same test ran faster at a deeper context (superseded).
 The terms each row is fitted on are kvscope's own roofline at unit efficiencies (core.speed.predict with an
 all-ones table), so the fit and the prediction are one formula; the error table runs core.speed.predict itself.
 """
@@ -68,6 +68,7 @@ OLD_BUILD = 3000
 # and lhl's b6077 ran it at 322. kvscope predicts current builds; the older runs stay in the corpus, out of the fit
 # and the check (the count is printed with the skipped rows).
 APU_CURRENT_BUILD = 7000
+AMD_APU_BACKENDS = ("rocm", "vulkan")  # the backends that history is of (a DGX Spark's CUDA runs are not)
 # Until PR #8075 (merged 2024-06-24, after b3000) llama.cpp's CUDA backend multiplied quantised weights by a prompt
 # batch of more than 32 tokens on cards with tensor cores by dequantising them to FP16 for cuBLAS; since then it runs
 # its own int8 kernels (MMQ) there, on every NVIDIA card from Turing on. Such runs timed cuBLAS, a path current
@@ -175,7 +176,7 @@ def to_row(r: dict) -> Row:
         raise InputError(f"no bandwidth or peak for {card.name} in gpus.csv")
     backend = r["backend"]
     klass = card_class(card, backend)
-    if klass == "apu" and (build_number(r.get("build")) or 0) < APU_CURRENT_BUILD:
+    if klass == "apu" and backend in AMD_APU_BACKENDS and (build_number(r.get("build")) or 0) < APU_CURRENT_BUILD:
         raise InputError(f"an APU run from before b{APU_CURRENT_BUILD} (superseded)")
     fmt = kvscope_format(r["weights"], r["model_id"])
     if cublas_prefill(r, klass, format_family(fmt)):

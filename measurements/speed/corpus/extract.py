@@ -991,6 +991,62 @@ HAND = [
     ),
 ]
 
+# llama.cpp's own benches/dgx-spark.md (@ 4c7e9893, system info of 2025-11-02): llama-bench on a DGX Spark (GB10),
+# -ngl 99 -ub 2048 -fa 1 -mmp 0, pp2048 and tg32 at depths 0, 4,096, 8,192, 16,384 and 32,768; build 2f68ce7cf
+# (6918). Per model: (as llama-bench prints it, config, GiB and parameters as printed, (t/s, ±) in the table's order)
+DGX_SPARK_URL = (
+    "https://github.com/ggml-org/llama.cpp/blob/4c7e9893c4ca8eec35d032726d14b74fae76cff8/benches/dgx-spark.md"
+)
+DGX_SPARK_DEPTHS = ("", " @ d4096", " @ d8192", " @ d16384", " @ d32768")
+DGX_SPARK_TESTS = [f"{t}{d}" for d in DGX_SPARK_DEPTHS for t in ("pp2048", "tg32")]
+DGX_SPARK = [
+    ("gpt-oss 20B MXFP4 MoE", "openai/gpt-oss-20b", 11.27, 20.91, [
+        (3782.76, 11.95), (84.10, 0.52), (3030.29, 8.25), (77.36, 0.13), (2852.09, 11.44), (74.00, 0.64),
+        (2470.31, 13.96), (68.85, 0.11), (1899.37, 11.28), (59.85, 0.12)]),
+    ("gpt-oss 120B MXFP4 MoE", "openai/gpt-oss-120b", 59.02, 116.83, [
+        (1937.54, 7.91), (59.02, 0.17), (1653.89, 4.68), (53.95, 0.52), (1580.60, 3.10), (51.85, 0.12),
+        (1411.42, 3.75), (48.03, 0.11), (1155.40, 2.98), (41.35, 0.09)]),
+    ("qwen3moe 30B.A3B Q8_0", "Qwen/Qwen3-30B-A3B", 30.25, 30.53, [
+        (3175.62, 15.26), (60.92, 0.17), (2704.06, 6.21), (53.52, 0.35), (2381.88, 8.79), (48.58, 0.11),
+        (1900.91, 8.51), (40.81, 0.06), (1292.19, 7.09), (30.80, 0.02)]),
+    ("qwen2 7B Q8_0", "Qwen/Qwen2.5-Coder-7B-Instruct", 7.54, 7.62, [
+        (2276.28, 4.92), (29.30, 0.03), (2090.96, 6.11), (28.27, 0.03), (1913.47, 5.86), (27.42, 0.03),
+        (1643.88, 8.45), (25.93, 0.01), (1283.36, 1.00), (22.70, 0.02)]),
+    ("gemma3 4B Q4_0", "google/gemma-3-4b-it", 2.35, 3.88, [
+        (5713.05, 19.74), (78.97, 0.15), (5165.17, 27.83), (68.94, 0.99), (4885.85, 46.27), (67.81, 0.84),
+        (4417.88, 52.14), (64.35, 0.66), (3667.74, 50.02), (58.38, 0.05)]),
+]  # fmt: skip
+DGX_SPARK_NOTES = {  # the repo names the GGUF; the config kvscope counts it with
+    "openai/gpt-oss-20b": "ggml-org/gpt-oss-20b-GGUF",
+    "openai/gpt-oss-120b": "ggml-org/gpt-oss-120b-GGUF",
+    "Qwen/Qwen3-30B-A3B": "ggml-org/Qwen3-Coder-30B-A3B-Instruct-Q8_0-GGUF; Qwen3-Coder-30B-A3B-Instruct has "
+    "Qwen3-30B-A3B's shapes",
+    "Qwen/Qwen2.5-Coder-7B-Instruct": "ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF; the base model has the Instruct "
+    "config's shapes (config in corpus/configs/, copied from measurements/gpu_logs/configs/)",
+    "google/gemma-3-4b-it": "ggml-org/gemma-3-4b-it-qat-GGUF (QAT weights in Q4_0)",
+}
+HAND += [
+    dict(
+        slug="llamacpp-benches-dgx-spark",
+        url=DGX_SPARK_URL,
+        backend="cuda",
+        card="DGX Spark (GB10) 128GB",
+        model=model,
+        model_id=config,
+        size_bytes=round(gib * GIB),
+        params=round(billions * 1e9),
+        build="b6918 (2f68ce7cf)",
+        ngl=99,
+        n_batch=2048,
+        n_ubatch=2048,
+        flash_attn=True,
+        notes=f"llama.cpp benches/dgx-spark.md, {DGX_SPARK_NOTES[config]}; size and parameters as llama-bench "
+        "prints them (GiB, B)",
+        rows=[(test, v, sd, {}) for test, (v, sd) in zip(DGX_SPARK_TESTS, runs, strict=True)],
+    )
+    for model, config, gib, billions, runs in DGX_SPARK
+]
+
 # mlx-lm on an M3 Max 64GB (the 64 GB M3 Max is the 40-core GPU part): prompt of N tokens, then M generated.
 MLX_1029 = [
     (260, 75.871, 309, 9.351),
