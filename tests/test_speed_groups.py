@@ -252,27 +252,74 @@ def test_routed_experts_stream_at_their_own_bandwidth_share():
 
 
 @pytest.mark.parametrize(
-    ("model", "chained"),
+    ("field", "model", "layers"),
     [
-        ("Qwen/Qwen3.5-9B", 24),  # config.json: 24 linear_attention (Gated DeltaNet) of 32 layers
-        ("Qwen/Qwen3-Next-80B-A3B-Instruct", 36),  # 48 layers, full attention every 4th
-        ("Qwen/Qwen3-8B", 0),
-        ("tiiuae/Falcon-H1-7B-Instruct", 0),  # Mamba 2: llama.cpp's fused ssm_conv/ssm_scan
-        ("LiquidAI/LFM2-1.2B", 0),  # short conv: one ssm_conv
+        ("overhead_recurrent_s", "Qwen/Qwen3.5-9B", 24),  # config.json: 24 linear_attention (Gated DeltaNet) of 32
+        ("overhead_recurrent_s", "Qwen/Qwen3-Next-80B-A3B-Instruct", 36),  # 48 layers, full attention every 4th
+        ("overhead_recurrent_s", "Qwen/Qwen3-8B", 0),
+        ("overhead_recurrent_s", "tiiuae/Falcon-H1-7B-Instruct", 0),  # Mamba 2: llama.cpp's fused ssm_conv/ssm_scan
+        ("overhead_recurrent_s", "LiquidAI/LFM2-1.2B", 0),  # short conv: one ssm_conv
+        ("overhead_moe_s", "Qwen/Qwen3-30B-A3B", 48),  # every layer routes to 8 of 128 experts
+        ("overhead_moe_s", "openai/gpt-oss-20b", 24),
+        ("overhead_moe_s", "deepseek-ai/DeepSeek-V2-Lite", 26),  # first_k_dense_replace 1: the first layer is dense
+        ("overhead_moe_s", "ai21labs/Jamba-v0.1", 16),  # expert_layer_period 2
+        ("overhead_moe_s", "Qwen/Qwen3-8B", 0),
     ],
 )
-def test_each_gated_deltanet_layer_pays_its_kernels_overhead_once_per_pass(model, chained):
-    base = replace(efficiency_for("llama.cpp", "gpu", "cuda", "consumer"), overhead_recurrent_s=0.0)
-    extra = replace(base, overhead_recurrent_s=1e-3)
+def test_each_layer_of_a_kernel_chain_pays_its_overhead_once_per_pass(field, model, layers):
+    """Gated DeltaNet layers (a chain of small state-update kernels) and MoE layers (router, top-k, the expert
+    matmuls by id) each add their per-layer overhead to every pass, decode step and prompt chunk alike."""
+    base = replace(efficiency_for("llama.cpp", "gpu", "cuda", "consumer"), overhead_recurrent_s=0.0, overhead_moe_s=0.0)
+    extra = replace(base, **{field: 1e-3})
     setup = Setup(load_model(model), configured("llama.cpp"), card_named("H100 80GB SXM"), weights="q8_0")
 
     def speed(eff):
         return predict(setup, Hardware(50.0, 8), 8192, table={("llama.cpp", "gpu"): eff})
 
     without, with_ = speed(base), speed(extra)
-    assert math.isclose(with_.decode.overhead_s - without.decode.overhead_s, chained * 1e-3, abs_tol=1e-12)
+    assert math.isclose(with_.decode.overhead_s - without.decode.overhead_s, layers * 1e-3, abs_tol=1e-12)
     passes = math.ceil(8192 / setup.engine.options.n_ubatch)
-    assert math.isclose(with_.prefill.overhead_s - without.prefill.overhead_s, passes * chained * 1e-3, rel_tol=1e-9)
+    assert math.isclose(with_.prefill.overhead_s - without.prefill.overhead_s, passes * layers * 1e-3, rel_tol=1e-9)
+
+
+def test_the_moe_overhead_is_fitted_beside_dense_runs_and_not_pulled_from_nothing():
+    """The per-MoE-layer overhead is fitted only where a backend has MoE runs beside dense ones (never pooled over
+    backends, as the experts' bandwidth share), and a parent that never fitted it (0) does not pin it: a log pull
+    from its floor would cost more than any rows could repay."""
+    from tests.bench.fit_corpus import Terms, fit_keys, loss
+
+    def run(moe: int, measured: float) -> Terms:
+        return Terms(0.01, 0.0, 0.0, 0.0, 1, False, True, "legacy", 1, measured, 1, 128, moe=moe)
+
+    dense, moe = run(0, 100.0), run(48, 50.0)
+    assert "overhead_moe_s" in fit_keys([dense, moe])
+    assert "overhead_moe_s" not in fit_keys([dense, dense]) and "overhead_moe_s" not in fit_keys([moe, moe])
+    assert "overhead_moe_s" not in fit_keys([dense, moe], pooled=True)
+    p = {
+        "bandwidth": 1.0, "decode_compute": 1.0, "decode_attention": 1.0, "flash_off": 1.0, "expert_bandwidth": 1.0,
+        "prefill_half_tokens": 1.0, "overhead_step_s": 0.0, "overhead_recurrent_s": 0.0, "overhead_moe_s": 0.0,
+    }  # fmt: skip
+    fitted_ = p | {"overhead_moe_s": 1e-2 / 48}  # the MoE run's 10 ms more, spread over its layers
+    assert loss([dense, moe], fitted_, None) < 1e-9 < loss([dense, moe], p, None)
+    assert loss([dense, moe], fitted_, p) < loss([dense, moe], p, p)  # free from a parent at 0
+
+
+def test_the_moe_overhead_brings_rocms_published_moe_decodes_closer():
+    """kyuz0's and lhl's MoE decodes on the Strix Halo's ROCm backend (fit and held-out alike): the fitted
+    per-MoE-layer overhead (tens of µs, a step's chain of router and expert kernels) lowers their median error."""
+    from tests.bench.fit_corpus import load_rows, predicted_tok_s, terms
+
+    eff = efficiency_for("llama.cpp", "gpu", "rocm", "apu")
+    assert 1e-5 < eff.overhead_moe_s < 1e-4
+    rows = [r for r in load_rows()[0] if r.kind == "decode" and r.backend == "rocm" and r.klass == "apu"]
+    rows = [r for r in rows if terms(r).moe]
+    assert len(rows) >= 10
+
+    def median_error(table) -> float:
+        return statistics.median(abs(predicted_tok_s(r, table) / r.raw["tok_s"] - 1) for r in rows)
+
+    key = ("llama.cpp", "gpu")
+    assert median_error({key: eff}) < median_error({key: replace(eff, overhead_moe_s=0.0)})
 
 
 def test_the_printed_overhead_formula_evaluates_to_the_overhead_used():

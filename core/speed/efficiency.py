@@ -60,14 +60,21 @@ class Efficiency:
     # per pass and layer whose state update is a chain of small kernels (LayerKind.chained_update: Gated DeltaNet in
     # llama.cpp), whose launches a decode step pays on top of the layer's bytes
     overhead_recurrent_s: float = 0.0
+    # per pass and layer with routed experts: the router's and mul_mat_id's chain of small kernels (top-k, the ids'
+    # grouping, the gathered expert matmuls), which a decode step pays on top of the experts' bytes
+    overhead_moe_s: float = 0.0
 
     @property
     def compute_unit(self) -> str:
         return "GFLOP/s per thread" if self.device == "cpu" else "× card dense peak"
 
-    def overhead_s(self, layers: int, recurrent: int = 0) -> float:
-        """Per pass, for `layers` decoder layers of which `recurrent` update their state by a chain of kernels."""
-        return self.overhead_step_s + self.overhead_layer_s * layers + self.overhead_recurrent_s * recurrent
+    def overhead_s(self, layers: int, recurrent: int = 0, moe: int = 0) -> float:
+        """Per pass, for `layers` decoder layers of which `recurrent` update their state by a chain of kernels and
+        `moe` route tokens to experts."""
+        return (
+            self.overhead_step_s + self.overhead_layer_s * layers + self.overhead_recurrent_s * recurrent
+            + self.overhead_moe_s * moe
+        )  # fmt: skip
 
     def isa_factor(self, family: str, prefill: bool, isa: str) -> float | None:
         """The family's factor fitted on CPUs of this ISA alone, if there is one."""

@@ -151,11 +151,12 @@ class DevicePart:
 class Timing:
     parts: tuple[DevicePart, ...]
     overhead_s: float
-    # what overhead_s is made of: passes × driver.overhead_s(layers, chained) (None: built by hand)
+    # what overhead_s is made of: passes × driver.overhead_s(layers, chained, moe) (None: built by hand)
     passes: int = 1
     layers: int = 0
     chained: int = 0
     driver: Efficiency | None = None
+    moe: int = 0  # layers with routed experts
 
     @property
     def memory_s(self) -> float:
@@ -450,8 +451,8 @@ def _timing(work: PassWork, setup: Setup, hw: Hardware, prefill: bool, table: Ta
         parts.append(_part("cpu", work, cpu, setup, hw, prefill, table, per_pass))
     # the overhead of the device that drives the pass: the GPU's whenever one takes part
     eff = _eff(table, setup, hw, driver(setup, hw))
-    chained = chained_layers(setup)
-    return Timing(tuple(parts), eff.overhead_s(n, chained) * passes, passes, n, chained, eff)
+    chained, moe = chained_layers(setup), sum(1 for w in work.layers if w.routing[0])
+    return Timing(tuple(parts), eff.overhead_s(n, chained, moe) * passes, passes, n, chained, eff, moe)
 
 
 def chained_layers(setup: Setup) -> int:
@@ -491,7 +492,9 @@ def prefill_chunk(setup: Setup, context: int) -> int:
 
 
 def _add(a: Timing, b: Timing) -> Timing:
-    return Timing(a.parts + b.parts, a.overhead_s + b.overhead_s, a.passes + b.passes, a.layers, a.chained, a.driver)
+    return Timing(
+        a.parts + b.parts, a.overhead_s + b.overhead_s, a.passes + b.passes, a.layers, a.chained, a.driver, a.moe
+    )
 
 
 def _merge(t: Timing) -> Timing:

@@ -110,6 +110,8 @@ def overhead_text(t: Timing) -> str:
         if t.chained and e.overhead_recurrent_s
         else []
     )
+    # fixed-point: the formula check reads these terms as numbers, and tens of µs would print with an exponent
+    terms += [f"{t.moe} MoE layers × {e.overhead_moe_s:.8f} s"] if t.moe and e.overhead_moe_s else []
     return f"{t.passes} pass{'es' if t.passes > 1 else ''} × ({' + '.join(terms)}) = {_s(t.overhead_s)}"
 
 
@@ -195,6 +197,7 @@ def speed_lines(s: Speed) -> list[str]:
             f"attention {e.prefill_attention:.3g} ({e.compute_unit}); overhead {e.overhead_step_s * 1e3:.3g} ms per "
             f"pass + {e.overhead_layer_s * 1e3:.3g} ms per layer"
             + (f" + {e.overhead_recurrent_s * 1e3:.3g} ms per Gated DeltaNet layer" if e.overhead_recurrent_s else "")
+            + (f" + {e.overhead_moe_s * 1e3:.3g} ms per MoE layer" if e.overhead_moe_s else "")
             + f". {e.provenance}"
             + (f" Fitted on {e.fitted_on}; checked on {e.checked_on}." if e.fitted_on else "")
         )

@@ -14,7 +14,8 @@ less than with squares):
    rates (decode, prefill), per-pass overhead, the flash-attention-off factor and one matmul factor per
    weight-format family (k-quant, legacy, i-quant, mxfp4 against float), starting from efficiencies.json's priors;
 2. per backend, pulled toward level 1 by a penalty of LAMBDA × |log(value ÷ parent)| per parameter; here, and only
-   where a backend has MoE rows beside dense ones, the routed experts' share of the bandwidth (expert_bandwidth);
+   where a backend has MoE rows beside dense ones, the routed experts' share of the bandwidth (expert_bandwidth) and
+   an overhead per MoE layer and pass (overhead_moe_s; additive, so not pulled toward a parent that never fitted it);
 3. per backend and card class with at least MIN_ROWS fit rows, pulled toward level 2.
 AMD APU runs (ROCm, Vulkan) from builds before APU_CURRENT_BUILD are superseded and left out of the fit and the check,
 as is any run that a newer build of the same test ran faster at a deeper context (superseded).
@@ -81,11 +82,18 @@ MMQ_DEFAULT_BUILD = 3000
 EARLY_2024_SOURCES = frozenset({"llamacpp-pr-4766-backend-sched", "llamacpp-pr-4766-backend-sched-jg"})
 # the fields a run must share with another to count as the same test on the same machine (superseded)
 SAME_TEST = ("source_id", "card", "backend", "kind", "model", "weights", "n_prompt", "n_gen", "n_ubatch", "flash_attn")
-FLOORS = {"overhead_step_s": 1e-5, "old_overhead_s": 1e-5, "prefill_half_tokens": 1.0, "overhead_recurrent_s": 1e-6}
+FLOORS = {
+    "overhead_step_s": 1e-5, "old_overhead_s": 1e-5, "prefill_half_tokens": 1.0, "overhead_recurrent_s": 1e-6,
+    "overhead_moe_s": 1e-6,
+}  # fmt: skip
 DEEP = 4096  # runs whose context reaches this many tokens (cached + their own) time the attention kernels
 HOST = Hardware(ram_gb_s=50.0, threads=8)  # unused: every corpus layer is on the GPU (-ngl 99)
 RATE_KEYS = ("bandwidth", "decode_compute", "decode_attention", "prefill_compute", "prefill_attention")
-KEYS = (*RATE_KEYS, "overhead_step_s", "flash_off", "prefill_half_tokens", "expert_bandwidth", "overhead_recurrent_s")
+ADDITIVE = ("overhead_moe_s",)  # seconds added per layer, 0 where nothing fitted them (never pooled over backends)
+KEYS = (
+    *RATE_KEYS, "overhead_step_s", "flash_off", "prefill_half_tokens", "expert_bandwidth", "overhead_recurrent_s",
+    "overhead_moe_s",
+)  # fmt: skip
 UNIT = Efficiency("unit", "gpu", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, "unit", "")
 # a family's stand-in where kvscope does not know the exact llama.cpp type (bytes come from size_bytes anyway)
 STAND_IN = {"k-quant": "q4_k_m", "legacy": "q8_0", "i-quant": "iq4_xs", "float": "fp16", "mxfp4": "mxfp4"}
@@ -308,6 +316,7 @@ class Terms:
     weight: float = 1.0  # the row's share of the loss (pooled over backends: 1 ÷ its backend's rows)
     recurrent: int = 0  # layers updating their state by a chain of kernels (core.speed.predict.chained_layers)
     tiled: bool = False  # a decode step's routed experts run the tiled matmul (core.speed.groups.tiled_experts)
+    moe: int = 0  # layers with routed experts (core.speed.predict.Timing.moe)
 
     def tok_s(self, p: dict) -> float:
         pre = "prefill" if self.prefill else "decode"
@@ -323,7 +332,7 @@ class Terms:
         attn = p[f"{pre}_attention"] * (1.0 if self.flash else p["flash_off"])
         read = (self.weights - self.expert_weights + self.expert_weights / p["expert_bandwidth"]) / p["bandwidth"]
         t = max(read, dense / rate + experts / expert_rate)
-        overhead = p["overhead_step_s"] + p["overhead_recurrent_s"] * self.recurrent
+        overhead = p["overhead_step_s"] + p["overhead_recurrent_s"] * self.recurrent + p["overhead_moe_s"] * self.moe
         overhead += p.get("old_overhead_s", 0.0) if self.old else 0.0
         t += max(self.cache / p["bandwidth"], self.attention / attn) + overhead * self.passes
         return self.tokens / t
@@ -340,7 +349,7 @@ def terms(row: Row) -> Terms:
         row.family, tokens, r["tok_s"], math.ceil(tokens / passes), reach(r),
         sum(p.expert_flops / (p.peak_gflops * 1e9) for p in t.parts), routed_tokens(row, math.ceil(tokens / passes)),
         old_run(r, row.klass), sum(p.expert_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts),
-        recurrent=chained_layers(row.setup), tiled=any(p.expert_note for p in t.parts),
+        recurrent=chained_layers(row.setup), tiled=any(p.expert_note for p in t.parts), moe=t.moe,
     )  # fmt: skip
 
 
@@ -385,7 +394,9 @@ def routed_tokens(row: Row, pass_tokens: int) -> int:
 def loss(rows: list[Terms], p: dict, parent: dict | None) -> float:
     total = sum(t.weight * abs(math.log(t.tok_s(p) / t.measured)) for t in rows)
     if parent:
-        pulled = (k for k in p if k in parent and k != "old_overhead_s")  # the nuisance term is free
+        # the nuisance term is free, as is an additive term the parent never fitted (0: a log pull from nothing
+        # would pin it to its floor)
+        pulled = (k for k in p if k in parent and k != "old_overhead_s" and (parent[k] or k not in ADDITIVE))
         total += LAMBDA * sum(abs(math.log(floored(k, p[k]) / floored(k, parent[k]))) for k in pulled)
     return total
 
@@ -420,6 +431,8 @@ def fit_keys(rows: list[Terms], pooled: bool = False) -> list[str]:
         keys.remove("expert_bandwidth")
     if not any(t.recurrent for t in rows):  # only models with such layers show their kernels' overhead
         keys.remove("overhead_recurrent_s")
+    if pooled or not any(t.moe for t in rows) or all(t.moe for t in rows):  # as expert_bandwidth: beside dense rows
+        keys.remove("overhead_moe_s")
     fams = {f"{t.family}:{'prefill' if t.prefill else 'decode'}" for t in rows if t.family != "float"}
     return keys + sorted(fams)
 
@@ -440,6 +453,7 @@ def as_entry(engine: str, backend: str, klass: str, p: dict, fit_rows: list[Row]
         **{k: p[k] for k in RATE_KEYS}, "overhead_step_s": p["overhead_step_s"], "overhead_layer_s": 0.0,
         "flash_off": p["flash_off"], "prefill_half_tokens": p["prefill_half_tokens"],
         "expert_bandwidth": p["expert_bandwidth"], "overhead_recurrent_s": p["overhead_recurrent_s"],
+        "overhead_moe_s": p["overhead_moe_s"],
         "families": families,
         "status": "fitted",
         "provenance": f"fitted by tests/bench/fit_corpus.py to published llama-bench runs (measurements/speed/corpus) "
