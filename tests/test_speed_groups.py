@@ -304,6 +304,26 @@ def test_the_moe_overhead_is_fitted_beside_dense_runs_and_not_pulled_from_nothin
     assert loss([dense, moe], fitted_, p) < loss([dense, moe], p, p)  # free from a parent at 0
 
 
+@pytest.mark.parametrize(
+    ("model", "card", "caveat"),
+    [
+        # CUDA's consumer cards: no held-out run of a MoE or a DeltaNet model, so their layers' kernels are unchecked
+        ("Qwen/Qwen3-30B-A3B", "GeForce RTX 4090 24GB", "no MoE model among them: its 48 MoE layers'"),
+        ("Qwen/Qwen3.5-9B", "GeForce RTX 4090 24GB", "no Gated DeltaNet model among them: its 24 DeltaNet layers'"),
+        ("Qwen/Qwen3-8B", "GeForce RTX 4090 24GB", ""),
+        # the Strix Halo's ROCm runs held out include MoE and DeltaNet models: their error covers these layers
+        ("Qwen/Qwen3-30B-A3B", "AMD Ryzen AI Max+ 395 (Strix Halo, Radeon 8060S) 128GB", ""),
+        ("Qwen/Qwen3.5-35B-A3B", "AMD Ryzen AI Max+ 395 (Strix Halo, Radeon 8060S) 128GB", ""),
+    ],
+)
+def test_an_error_bar_says_which_of_the_models_layers_its_held_out_runs_never_had(model, card, caveat):
+    setup = Setup(load_model(model), configured("llama.cpp"), card_named(card), weights="q4_k_m")
+    speed = predict(setup, Hardware(50.0, 8), 4096)
+    for bar in (speed.decode_error, speed.prefill_error):
+        assert bar.checked and (caveat in bar.caveat if caveat else not bar.caveat), bar.caveat
+        assert caveat in bar.label if caveat else "among them" not in bar.label
+
+
 def test_the_moe_overhead_brings_rocms_published_moe_decodes_closer():
     """kyuz0's and lhl's MoE decodes on the Strix Halo's ROCm backend (fit and held-out alike): the fitted
     per-MoE-layer overhead (tens of µs, a step's chain of router and expert kernels) lowers their median error."""

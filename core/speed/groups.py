@@ -314,13 +314,21 @@ PATHS = {TILED_EXPERTS: "whose routed experts take Vulkan's tiled matmul"}
 
 
 def error_bar(
-    engine: str, backend: str, klass: str, kind: str, calibrated: str = "", chained: int = 0, path: str = ""
+    engine: str,
+    backend: str,
+    klass: str,
+    kind: str,
+    calibrated: str = "",
+    chained: int = 0,
+    path: str = "",
+    moe: int = 0,
 ) -> ErrorBar:
     """The group's held-out error from fitted.json; for an engine without a fit, its error on the published figures
     of the group (measurements/speed/published_speed.jsonl); else an unchecked ErrorBar. `chained`: the model's
     layers with a chained state update (core.speed.predict.chained_layers), whose overhead the error covers only
-    where the group's held-out runs include such a model (`chained_rows`). `path`: a kernel path of PATHS the
-    figure takes: the error of the group's held-out runs on that path, or "not checked" where none took it."""
+    where the group's held-out runs include such a model (`chained_rows`); `moe`, its layers with routed experts,
+    likewise (`moe_rows`). `path`: a kernel path of PATHS the figure takes: the error of the group's held-out runs on
+    that path, or "not checked" where none took it."""
     label = group_label(engine, backend, klass) + (f" {PATHS[path]}" if path else "")
     for e in fitted().get("errors", ()):
         key = (e["engine"], e["backend"], e["card_class"], e["kind"], e.get("path", ""))
@@ -329,10 +337,16 @@ def error_bar(
         if path:
             caveat = f"on them kvscope's figure was {e['ratio']:.2f}× the measured one (median)"
         else:
-            caveat = (
-                f"no Gated DeltaNet model among them: its {chained} DeltaNet layers' overhead is not checked here"
-                if chained and not e.get("chained_rows") else ""
-            )  # fmt: skip
+            unchecked = []
+            if chained and not e.get("chained_rows"):
+                unchecked.append(
+                    f"no Gated DeltaNet model among them: its {chained} DeltaNet layers' overhead is not checked here"
+                )
+            if moe and not e.get("moe_rows"):
+                unchecked.append(
+                    f"no MoE model among them: its {moe} MoE layers' router and expert kernels are not checked here"
+                )
+            caveat = "; ".join(unchecked)
         return ErrorBar(kind, label, e["rows"], e["median"], e["within"], e["ratio"], calibrated, backend == "cpu",
                         caveat)  # fmt: skip
     if path:  # no held-out run of the group took it

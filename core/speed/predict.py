@@ -455,6 +455,11 @@ def _timing(work: PassWork, setup: Setup, hw: Hardware, prefill: bool, table: Ta
     return Timing(tuple(parts), eff.overhead_s(n, chained, moe) * passes, passes, n, chained, eff, moe)
 
 
+def moe_layers(setup: Setup) -> int:
+    """Layers with routed experts, each running the router's and the experts' chain of kernels a pass."""
+    return sum(1 for experts, _ in setup_weights(setup).layer_experts if experts)
+
+
 def chained_layers(setup: Setup) -> int:
     """Layers whose state update the engine runs as a chain of small kernels (LayerKind.chained_update)."""
     return sum(any(part.chained_update for part in layer.parts()) for layer in setup.model.layers)
@@ -473,10 +478,11 @@ def error_bars(setup: Setup, hw: Hardware, decode: Timing | None = None) -> tupl
     backend, klass = group(setup, hw, device)
     cal = hw.calibration.label if hw.calibration and device == "cpu" else ""
     engine, chained = setup.engine.name, chained_layers(setup)
+    moe = decode.moe if decode else moe_layers(setup)
     path = TILED_EXPERTS if decode and any(p.expert_note for p in decode.parts) else ""
     return (
-        error_bar(engine, backend, klass, "decode", cal, chained, path),
-        error_bar(engine, backend, klass, "prefill", cal, chained),
+        error_bar(engine, backend, klass, "decode", cal, chained, path, moe),
+        error_bar(engine, backend, klass, "prefill", cal, chained, moe=moe),
     )
 
 

@@ -50,7 +50,7 @@ from core.model.loading import load_model
 from core.speed import efficiency as eff_module
 from core.speed.efficiency import FITTED, Efficiency, efficiency_for
 from core.speed.groups import FAMILIES, PATHS, TILED_EXPERTS, card_class, error_stats, format_family, group_label
-from core.speed.predict import Hardware, Timing, chained_layers, predict, setup_weights
+from core.speed.predict import Hardware, Timing, chained_layers, moe_layers, predict, setup_weights
 from tests.bench.device_llamacpp import SOURCE_ID_PREFIX as DEVICE_SOURCE
 from tests.bench.speed_fit import descend as coordinate_descent
 
@@ -521,10 +521,11 @@ class Stat:
     within: float
     ratio: float
     chained_rows: int = 0  # rows of models with Gated DeltaNet layers (core.speed.predict.chained_layers)
+    moe_rows: int = 0  # rows of models with routed experts (core.speed.predict.moe_layers)
 
 
-def stat(ratios: list[float], chained_rows: int = 0) -> Stat:
-    return Stat(len(ratios), *error_stats(ratios), chained_rows)
+def stat(ratios: list[float], chained_rows: int = 0, moe_rows: int = 0) -> Stat:
+    return Stat(len(ratios), *error_stats(ratios), chained_rows, moe_rows)
 
 
 def ratios(rows: list[Row]) -> list[tuple[Row, float]]:
@@ -542,13 +543,15 @@ def error_groups(results: list[tuple[Row, float]]) -> dict[tuple[str, ...], Stat
     """Per kind (decode, prefill) × group (engine, backend, class), per backend, and overall."""
     buckets: dict[tuple[str, ...], list[float]] = defaultdict(list)
     chained: Counter = Counter()
+    moe: Counter = Counter()
     for r, x in results:
         engine, backend, klass = r.group
-        has_chained = chained_layers(r.setup) > 0  # once per row, not per key
+        has_chained, has_moe = chained_layers(r.setup) > 0, moe_layers(r.setup) > 0  # once per row, not per key
         for key in ((r.kind, engine, backend, klass), (r.kind, engine, backend, "*"), (r.kind, "*", "*", "*")):
             buckets[key].append(x)
             chained[key] += has_chained
-    return {k: stat(v, chained[k]) for k, v in sorted(buckets.items())}
+            moe[key] += has_moe
+    return {k: stat(v, chained[k], moe[k]) for k, v in sorted(buckets.items())}
 
 
 def unit_interval(
