@@ -4,6 +4,7 @@ lines whose numbers are the ones core.speed used."""
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 
 from core.errors import InputError
 from core.fit import Fit, Setup
@@ -77,6 +78,12 @@ def _s(seconds: float) -> str:
     return f"{seconds:.6f} s"
 
 
+def _plain(x: float) -> str:
+    """Six significant digits without an exponent: the formula check reads each term as a number, and a per-layer
+    overhead of tens of µs would otherwise print as 4.3e-05."""
+    return format(Decimal(f"{x:.6g}"), "f")
+
+
 def _n(x: float) -> str:
     return f"{round(x):,}"
 
@@ -103,15 +110,14 @@ def overhead_text(t: Timing) -> str:
     e = t.driver
     if e is None:
         return _s(t.overhead_s)
-    terms = [f"{e.overhead_step_s:.6g} s"]
-    terms += [f"{t.layers} layers × {e.overhead_layer_s:.6g} s"] if e.overhead_layer_s else []
+    terms = [f"{_plain(e.overhead_step_s)} s"]
+    terms += [f"{t.layers} layers × {_plain(e.overhead_layer_s)} s"] if e.overhead_layer_s else []
     terms += (
-        [f"{t.chained} DeltaNet layers × {e.overhead_recurrent_s:.6g} s"]
+        [f"{t.chained} DeltaNet layers × {_plain(e.overhead_recurrent_s)} s"]
         if t.chained and e.overhead_recurrent_s
         else []
     )
-    # fixed-point: the formula check reads these terms as numbers, and tens of µs would print with an exponent
-    terms += [f"{t.moe} MoE layers × {e.overhead_moe_s:.8f} s"] if t.moe and e.overhead_moe_s else []
+    terms += [f"{t.moe} MoE layers × {_plain(e.overhead_moe_s)} s"] if t.moe and e.overhead_moe_s else []
     return f"{t.passes} pass{'es' if t.passes > 1 else ''} × ({' + '.join(terms)}) = {_s(t.overhead_s)}"
 
 

@@ -425,14 +425,14 @@ def fit_keys(rows: list[Terms], pooled: bool = False) -> list[str]:
         keys.remove("flash_off")
     if any(t.old for t in rows) and any(not t.old for t in rows):
         keys.append("old_overhead_s")
-    if pooled or not any(t.expert_weights for t in rows) or all(t.expert_weights for t in rows):
-        # only dense rows beside MoE rows tell the two bandwidths apart, and never pooled over backends: a backend
-        # without MoE runs of its own keeps 1 (experts stream like any weights) rather than another backend's kernels
+    if pooled or not any(t.moe for t in rows) or all(t.moe for t in rows):
+        # only dense rows beside MoE rows tell the experts' bandwidth share and their layers' overhead from the rest,
+        # and never pooled over backends: a backend without MoE runs of its own keeps 1 and 0 (experts stream and
+        # cost like any weights) rather than another backend's kernels
         keys.remove("expert_bandwidth")
+        keys.remove("overhead_moe_s")
     if not any(t.recurrent for t in rows):  # only models with such layers show their kernels' overhead
         keys.remove("overhead_recurrent_s")
-    if pooled or not any(t.moe for t in rows) or all(t.moe for t in rows):  # as expert_bandwidth: beside dense rows
-        keys.remove("overhead_moe_s")
     fams = {f"{t.family}:{'prefill' if t.prefill else 'decode'}" for t in rows if t.family != "float"}
     return keys + sorted(fams)
 
