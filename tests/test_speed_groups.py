@@ -304,13 +304,16 @@ def test_the_moe_overhead_is_fitted_beside_dense_runs_and_not_pulled_from_nothin
     assert loss([dense, moe], fitted_, p) < loss([dense, moe], p, p)  # free from a parent at 0
 
 
+APPLE = "Apple M4 Max 48GB (16C CPU / 40C GPU)"
+
+
 @pytest.mark.parametrize(
     ("model", "card", "caveat"),
     [
-        # CUDA's consumer cards: no held-out run of a MoE or a DeltaNet model, so their layers' kernels are unchecked
-        ("Qwen/Qwen3-30B-A3B", "GeForce RTX 4090 24GB", "no MoE model among them: its 48 MoE layers'"),
-        ("Qwen/Qwen3.5-9B", "GeForce RTX 4090 24GB", "no Gated DeltaNet model among them: its 24 DeltaNet layers'"),
-        ("Qwen/Qwen3-8B", "GeForce RTX 4090 24GB", ""),
+        # Metal on Apple silicon: no held-out run of a MoE or a DeltaNet model, so their layers' kernels are unchecked
+        ("Qwen/Qwen3-30B-A3B", APPLE, "no MoE model among them: its 48 MoE layers'"),
+        ("Qwen/Qwen3.5-9B", APPLE, "no Gated DeltaNet model among them: its 24 DeltaNet layers'"),
+        ("Qwen/Qwen3-8B", APPLE, ""),
         # the Strix Halo's ROCm runs held out include MoE and DeltaNet models: their error covers these layers
         ("Qwen/Qwen3-30B-A3B", "AMD Ryzen AI Max+ 395 (Strix Halo, Radeon 8060S) 128GB", ""),
         ("Qwen/Qwen3.5-35B-A3B", "AMD Ryzen AI Max+ 395 (Strix Halo, Radeon 8060S) 128GB", ""),
@@ -352,12 +355,15 @@ def test_the_printed_overhead_formula_evaluates_to_the_overhead_used():
     assert len(lines) == 2
     for line, timing in zip(lines, (speed.decode, speed.prefill), strict=True):
         m = re.match(
-            r"- overhead: (\d+) pass(?:es)? × \(([\d.e-]+) s \+ 30 DeltaNet layers × ([\d.e-]+) s\) = ([\d.]+) s", line
+            r"- overhead: (\d+) pass(?:es)? × \(([\d.]+) s \+ 30 DeltaNet layers × ([\d.]+) s"
+            r"(?: \+ 40 MoE layers × ([\d.]+) s)?\) = ([\d.]+) s",
+            line,
         )
         assert m, line
-        passes, step, per_layer, total = int(m[1]), float(m[2]), float(m[3]), float(m[4])
+        passes, step, per_layer, total = int(m[1]), float(m[2]), float(m[3]), float(m[5])
+        per_moe = float(m[4] or 0.0)
         assert passes == (1 if timing is speed.decode else 8)  # 4,096 tokens in 512-token passes
-        assert math.isclose(passes * (step + 30 * per_layer), total, rel_tol=1e-4)
+        assert math.isclose(passes * (step + 30 * per_layer + 40 * per_moe), total, rel_tol=1e-4)
         assert math.isclose(total, timing.overhead_s, abs_tol=1e-6)
 
 
@@ -393,14 +399,19 @@ def test_the_deltanet_overhead_fitted_on_apus_holds_on_a_published_cuda_run():
     """Outside the corpus and on another backend: llama.cpp PR #19365 (2026-02, before its own change) reports
     Qwen3-Next-80B-A3B-Instruct Q4_K_M decoding at 58.25 tok/s on an A100, 69.44 after it
     (https://github.com/ggml-org/llama.cpp/pull/19365). The 80B's 48 GB of Q4_K_M needs the 80 GB A100. kvscope reads
-    the newer figure within 25 %; without the per-layer term it reads it over 2.5x fast."""
+    the newer figure within 25 %; without the per-layer term it reads it over 2x fast. The per-MoE-layer term CUDA
+    fitted on RTX 4090 decodes in the corpus (2026-12-05) brings it closer still (1.14x without it)."""
     setup = Setup(load_model("Qwen/Qwen3-Next-80B-A3B-Instruct"), configured("llama.cpp"), card_named("A100 80GB SXM"),
                   weights="q4_k_m")  # fmt: skip
     eff = efficiency_for("llama.cpp", "gpu", "cuda", "datacenter")
-    fitted_ = predict(setup, Hardware(50.0, 8), 128, table={("llama.cpp", "gpu"): eff}).decode_tok_s
-    without = predict(setup, Hardware(50.0, 8), 128, table={("llama.cpp", "gpu"): replace(eff, overhead_recurrent_s=0)})
-    assert abs(fitted_ / 69.44 - 1) < 0.25
-    assert without.decode_tok_s / 69.44 > 2.5
+
+    def ratio(**zeroed: float) -> float:
+        table = {("llama.cpp", "gpu"): replace(eff, **zeroed)}
+        return predict(setup, Hardware(50.0, 8), 128, table=table).decode_tok_s / 69.44
+
+    assert abs(ratio() - 1) < 0.25
+    assert ratio(overhead_recurrent_s=0) > 2
+    assert abs(ratio() - 1) < abs(ratio(overhead_moe_s=0) - 1)
 
 
 def _corpus_row(source_id: str, card: str, kind: str, weights: str) -> dict:
@@ -707,10 +718,11 @@ def test_a_vulkan_bf16_moe_decode_times_its_experts_as_the_prompts_gemm_and_says
 
 
 def test_the_tiled_expert_rule_brings_the_published_vulkan_bf16_moe_decodes_closer():
-    """kyuz0's held-out BF16 MoE decodes on the Strix Halo's Vulkan backend (no such run is in the fit) read 2.38-3.5x
+    """kyuz0's held-out BF16 MoE decodes on the Strix Halo's Vulkan backend (no such run is in the fit) read 2.4-3.5x
     fast with the experts at the mat-vec rate; timed as the tiled matmul llama.cpp runs them through, every one is
     closer, though still too fast (1.7-2.3x when this was written: the one-token GEMM is slower than the prompt
-    fill curve says). The fit's own formula (fit_corpus.Terms) gives the same figures as core.speed.predict."""
+    fill curve says; since the refit of 2026-12-05, 1.8-2.5x, two of the five barely closer). The fit's own formula
+    (fit_corpus.Terms) gives the same figures as core.speed.predict."""
     from tests.bench.fit_corpus import load_rows, predicted_tok_s, start_params, terms
 
     rows = [r for r in load_rows()[0] if r.kind == "decode" and r.backend == "vulkan" and r.raw["weights"] == "BF16"]
@@ -726,7 +738,7 @@ def test_the_tiled_expert_rule_brings_the_published_vulkan_bf16_moe_decodes_clos
         before = [predicted_tok_s(r) / r.raw["tok_s"] for r in rows]
         assert not any(terms(r).tiled for r in rows)
     assert all(1 < x < y for x, y in zip(ruled, before, strict=True))
-    assert max(ruled) < 2.35 < min(before)
+    assert statistics.median(ruled) < 0.8 * statistics.median(before)
 
 
 STRIX = "AMD Ryzen AI Max+ 395 (Strix Halo, Radeon 8060S) 128GB"

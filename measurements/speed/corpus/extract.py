@@ -857,9 +857,10 @@ HAND = [
         backend="metal",
         card="Apple M1 Ultra 128GB (20C CPU / 64C GPU)",
         **TINYLLAMA_Q4_K_M,
+        model_id="TinyLlama/TinyLlama-1.1B-Chat-v1.0",
         build="b7825 (e9fd8dc)",
         threads=16,
-        notes="TinyLlama 1.1B (no bundled config); macOS 14.8.3; Metal,BLAS",
+        notes="TinyLlama 1.1B (model_id: config in corpus/configs/); macOS 14.8.3; Metal,BLAS",
         rows=[
             ("pp512", 5587.84, 12.06, {}),
             ("pp4096", 4381.75, 0.41, {}),
@@ -870,7 +871,8 @@ HAND = [
                 15.24,
                 {
                     **LLAMA32_3B_Q4_K_M,
-                    "notes": "Llama-3.2-3B-Instruct (no bundled config); Metal,BLAS",
+                    "model_id": "meta-llama/Llama-3.2-3B-Instruct",
+                    "notes": "Llama-3.2-3B-Instruct (model_id: config in corpus/configs/); Metal,BLAS",
                 },
             ),
         ],
@@ -881,12 +883,14 @@ HAND = [
         backend="cuda",
         card="GeForce RTX 2080 Ti 11GB",
         model="llama 13B Q4_K - Medium",
+        model_id="meta-llama/Llama-2-13b-hf",
         build="b7474 (f9ec8858e)",
         size_bytes=round(7.33 * GIB_),
         params=13_020_000_000,
         flash_attn=True,
         ngl=99,
-        notes="Llama 2 13B (no bundled config); host Raspberry Pi CM5 16GB; llama-bench -fa 1 -mmp 0 -r 2",
+        notes="Llama 2 13B (model_id: config in corpus/configs/); host Raspberry Pi CM5 16GB; llama-bench -fa 1 -mmp 0 "
+        "-r 2",
         rows=[("pp512", 1493.64, 0.53, {})],
     ),
     dict(
@@ -988,6 +992,187 @@ HAND = [
             )
             for t, v, sd in [("pp512", 28.67, 0.18), ("pp4096", 23.91, 0.04), ("tg128", 11.05, 0.08)]
         ],
+    ),
+]
+
+# CUDA MoE runs from llama.cpp PR compare tables (the merged/PR column; JohannesGaessler's and am17an's tables, read
+# from the threads' text as the search index holds them). Prompt rows only from micro-batches of 16 or more tokens:
+# ggml-cuda multiplies routed experts of up to 8 tokens with its mat-vec kernels (MMVQ_MAX_BATCH_SIZE), a path
+# kvscope times as a decode step. Builds are the PR's commit; llama-bench's default -fa auto puts FA on for CUDA.
+MOE_NOTES = "PR column of the compare table; n_ubatch = the table's microbatch size; FA at llama-bench's default"
+HAND += [
+    dict(
+        slug="llamacpp-pr-20586-fa-stream-k",
+        url="https://github.com/ggml-org/llama.cpp/pull/20586",
+        backend="cuda",
+        card="GeForce RTX 3090 24GB",
+        model="gpt-oss 20B MXFP4 MoE",
+        model_id="openai/gpt-oss-20b",
+        build="cc1232a41",
+        ngl=99,
+        flash_attn=True,
+        notes=MOE_NOTES + " (auto: on)",
+        rows=[
+            ("pp512", v, None, {"n_ubatch": u})
+            for u, v in [(16, 815.90), (32, 1227.84), (64, 1663.09), (128, 2018.82), (256, 3047.10), (512, 4702.81)]
+        ],
+    ),
+    dict(
+        slug="llamacpp-pr-22298-mmq-stream-k",
+        url="https://github.com/ggml-org/llama.cpp/pull/22298",
+        backend="cuda",
+        card="GeForce RTX 4090 24GB",
+        model="qwen35moe 35B.A3B Q4_0",
+        model_id="Qwen/Qwen3.5-35B-A3B",
+        build="3d1bbd581",
+        ngl=99,
+        flash_attn=True,
+        notes=MOE_NOTES + " (auto: on); the single-GPU table's header is not in the stored excerpt, its columns "
+        "read as the same comment's tensor-parallel table (master, then 3d1bbd581)",
+        rows=[
+            ("pp2048", v, None, {"n_ubatch": u})
+            for u, v in [
+                (64, 2930.05),
+                (128, 3694.61),
+                (256, 5782.42),
+                (512, 7999.83),
+                (1024, 9559.98),
+                (2048, 10026.03),
+            ]
+        ],
+    ),
+    dict(
+        slug="llamacpp-pr-15631-fuse-add-rms",
+        url="https://github.com/ggml-org/llama.cpp/pull/15631",
+        backend="cuda",
+        card="GeForce RTX 4090 24GB",
+        model="gpt-oss 20B MXFP4 MoE",
+        model_id="openai/gpt-oss-20b",
+        build="b64ba1cc8",
+        ngl=99,
+        flash_attn=None,
+        notes="PR column (b64ba1cc8, merged 2025-08) of the compare table; n_ubatch = the table's microbatch size; "
+        "FA not shown (llama-bench's -fa 0 default then); rows past the excerpt not taken",
+        rows=[("pp4096", v, None, {"n_ubatch": u}) for u, v in [(1024, 11094.10), (2048, 10565.77), (4096, 8984.82)]]
+        + [
+            ("pp4096", v, None, {"n_ubatch": u, "model": "qwen3moe 30B.A3B Q4_0", "model_id": "Qwen/Qwen3-30B-A3B"})
+            for u, v in [(16, 959.90), (32, 1556.32), (64, 2508.44)]
+        ],
+    ),
+    dict(
+        slug="llamacpp-pr-15525-mmq-moe-device",
+        url="https://github.com/ggml-org/llama.cpp/pull/15525",
+        backend="cuda",
+        card="GeForce RTX 3090 24GB",
+        model="deepseek2 16B Q4_0",
+        model_id="deepseek-ai/DeepSeek-V2-Lite",
+        # the compare table has no size column: 8.29 GiB and 15.71 B are how llama-bench prints this GGUF elsewhere
+        size_bytes=round(8.29 * GIB_),
+        params=15_710_000_000,
+        build="cuda-mmq-moe-device-4",
+        ngl=99,
+        flash_attn=None,
+        notes="PR column (cuda-mmq-moe-device-4, merged) of the compare table; n_ubatch = the table's microbatch "
+        "size; the ub 512 row's PR figure is past the excerpt; FA not shown (llama-bench's -fa 0 default then)",
+        rows=[
+            ("pp512", v, None, {"n_ubatch": u})
+            for u, v in [(16, 784.29), (32, 1209.58), (64, 1802.95), (128, 2253.15), (256, 3628.64)]
+        ],
+    ),
+    dict(
+        slug="llamacpp-pr-16834-set-rows-fastdiv",
+        url="https://github.com/ggml-org/llama.cpp/pull/16834",
+        backend="cuda",
+        card="GeForce RTX 4090 24GB",
+        model="gpt-oss 20B MXFP4 MoE",
+        model_id="openai/gpt-oss-20b",
+        build="set-row",
+        ngl=99,
+        flash_attn=True,
+        notes="PR column (set-row, merged 2025-10) of the compare table; FA at llama-bench's default (auto: on)",
+        rows=[("tg128", 187.25, None, {}), ("tg256", 187.19, None, {}), ("tg512", 184.45, None, {})]
+        + [
+            (t, v, None, {"model": "qwen3moe 30B.A3B Q4_0", "model_id": "Qwen/Qwen3-30B-A3B"})
+            for t, v in [("tg128", 163.48), ("tg256", 163.33), ("tg512", 160.86)]
+        ],
+    ),
+    dict(
+        slug="llamacpp-pr-16649-topk-moe-gpt-oss",
+        url="https://github.com/ggml-org/llama.cpp/pull/16649",
+        backend="cuda",
+        card="GeForce RTX 4090 24GB",
+        model="gpt-oss 20B MXFP4 MoE",
+        model_id="openai/gpt-oss-20b",
+        build="cuda_gpt_oss_opt",
+        ngl=99,
+        flash_attn=True,
+        notes="PR column (cuda_gpt_oss_opt, merged 2025-10) of the compare table ('Performance on a 4090'); FA at "
+        "llama-bench's default (auto: on)",
+        rows=[("tg32", 177.68, None, {}), ("tg64", 175.36, None, {}), ("tg128", 173.33, None, {})],
+    ),
+]
+
+# geerlingguy/ai-benchmarks GPU threads (Vulkan, one card, -ngl 99), as far as the search index's excerpts of them
+# reach (each is cut after about 2,000 characters; nothing past a cut is taken). Tables on cards gpus.csv lacks
+# (Radeon RX 9070 XT, AI PRO R9700, RX 580, RX 470, Arc A310: no vendor figures at hand) and an RX 7900 XT table whose
+# device list also holds the host's V3D GPU (#23) are left out. Combined pp+tg tests are never taken.
+GEERLING_CMD = "llama-bench -n 128 -p 512,4096 -pg 4096,128 -ngl 99 -r 2"
+TINYLLAMA_ID = {"model_id": "TinyLlama/TinyLlama-1.1B-Chat-v1.0"}
+LLAMA32_3B_ID = {"model_id": "meta-llama/Llama-3.2-3B-Instruct"}
+HAND += [
+    dict(
+        slug="geerlingguy-ai-benchmarks-43-rtx-4090",
+        url="https://github.com/geerlingguy/ai-benchmarks/issues/43",
+        backend="vulkan",
+        card="GeForce RTX 4090 24GB",
+        **TINYLLAMA_Q4_K_M,
+        **TINYLLAMA_ID,
+        build="b7340 (086a63e3a)",
+        ngl=99,
+        notes="host Intel Core Ultra 265K PC, Ubuntu 25.10 (comment of 2025-12-09); the device and command lines are "
+        "past the excerpt (the tests are those of the thread's usual '" + GEERLING_CMD + "')",
+        rows=[
+            (
+                "pp512",
+                10802.35,
+                9881.63,
+                {
+                    "notes": "SUSPECT: its ± is 91 % of the mean (the two repetitions disagree), and it reads "
+                    "below the same setup's pp4096 (18,709.17)"
+                },
+            ),
+            ("pp4096", 18709.17, 59.99, {}),
+            ("tg128", 762.37, 4.41, {}),
+            ("pp512", 20323.29, 8.21, {**LLAMA32_3B_Q4_K_M, **LLAMA32_3B_ID}),
+        ],
+    ),
+    dict(
+        slug="geerlingguy-ai-benchmarks-40-rtx-3060",
+        url="https://github.com/geerlingguy/ai-benchmarks/issues/40",
+        backend="vulkan",
+        card="GeForce RTX 3060 12GB",
+        **TINYLLAMA_Q4_K_M,
+        **TINYLLAMA_ID,
+        build="b7293 (933414c0b)",
+        ngl=99,
+        notes="host Raspberry Pi CM5 16GB, Pi OS Trixie, NVIDIA's open kernel module (comment of 2025-12-06); the "
+        "device and command lines are past the excerpt",
+        rows=[("pp512", 6744.18, 179.28, {}), ("pp4096", 3981.80, 0.91, {}), ("tg128", 279.05, 0.37, {})],
+    ),
+    dict(
+        slug="geerlingguy-ai-benchmarks-27-arc-pro-b50",
+        url="https://github.com/geerlingguy/ai-benchmarks/issues/27",
+        backend="vulkan",
+        card="Intel Arc Pro B50 16GB",
+        **LLAMA32_3B_Q4_K_M,
+        **LLAMA32_3B_ID,
+        build="b6715 (12bbc3fa)",
+        ngl=99,
+        notes="host Raspberry Pi 500+ (2025-10-10); ggml_vulkan: Intel(R) Graphics (BMG G21) | fp16: 1 | int dot: 1 | "
+        "matrix cores: KHR_coopmat (the card is the issue title's; BMG G21 is also the B580's die); "
+        + GEERLING_CMD
+        + "; the excerpt ends after pp512",
+        rows=[("pp512", 489.15, 0.33, {})],
     ),
 ]
 
