@@ -22,6 +22,7 @@ from core.model.params import count_params
 from core.speed.calibration import Calibration
 from core.speed.efficiency import Efficiency, efficiency_for
 from core.speed.groups import (
+    MOE_PROMPT,
     TILED_EXPERTS,
     ErrorBar,
     MatmulPeak,
@@ -473,7 +474,8 @@ def driver(setup: Setup, hw: Hardware) -> str:
 
 def error_bars(setup: Setup, hw: Hardware, decode: Timing | None = None) -> tuple[ErrorBar, ErrorBar]:
     """The held-out error of the group this setup falls in, for decode and for prefill; a decode step (`decode`)
-    whose routed experts take Vulkan's tiled matmul carries that path's own error (groups.error_bar)."""
+    whose routed experts take Vulkan's tiled matmul, and a MoE model's prompt, carry that path's own error
+    (groups.error_bar)."""
     device = driver(setup, hw)
     backend, klass = group(setup, hw, device)
     cal = hw.calibration.label if hw.calibration and device == "cpu" else ""
@@ -482,7 +484,7 @@ def error_bars(setup: Setup, hw: Hardware, decode: Timing | None = None) -> tupl
     path = TILED_EXPERTS if decode and any(p.expert_note for p in decode.parts) else ""
     return (
         error_bar(engine, backend, klass, "decode", cal, chained, path, moe),
-        error_bar(engine, backend, klass, "prefill", cal, chained, moe=moe),
+        error_bar(engine, backend, klass, "prefill", cal, chained, MOE_PROMPT if moe else "", moe),
     )
 
 

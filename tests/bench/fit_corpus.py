@@ -49,7 +49,16 @@ from core.memory.weightfiles import WeightFile
 from core.model.loading import load_model
 from core.speed import efficiency as eff_module
 from core.speed.efficiency import FITTED, Efficiency, efficiency_for
-from core.speed.groups import FAMILIES, PATHS, TILED_EXPERTS, card_class, error_stats, format_family, group_label
+from core.speed.groups import (
+    FAMILIES,
+    MOE_PROMPT,
+    PATHS,
+    TILED_EXPERTS,
+    card_class,
+    error_stats,
+    format_family,
+    group_label,
+)
 from core.speed.predict import Hardware, Timing, chained_layers, moe_layers, predict, setup_weights
 from tests.bench.device_llamacpp import SOURCE_ID_PREFIX as DEVICE_SOURCE
 from tests.bench.speed_fit import descend as coordinate_descent
@@ -572,9 +581,10 @@ def unit_interval(
 
 def path_of(row: Row) -> str:
     """The kernel path of core.speed.groups.PATHS a row's figure takes, or "": a decode whose routed experts run
-    Vulkan's tiled matmul (core.speed.groups.tiled_experts)."""
+    Vulkan's tiled matmul (core.speed.groups.tiled_experts); a prompt of a model with routed experts (as
+    core.speed.predict.error_bars picks them)."""
     if row.kind != "decode":
-        return ""
+        return MOE_PROMPT if moe_layers(row.setup) else ""
     timing, _ = _timing(row, None)
     return TILED_EXPERTS if any(p.expert_note for p in timing.parts) else ""
 
