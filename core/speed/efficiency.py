@@ -57,6 +57,9 @@ class Efficiency:
     # routed experts' weights stream at this × `bandwidth`: mul_mat_id reads each selected expert's rows as its own
     # small matrix (gathered by id), further from the bandwidth roofline than one dense matrix of the same bytes
     expert_bandwidth: float = 1.0
+    # a routed expert's GEMM in a prompt reaches half the matmul rate at this many tokens routed to it in the pass:
+    # mul_mat_id's tiles fill per expert with a curve of their own; 0: the dense pass's (prefill_half_tokens)
+    expert_half_tokens: float = 0.0
     # per pass and layer whose state update is a chain of small kernels (LayerKind.chained_update: Gated DeltaNet in
     # llama.cpp), whose launches a decode step pays on top of the layer's bytes
     overhead_recurrent_s: float = 0.0

@@ -296,10 +296,11 @@ class Share:
     experts_here: range = range(0)  # layers elsewhere whose routed experts run here
 
 
-def fill(eff: Efficiency, pass_tokens: int) -> float:
+def fill(eff: Efficiency, pass_tokens: int, experts: bool = False) -> float:
     """The share of the prefill matmul rate a pass of `pass_tokens` tokens reaches: n ÷ (n + half), a GEMM's tiles
-    filling as its token dimension grows (small -ub, short prompts); 1 when the entry sets no half-rate size."""
-    half = eff.prefill_half_tokens
+    filling as its token dimension grows (small -ub, short prompts); 1 when the entry sets no half-rate size. A routed
+    expert's GEMM (`experts`, the tokens routed to it) fills by its own curve where the entry fitted one."""
+    half = (eff.expert_half_tokens if experts else 0.0) or eff.prefill_half_tokens
     return pass_tokens / (pass_tokens + half) if half > 0 else 1.0
 
 
@@ -383,9 +384,9 @@ def _part(
         # (tokens × top-k ÷ experts: llama.cpp's mul_mat_id groups the batch by expert)
         mm_rate = base * fill(eff, pass_tokens) if prefill else base
         routed = max(1, pass_tokens * top_k // n_experts)
-        expert_rate = base * fill(eff, routed) if prefill else base
+        expert_rate = base * fill(eff, routed, experts=True) if prefill else base
         if tiled and experts:  # a decode step's experts through the prompt's tiled matmul, as a prefill times it
-            expert_rate = peak * eff.prefill_compute * eff.family_factor(family, True, "") * fill(eff, routed)
+            expert_rate = peak * eff.prefill_compute * eff.family_factor(family, True, "") * fill(eff, routed, True)
     cal = hw.calibration if device == "cpu" else None
     head_dim = attention_head_dim(setup) if cal else 0  # what the calibrated rates are looked up by
     calibrated = cal.attention_rate(prefill, head_dim) if cal else None

@@ -14,9 +14,11 @@ less than with squares):
    rates (decode, prefill), per-pass overhead, the flash-attention-off factor and one matmul factor per
    weight-format family (k-quant, legacy, i-quant, mxfp4 against float), starting from efficiencies.json's priors;
 2. per backend, pulled toward level 1 by a penalty of LAMBDA × |log(value ÷ parent)| per parameter; here, and only
-   where a backend has MoE rows beside dense ones, the routed experts' share of the bandwidth (expert_bandwidth) and
-   an overhead per MoE layer and pass (overhead_moe_s; additive, so not pulled toward a parent that never fitted it);
+   where a backend has MoE rows beside dense ones, the routed experts' share of the bandwidth (expert_bandwidth), an
+   overhead per MoE layer and pass (overhead_moe_s) and, with MoE prompts among them, the experts' own fill curve
+   (expert_half_tokens); the last two are not pulled toward a parent that never fitted them (UNPOOLED);
 3. per backend and card class with at least MIN_ROWS fit rows, pulled toward level 2.
+Prompt passes of MATVEC_MAX_TOKENS tokens or fewer run llama.cpp's mat-vec kernels and are left out of both.
 AMD APU runs (ROCm, Vulkan) from builds before APU_CURRENT_BUILD are superseded and left out of the fit and the check,
 as is any run that a newer build of the same test ran faster at a deeper context (superseded).
 The terms each row is fitted on are kvscope's own roofline at unit efficiencies (core.speed.predict with an
@@ -86,6 +88,10 @@ AMD_APU_BACKENDS = ("rocm", "vulkan")  # the backends that history is of (a DGX 
 # cuBLAS, Volta and older cards (no int8 MMA) still take it for long batches, and the MMQ PRs' own tables forced
 # their kernels (LLAMA_CUDA_FORCE_MMQ): those runs stand.
 MMQ_DEFAULT_BUILD = 3000
+# llama.cpp multiplies a pass of up to 8 tokens with its mat-vec kernels, a batched decode's (ggml-cuda
+# MMVQ_MAX_BATCH_SIZE, ggml-metal ne11_mm_min, ggml-vulkan's mul_mat_vec path), not the prompt GEMMs kvscope's
+# prefill times: such prompt rows are neither fitted nor checked
+MATVEC_MAX_TOKENS = 8
 # sources that print no build number but date from before both CUDA graphs and MMQ-by-default: PR #4766's tables
 # (2024-01); each of their runs counts as a build before OLD_BUILD and before MMQ_DEFAULT_BUILD
 EARLY_2024_SOURCES = frozenset({"llamacpp-pr-4766-backend-sched", "llamacpp-pr-4766-backend-sched-jg"})
@@ -93,15 +99,17 @@ EARLY_2024_SOURCES = frozenset({"llamacpp-pr-4766-backend-sched", "llamacpp-pr-4
 SAME_TEST = ("source_id", "card", "backend", "kind", "model", "weights", "n_prompt", "n_gen", "n_ubatch", "flash_attn")
 FLOORS = {
     "overhead_step_s": 1e-5, "old_overhead_s": 1e-5, "prefill_half_tokens": 1.0, "overhead_recurrent_s": 1e-6,
-    "overhead_moe_s": 1e-6,
+    "overhead_moe_s": 1e-6, "expert_half_tokens": 1.0,
 }  # fmt: skip
 DEEP = 4096  # runs whose context reaches this many tokens (cached + their own) time the attention kernels
 HOST = Hardware(ram_gb_s=50.0, threads=8)  # unused: every corpus layer is on the GPU (-ngl 99)
 RATE_KEYS = ("bandwidth", "decode_compute", "decode_attention", "prefill_compute", "prefill_attention")
-ADDITIVE = ("overhead_moe_s",)  # seconds added per layer, 0 where nothing fitted them (never pooled over backends)
+# fitted per backend only (never pooled over backends); 0 where nothing fitted them: seconds added per MoE layer, and
+# the experts' own fill curve (0: the dense one's)
+UNPOOLED = ("overhead_moe_s", "expert_half_tokens")
 KEYS = (
     *RATE_KEYS, "overhead_step_s", "flash_off", "prefill_half_tokens", "expert_bandwidth", "overhead_recurrent_s",
-    "overhead_moe_s",
+    "overhead_moe_s", "expert_half_tokens",
 )  # fmt: skip
 UNIT = Efficiency("unit", "gpu", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, "unit", "")
 # a family's stand-in where kvscope does not know the exact llama.cpp type (bytes come from size_bytes anyway)
@@ -188,6 +196,8 @@ def to_row(r: dict) -> Row:
         raise InputError("prefill on several cards (llama.cpp's pipelined layer split is not modelled)")
     if "SUSPECT" in (r.get("notes") or ""):  # the corpus' own flag: a figure its source contradicts
         raise InputError("flagged SUSPECT in the corpus")
+    if r["kind"] == "prefill" and min(r["n_prompt"], r.get("n_ubatch") or 512) <= MATVEC_MAX_TOKENS:
+        raise InputError(f"a prompt pass of {MATVEC_MAX_TOKENS} tokens or fewer (llama.cpp's mat-vec kernels)")
     card: Card = card_named(r["card"])
     if not card.bandwidth_gb_s or not card.dense_tflops:
         raise InputError(f"no bandwidth or peak for {card.name} in gpus.csv")
@@ -336,7 +346,8 @@ class Terms:
         if self.prefill:  # core.speed.predict.fill: n ÷ (n + half) per pass, per expert for routed experts
             dense *= (self.pass_tokens + half) / self.pass_tokens
         if self.prefill or self.tiled:
-            experts *= (self.routed_tokens + half) / self.routed_tokens
+            expert_half = p.get("expert_half_tokens") or half
+            experts *= (self.routed_tokens + expert_half) / self.routed_tokens
             expert_rate = p["prefill_compute"] * p.get(f"{self.family}:prefill", 1.0)
         attn = p[f"{pre}_attention"] * (1.0 if self.flash else p["flash_off"])
         read = (self.weights - self.expert_weights + self.expert_weights / p["expert_bandwidth"]) / p["bandwidth"]
@@ -403,9 +414,9 @@ def routed_tokens(row: Row, pass_tokens: int) -> int:
 def loss(rows: list[Terms], p: dict, parent: dict | None) -> float:
     total = sum(t.weight * abs(math.log(t.tok_s(p) / t.measured)) for t in rows)
     if parent:
-        # the nuisance term is free, as is an additive term the parent never fitted (0: a log pull from nothing
+        # the nuisance term is free, as is a per-backend term the parent never fitted (0: a log pull from nothing
         # would pin it to its floor)
-        pulled = (k for k in p if k in parent and k != "old_overhead_s" and (parent[k] or k not in ADDITIVE))
+        pulled = (k for k in p if k in parent and k != "old_overhead_s" and (parent[k] or k not in UNPOOLED))
         total += LAMBDA * sum(abs(math.log(floored(k, p[k]) / floored(k, parent[k]))) for k in pulled)
     return total
 
@@ -417,6 +428,8 @@ def floored(key: str, value: float) -> float:
 
 def descend(rows: list[Terms], start: dict, keys: Iterable[str], parent: dict | None, rounds: int = 400) -> dict:
     keys = [k for k in keys if k in start]
+    if "expert_half_tokens" in keys and not start["expert_half_tokens"]:  # the experts' curve starts as the dense one
+        start = start | {"expert_half_tokens": start["prefill_half_tokens"]}
     return coordinate_descent(lambda p: loss(rows, p, parent), start, keys, rounds, 2e-3, floored)[0]
 
 
@@ -440,6 +453,9 @@ def fit_keys(rows: list[Terms], pooled: bool = False) -> list[str]:
         # cost like any weights) rather than another backend's kernels
         keys.remove("expert_bandwidth")
         keys.remove("overhead_moe_s")
+        keys.remove("expert_half_tokens")
+    elif not any(t.moe and (t.prefill or t.tiled) for t in rows):  # only MoE prompts show their experts' fill
+        keys.remove("expert_half_tokens")
     if not any(t.recurrent for t in rows):  # only models with such layers show their kernels' overhead
         keys.remove("overhead_recurrent_s")
     fams = {f"{t.family}:{'prefill' if t.prefill else 'decode'}" for t in rows if t.family != "float"}
@@ -461,7 +477,8 @@ def as_entry(engine: str, backend: str, klass: str, p: dict, fit_rows: list[Row]
         "engine": engine, "device": "gpu", "backend": backend, "card_class": klass,
         **{k: p[k] for k in RATE_KEYS}, "overhead_step_s": p["overhead_step_s"], "overhead_layer_s": 0.0,
         "flash_off": p["flash_off"], "prefill_half_tokens": p["prefill_half_tokens"],
-        "expert_bandwidth": p["expert_bandwidth"], "overhead_recurrent_s": p["overhead_recurrent_s"],
+        "expert_bandwidth": p["expert_bandwidth"], "expert_half_tokens": p["expert_half_tokens"],
+        "overhead_recurrent_s": p["overhead_recurrent_s"],
         "overhead_moe_s": p["overhead_moe_s"],
         "families": families,
         "status": "fitted",

@@ -1176,6 +1176,159 @@ HAND += [
     ),
 ]
 
+# Metal runs of MoE models from ggerganov's llama.cpp PR tables on an M2 Ultra (the machine the thread heads its
+# table with), as far as the search index's excerpts reach: Qwen3-Next-80B-A3B by prompt length (1 to 2,048 tokens),
+# Qwen3-Coder-30B-A3B and Qwen2.5-Coder-7B to 16K-token prompts, DeepSeek-V2-Lite. Tables whose Mac is not named,
+# and models without a config here (Mixtral, DeepSeek-V4), are left out.
+M2_ULTRA = "Apple M2 Ultra 192GB (24C CPU / 76C GPU)"
+QWEN25_CODER_7B = "Qwen/Qwen2.5-Coder-7B-Instruct"
+QWEN25_CODER_NOTE = "dense model (Qwen2.5-Coder-7B; the Instruct config's shapes) in the same table"
+HAND += [
+    dict(
+        slug="llamacpp-pr-19375-optimizing-qwen3next-graph",
+        url="https://github.com/ggml-org/llama.cpp/pull/19375",
+        backend="metal",
+        card=M2_ULTRA,
+        model="qwen3next 80B.A3B Q4_0",
+        model_id="Qwen/Qwen3-Next-80B-A3B-Instruct",
+        build="gg/qwen3-next-opt",
+        size_bytes=None,
+        params=None,
+        flash_attn=None,
+        ngl=99,
+        notes=(
+            "PR column (t/s gg/qwen3-next-opt) of ggerganov's compare table in the PR description "
+            "(2026-02-05), headed 'M2 Ultra:'; baseline column was b7946. Command line / fa / ubatch "
+            "not shown. Q4_0 rows and Q4_K_M pp1 from the issues-corpus excerpt; remaining rows from a "
+            "stored copy of the PR page (pages corpus, hdoplus.com proxy), which was cut right after "
+            "Q8_0 tg32 (further rows, if any, and the DGX Spark table not seen). Third-party write-ups "
+            "call the model Qwen3-Coder-Next (same qwen3next 80B.A3B architecture)."
+        ),
+        rows=[
+            ("pp1", 51.99, None, {}),
+            ("pp2", 57.55, None, {}),
+            ("pp3", 78.88, None, {}),
+            ("pp4", 100.71, None, {}),
+            ("pp5", 119.23, None, {}),
+            ("pp6", 140.88, None, {}),
+            ("pp7", 156.66, None, {}),
+            ("pp8", 176.36, None, {}),
+            ("pp512", 1125.73, None, {}),
+            ("pp2048", 1352.31, None, {}),
+            ("tg32", 50.39, None, {}),
+            ("pp1", 46.47, None, {"model": "qwen3next 80B.A3B Q4_K_M"}),
+            ("pp2", 52.84, None, {"model": "qwen3next 80B.A3B Q4_K_M"}),
+            ("pp3", 72.38, None, {"model": "qwen3next 80B.A3B Q4_K_M"}),
+            ("pp4", 87.54, None, {"model": "qwen3next 80B.A3B Q4_K_M"}),
+            ("pp5", 104.15, None, {"model": "qwen3next 80B.A3B Q4_K_M"}),
+            ("pp6", 121.09, None, {"model": "qwen3next 80B.A3B Q4_K_M"}),
+            ("pp7", 131.26, None, {"model": "qwen3next 80B.A3B Q4_K_M"}),
+            ("pp8", 145.61, None, {"model": "qwen3next 80B.A3B Q4_K_M"}),
+            ("pp512", 1001.46, None, {"model": "qwen3next 80B.A3B Q4_K_M"}),
+            ("pp2048", 1232.47, None, {"model": "qwen3next 80B.A3B Q4_K_M"}),
+            ("tg32", 46.43, None, {"model": "qwen3next 80B.A3B Q4_K_M"}),
+            ("pp1", 43.98, None, {"model": "qwen3next 80B.A3B Q8_0"}),
+            ("pp2", 50.97, None, {"model": "qwen3next 80B.A3B Q8_0"}),
+            ("pp3", 67.62, None, {"model": "qwen3next 80B.A3B Q8_0"}),
+            ("pp4", 83.92, None, {"model": "qwen3next 80B.A3B Q8_0"}),
+            ("pp5", 95.88, None, {"model": "qwen3next 80B.A3B Q8_0"}),
+            ("pp6", 109.19, None, {"model": "qwen3next 80B.A3B Q8_0"}),
+            ("pp7", 118.99, None, {"model": "qwen3next 80B.A3B Q8_0"}),
+            ("pp8", 130.04, None, {"model": "qwen3next 80B.A3B Q8_0"}),
+            ("pp512", 1113.64, None, {"model": "qwen3next 80B.A3B Q8_0"}),
+            ("pp2048", 1338.82, None, {"model": "qwen3next 80B.A3B Q8_0"}),
+            ("tg32", 43.78, None, {"model": "qwen3next 80B.A3B Q8_0"}),
+        ],
+    ),
+    dict(
+        slug="llamacpp-pr-15616-presets-qwen3-fim",
+        url="https://github.com/ggml-org/llama.cpp/pull/15616",
+        backend="metal",
+        card=M2_ULTRA,
+        model="qwen3moe 30B.A3B Q8_0",
+        model_id="Qwen/Qwen3-30B-A3B",
+        build=None,
+        size_bytes=round(30.25 * GIB_),
+        params=None,
+        flash_attn=True,
+        ngl=99,
+        notes=(
+            "Plain llama-bench table in the PR description (ggerganov, 2025-08-27), headed 'Perf M2 Ultra:'; "
+            "backend column 'Metal'; no params column. Model is Qwen3-Coder-30B-A3B (same arch). "
+            "Table cut by the excerpt after the third qwen2 7B row (qwen2 7B tg128 and the build line not seen)."
+        ),
+        rows=[
+            ("pp512", 2045.19, 10.70, {"n_ubatch": 2048}),
+            ("pp2048", 2272.56, 3.49, {"n_ubatch": 2048}),
+            ("pp16384", 1022.81, 0.18, {"n_ubatch": 2048}),
+            ("tg128", 76.31, 0.06, {"n_ubatch": 2048}),
+            (
+                "pp512",
+                1419.54,
+                1.00,
+                {
+                    "n_ubatch": 2048,
+                    "model": "qwen2 7B Q8_0",
+                    "model_id": QWEN25_CODER_7B,
+                    "size_bytes": round(7.54 * GIB_),
+                    "notes": QWEN25_CODER_NOTE,
+                },
+            ),
+            (
+                "pp2048",
+                1470.14,
+                0.30,
+                {
+                    "n_ubatch": 2048,
+                    "model": "qwen2 7B Q8_0",
+                    "model_id": QWEN25_CODER_7B,
+                    "size_bytes": round(7.54 * GIB_),
+                    "notes": QWEN25_CODER_NOTE,
+                },
+            ),
+            (
+                "pp16384",
+                1037.44,
+                0.24,
+                {
+                    "n_ubatch": 2048,
+                    "model": "qwen2 7B Q8_0",
+                    "model_id": QWEN25_CODER_7B,
+                    "size_bytes": round(7.54 * GIB_),
+                    "notes": QWEN25_CODER_NOTE,
+                },
+            ),
+        ],
+    ),
+    dict(
+        slug="llamacpp-pr-15541-metal-improve-mul-mat-id",
+        url="https://github.com/ggml-org/llama.cpp/pull/15541",
+        backend="metal",
+        card=M2_ULTRA,
+        model="deepseek2 16B Q4_K_M",
+        model_id="deepseek-ai/DeepSeek-V2-Lite",
+        build="gg/metal-mmid-opt",
+        size_bytes=None,
+        params=None,
+        flash_attn=True,
+        ngl=99,
+        notes=(
+            "PR column (t/s gg/metal-mmid-opt) of ggerganov's compare-commits table, headed 'M2 Ultra:' "
+            "(PR description 2025-08-24). Command: -fa 1 -t 1 -ub 2048 -p 512,1024,2048 -n 0 "
+            "(deepseek-v2-lite-chat). Table CUT by the excerpt after 'deepseek2 16B Q8_0 pp2048 ... 3' - "
+            "the gpt-oss 20B/120B, qwen3moe 30B.A3B Q4_0/Q8_0 and nomic-bert-moe rows listed in the command "
+            "were not visible."
+        ),
+        rows=[
+            ("pp512", 2619.13, None, {"threads": 1, "n_ubatch": 2048}),
+            ("pp1024", 2957.49, None, {"threads": 1, "n_ubatch": 2048}),
+            ("pp2048", 3055.70, None, {"threads": 1, "n_ubatch": 2048}),
+            ("pp512", 2921.00, None, {"threads": 1, "n_ubatch": 2048, "model": "deepseek2 16B Q8_0"}),
+            ("pp1024", 3284.46, None, {"threads": 1, "n_ubatch": 2048, "model": "deepseek2 16B Q8_0"}),
+        ],
+    ),
+]
+
 # llama.cpp's own benches/dgx-spark.md (@ 4c7e9893, system info of 2025-11-02): llama-bench on a DGX Spark (GB10),
 # -ngl 99 -ub 2048 -fa 1 -mmp 0, pp2048 and tg32 at depths 0, 4,096, 8,192, 16,384 and 32,768; build 2f68ce7cf
 # (6918). Per model: (as llama-bench prints it, config, GiB and parameters as printed, (t/s, ±) in the table's order)
