@@ -392,6 +392,20 @@ def test_the_moe_overhead_brings_rocms_published_moe_decodes_closer():
     assert median_error({key: eff}) < median_error({key: replace(eff, overhead_moe_s=0.0)})
 
 
+def test_the_efficiencies_line_gives_the_fill_curves_the_prompt_used():
+    from core.speed.report import speed_lines
+
+    setup = Setup(load_model("Qwen/Qwen3-30B-A3B"), configured("llama.cpp"), card_named("GeForce RTX 4090 24GB"),
+                  weights="q4_k_m")  # fmt: skip
+    eff = efficiency_for("llama.cpp", "gpu", "cuda", "consumer")
+    for expert_half in (0.0, 20.0):
+        table = {("llama.cpp", "gpu"): replace(eff, prefill_half_tokens=50.0, expert_half_tokens=expert_half)}
+        (line,) = [x for x in speed_lines(predict(setup, Hardware(50.0, 8), 4096, table=table)) if "fill as" in x]
+        curves = r"n ÷ \(n \+ ([\d.]+)\) for n tokens a pass(?:, a routed expert's as n ÷ \(n \+ ([\d.]+)\))?"
+        m = re.search(curves, line)
+        assert m and float(m[1]) == 50.0 and (float(m[2]) == expert_half if expert_half else m[2] is None), line
+
+
 def test_the_printed_overhead_formula_evaluates_to_the_overhead_used():
     from core.speed.report import speed_lines
 

@@ -8,6 +8,7 @@ from decimal import Decimal
 
 from core.errors import InputError
 from core.fit import Fit, Setup
+from core.speed.efficiency import Efficiency
 from core.speed.groups import ErrorBar
 from core.speed.predict import DevicePart, Hardware, Speed, Timing, predict, setup_weights
 from core.units import format_bytes, format_tokens
@@ -103,6 +104,17 @@ def _rates(p: DevicePart, prefill: bool) -> tuple[str, str, str]:
             f"{p.peak_gflops:g} threads × {_n(at * 1e9)} FLOP/s",
         )
     return bw, f"{_n(p.peak_gflops * 1e9)} FLOP/s × {mm:.4g}", f"{_n(p.attention_peak_gflops * 1e9)} FLOP/s × {at:.4g}"
+
+
+def fill_text(e: Efficiency) -> str:
+    """The prompt GEMMs' fill curves (core.speed.predict.fill), where the entry has one: a pass of n tokens runs its
+    matmuls at n ÷ (n + half) of the rate; a routed expert, by the tokens routed to it, on its own curve if fitted."""
+    if not e.prefill_half_tokens:
+        return ""
+    text = f"; prompt matmuls fill as n ÷ (n + {e.prefill_half_tokens:.3g}) for n tokens a pass"
+    if e.expert_half_tokens:
+        text += f", a routed expert's as n ÷ (n + {e.expert_half_tokens:.3g}) for n tokens routed to it"
+    return text
 
 
 def overhead_text(t: Timing) -> str:
@@ -204,6 +216,7 @@ def speed_lines(s: Speed) -> list[str]:
             f"pass + {e.overhead_layer_s * 1e3:.3g} ms per layer"
             + (f" + {e.overhead_recurrent_s * 1e3:.3g} ms per Gated DeltaNet layer" if e.overhead_recurrent_s else "")
             + (f" + {e.overhead_moe_s * 1e3:.3g} ms per MoE layer" if e.overhead_moe_s else "")
+            + fill_text(e)
             + f". {e.provenance}"
             + (f" Fitted on {e.fitted_on}; checked on {e.checked_on}." if e.fitted_on else "")
         )
