@@ -309,7 +309,7 @@ def error_stats(ratios: list[float]) -> tuple[float, float, float]:
 
 
 # A prompt of a model with routed experts multiplies each expert by the few tokens routed to it (llama.cpp's
-# mul_mat_id): the held-out MoE prompt sweeps read 0.6-2.6x of measured where the group's dense prompts read within a
+# mul_mat_id): the held-out MoE prompt sweeps read 0.7-2.8x of measured where the group's dense prompts read within a
 # fifth, so such a prompt carries the error of its group's held-out MoE prompts.
 MOE_PROMPT = "moe-prompt"
 # kernel paths whose held-out runs fitted.json keeps apart from their group's (fit_corpus.path_of): a figure on one
