@@ -457,9 +457,10 @@ def _timing(work: PassWork, setup: Setup, hw: Hardware, prefill: bool, table: Ta
     return Timing(tuple(parts), eff.overhead_s(n, chained, moe) * passes, passes, n, chained, eff, moe)
 
 
-def moe_layers(setup: Setup) -> int:
-    """Layers with routed experts, each running the router's and the experts' chain of kernels a pass."""
-    return sum(1 for experts, _ in setup_weights(setup).layer_experts if experts)
+def moe_layers(setup: Setup, weights: Weights | None = None) -> int:
+    """Layers with routed experts, each running the router's and the experts' chain of kernels a pass; `weights`
+    saves recounting them (as in predict)."""
+    return sum(1 for experts, _ in (weights or setup_weights(setup)).layer_experts if experts)
 
 
 def chained_layers(setup: Setup) -> int:

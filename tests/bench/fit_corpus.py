@@ -572,7 +572,8 @@ def error_groups(results: list[tuple[Row, float]]) -> dict[tuple[str, ...], Stat
     moe: Counter = Counter()
     for r, x in results:
         engine, backend, klass = r.group
-        has_chained, has_moe = chained_layers(r.setup) > 0, moe_layers(r.setup) > 0  # once per row, not per key
+        # once per row, not per key
+        has_chained, has_moe = chained_layers(r.setup) > 0, moe_layers(r.setup, _weights(r.setup)) > 0
         for key in ((r.kind, engine, backend, klass), (r.kind, engine, backend, "*"), (r.kind, "*", "*", "*")):
             buckets[key].append(x)
             chained[key] += has_chained
@@ -601,7 +602,7 @@ def path_of(row: Row) -> str:
     Vulkan's tiled matmul (core.speed.groups.tiled_experts); a prompt of a model with routed experts (as
     core.speed.predict.error_bars picks them)."""
     if row.kind != "decode":
-        return MOE_PROMPT if moe_layers(row.setup) else ""
+        return MOE_PROMPT if moe_layers(row.setup, _weights(row.setup)) else ""
     timing, _ = _timing(row, None)
     return TILED_EXPERTS if any(p.expert_note for p in timing.parts) else ""
 
