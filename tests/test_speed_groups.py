@@ -25,6 +25,7 @@ from core.speed import calibration as cal_mod
 from core.speed.calibration import Calibration, host_key
 from core.speed.efficiency import efficiency_for, fitted, fitted_groups
 from core.speed.groups import (
+    EXPERT_LOOP,
     HOPPER_MMA_SYNC_SHARE,
     MOE_PROMPT,
     TILED_EXPERTS,
@@ -33,6 +34,7 @@ from core.speed.groups import (
     checked_backend,
     default_backend,
     error_stats,
+    expert_loop,
     format_family,
     matmul_peak,
     tiled_experts,
@@ -865,6 +867,51 @@ def test_a_moe_models_prompt_carries_the_error_of_its_groups_held_out_moe_prompt
     assert "routed experts" not in dense.label and not dense.caveat
     apple = prefill_bar("Qwen/Qwen3-30B-A3B", APPLE)
     assert apple.checked and "routed experts" not in apple.label and "no MoE model among them" in apple.caveat
+
+
+@pytest.mark.parametrize(
+    ("backend", "fmt", "tokens", "hidden", "looped"),
+    [
+        ("rocm", "gguf_bf16", 512, 2048, True),  # the down projection's 2,048 rows: MMF only up to 128 tokens
+        ("cuda", "gguf_f16", 129, 2048, True),
+        ("cuda", "gguf_bf16", 128, 2048, False),
+        ("cuda", "gguf_bf16", 512, 1024, False),  # no matrix past 1,024 rows: MMF up to 512 tokens
+        ("cuda", "gguf_bf16", 513, 1024, True),
+        ("rocm", "q8_0", 2048, 2048, False),  # quantised experts: MMQ, one kernel for all
+        ("vulkan", "gguf_bf16", 2048, 2048, False),  # another backend's mul_mat_id
+    ],
+)
+def test_float_experts_past_mmfs_batch_limit_take_ggml_cudas_per_expert_loop(backend, fmt, tokens, hidden, looped):
+    assert bool(expert_loop(backend, fmt, tokens, hidden)) == looped
+
+
+def test_a_float_moe_prompt_in_the_per_expert_loop_carries_that_paths_own_error():
+    """The Strix Halo's ROCm BF16 prompts of Qwen3-30B-A3B and Qwen3.5-35B-A3B (held out; no such run is in the fit)
+    go through ggml-cuda's per-expert loop: they read 0.9-3.6x, where the group's other MoE prompts read within a
+    third typically. Such a prompt carries those runs' error; the same model quantised keeps the MoE prompts' bar; a
+    prompt short enough for MMF does too; a CUDA card, with no held-out run on the path, says "not checked"."""
+    from tests.bench.fit_corpus import load_rows, path_of, ratios
+
+    held = ratios([r for r in load_rows()[0] if r.held_out])
+    looped = [(r, x) for r, x in held if path_of(r) == EXPERT_LOOP]
+    assert {(r.backend, r.klass, r.raw["weights"]) for r, _ in looped} == {("rocm", "apu", "BF16")}
+    ratio = statistics.median(x for _, x in looped)
+    assert len(looped) == 4 and ratio > 2
+    moe = [x for r, x in held if path_of(r) == MOE_PROMPT and (r.backend, r.klass) == ("rocm", "apu")]
+
+    def prefill_bar(weights: str, context: int = 4096, card: str = STRIX, backend: str = "rocm"):
+        setup = Setup(load_model("Qwen/Qwen3-30B-A3B"), configured("llama.cpp"), card_named(card), weights=weights)
+        return predict(setup, Hardware(50.0, 8, backend=backend), context).prefill_error
+
+    bar = prefill_bar("gguf_bf16")
+    assert bar.rows == 4 and "one GEMM per expert" in bar.label and f"{ratio:.2f}×" in bar.caveat
+    quantised = prefill_bar("q8_0")
+    assert (quantised.rows, round(quantised.median, 9)) == (len(moe), round(error_stats(moe)[0], 9))
+    assert "routed experts" in quantised.label and "one GEMM" not in quantised.label
+    short = prefill_bar("gguf_bf16", context=100)  # one pass of 100 tokens: MMF
+    assert short.rows == len(moe) and "one GEMM" not in short.label
+    cuda = prefill_bar("gguf_bf16", card="GeForce RTX 4090 24GB", backend="cuda")
+    assert not cuda.checked and "one GEMM per expert" in cuda.label
 
 
 def test_the_tables_caption_gives_the_aggregates_own_error_bar():

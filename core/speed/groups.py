@@ -214,6 +214,30 @@ def tiled_experts(backend: str, fmt: str, tokens: int) -> str:
     return ""
 
 
+# ggml-cuda's mul_mat_id (ggml-cuda.cu and mmf.cu at 0c1e570; HIP builds take the same code) multiplies float experts
+# (F16, BF16, F32) of a prompt pass with its MMF kernel only while the pass holds at most 512 tokens, 128 where an
+# expert matrix has more than 1,024 rows (ggml_cuda_should_use_mmf, its mul_mat_id branch); past that it copies the
+# routing to the host, waits for the stream, and runs one cuBLAS/hipBLAS GEMM per expert. The down projection's rows
+# are the hidden size, past 1,024 in every MoE model kvscope bundles.
+MMF_ID_MAX_ROWS = 1024
+MMF_ID_MAX_TOKENS = {False: 512, True: 128}  # by "an expert matrix has more than MMF_ID_MAX_ROWS rows"
+EXPERT_LOOP = "expert-loop"
+
+
+def expert_loop(backend: str, fmt: str, tokens: int, hidden: int) -> str:
+    """Why llama.cpp multiplies a prompt pass's routed experts one GEMM per expert after a host sync (float experts
+    on CUDA or ROCm past MMF's batch limit), or "" where it runs them in one kernel."""
+    if backend not in ("cuda", "rocm") or format_family(fmt) != "float":
+        return ""
+    limit = MMF_ID_MAX_TOKENS[hidden > MMF_ID_MAX_ROWS]
+    if tokens <= limit:
+        return ""
+    return (
+        f"llama.cpp's {BACKEND_NAMES[backend]} backend runs float experts past {limit} tokens a pass one GEMM per "
+        "expert, after copying the routing to the host (ggml_cuda_mul_mat_id)"
+    )
+
+
 def format_family(fmt: str) -> str:
     """The kernel family of a weight format name (llama.cpp type or ftype name, or a checkpoint format)."""
     key = fmt.strip().lower().replace("-", "_").removeprefix("gguf_")
@@ -317,6 +341,7 @@ MOE_PROMPT = "moe-prompt"
 PATHS = {
     TILED_EXPERTS: "whose routed experts take Vulkan's tiled matmul",
     MOE_PROMPT: "for prompts of models with routed experts",
+    EXPERT_LOOP: "for prompts whose float experts run one GEMM per expert (ggml-cuda's mul_mat_id loop)",
 }
 # paths whose group holds no held-out run on them fall back to the group's own error, which then names what it never
 # had (a MoE prompt: "no MoE model among them"); a decode on Vulkan's tiled experts says "not checked"

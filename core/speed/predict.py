@@ -22,6 +22,7 @@ from core.model.params import count_params
 from core.speed.calibration import Calibration
 from core.speed.efficiency import Efficiency, efficiency_for
 from core.speed.groups import (
+    EXPERT_LOOP,
     MOE_PROMPT,
     TILED_EXPERTS,
     ErrorBar,
@@ -29,6 +30,7 @@ from core.speed.groups import (
     card_class,
     default_backend,
     error_bar,
+    expert_loop,
     flash_attention_peak,
     format_family,
     matmul_peak,
@@ -474,10 +476,20 @@ def driver(setup: Setup, hw: Hardware) -> str:
     return "gpu" if where.layers or where.output else "cpu"
 
 
-def error_bars(setup: Setup, hw: Hardware, decode: Timing | None = None) -> tuple[ErrorBar, ErrorBar]:
+def prompt_path(setup: Setup, hw: Hardware, chunk: int, moe: int) -> str:
+    """The kernel path of groups.PATHS a prompt of `chunk` tokens a pass takes: a MoE model's prompt, and of those,
+    float experts that llama.cpp's CUDA or ROCm backend multiplies one GEMM per expert (groups.expert_loop)."""
+    if not moe:
+        return ""
+    on_gpu = isinstance(setup.engine, LlamaCppEngine) and driver(setup, hw) == "gpu"
+    looped = on_gpu and expert_loop(backend_of(setup, hw), setup_format(setup), chunk, setup.model.hidden_size)
+    return EXPERT_LOOP if looped else MOE_PROMPT
+
+
+def error_bars(setup: Setup, hw: Hardware, decode: Timing | None = None, chunk: int = 0) -> tuple[ErrorBar, ErrorBar]:
     """The held-out error of the group this setup falls in, for decode and for prefill; a decode step (`decode`)
-    whose routed experts take Vulkan's tiled matmul, and a MoE model's prompt, carry that path's own error
-    (groups.error_bar)."""
+    whose routed experts take Vulkan's tiled matmul, and a MoE model's prompt of `chunk` tokens a pass, carry their
+    path's own error (groups.error_bar)."""
     device = driver(setup, hw)
     backend, klass = group(setup, hw, device)
     cal = hw.calibration.label if hw.calibration and device == "cpu" else ""
@@ -486,7 +498,7 @@ def error_bars(setup: Setup, hw: Hardware, decode: Timing | None = None) -> tupl
     path = TILED_EXPERTS if decode and any(p.expert_note for p in decode.parts) else ""
     return (
         error_bar(engine, backend, klass, "decode", cal, chained, path, moe),
-        error_bar(engine, backend, klass, "prefill", cal, chained, MOE_PROMPT if moe else "", moe),
+        error_bar(engine, backend, klass, "prefill", cal, chained, prompt_path(setup, hw, chunk, moe), moe),
     )
 
 
@@ -564,5 +576,5 @@ def predict(
     work = decode_work(setup.model, setup.engine, weights, context, batch, setup.kv_dtype)
     decode = _timing(work, setup, hw, False, table)
     prefill, chunk = prefill_timing(setup, hw, context, table, weights)
-    dec_err, pre_err = error_bars(setup, hw, decode)
+    dec_err, pre_err = error_bars(setup, hw, decode, min(chunk, context))
     return Speed(context, batch, decode, prefill, chunk, decode_error=dec_err, prefill_error=pre_err)

@@ -53,7 +53,6 @@ from core.speed import efficiency as eff_module
 from core.speed.efficiency import FITTED, Efficiency, efficiency_for
 from core.speed.groups import (
     FAMILIES,
-    MOE_PROMPT,
     PATHS,
     TILED_EXPERTS,
     card_class,
@@ -61,7 +60,7 @@ from core.speed.groups import (
     format_family,
     group_label,
 )
-from core.speed.predict import Hardware, Timing, chained_layers, moe_layers, predict, setup_weights
+from core.speed.predict import Hardware, Timing, chained_layers, moe_layers, predict, prompt_path, setup_weights
 from tests.bench.device_llamacpp import SOURCE_ID_PREFIX as DEVICE_SOURCE
 from tests.bench.speed_fit import descend as coordinate_descent
 
@@ -599,10 +598,11 @@ def unit_interval(
 
 def path_of(row: Row) -> str:
     """The kernel path of core.speed.groups.PATHS a row's figure takes, or "": a decode whose routed experts run
-    Vulkan's tiled matmul (core.speed.groups.tiled_experts); a prompt of a model with routed experts (as
-    core.speed.predict.error_bars picks them)."""
+    Vulkan's tiled matmul (core.speed.groups.tiled_experts); a prompt of a model with routed experts, or of float
+    experts in ggml-cuda's per-expert loop (core.speed.predict.prompt_path, as a figure's error bar picks them)."""
     if row.kind != "decode":
-        return MOE_PROMPT if moe_layers(row.setup, _weights(row.setup)) else ""
+        chunk = min(row.raw["n_prompt"], row.setup.engine.options.n_ubatch)
+        return prompt_path(row.setup, _hw(row), chunk, moe_layers(row.setup, _weights(row.setup)))
     timing, _ = _timing(row, None)
     return TILED_EXPERTS if any(p.expert_note for p in timing.parts) else ""
 
