@@ -218,7 +218,8 @@ def tiled_experts(backend: str, fmt: str, tokens: int) -> str:
 # (F16, BF16, F32) of a prompt pass with its MMF kernel only while the pass holds at most 512 tokens, 128 where an
 # expert matrix has more than 1,024 rows (ggml_cuda_should_use_mmf, its mul_mat_id branch); past that it copies the
 # routing to the host, waits for the stream, and runs one cuBLAS/hipBLAS GEMM per expert. The down projection's rows
-# are the hidden size, past 1,024 in every MoE model kvscope bundles.
+# are the hidden size, past 1,024 in every MoE model kvscope bundles. Cards without MMF's matrix cores for the type
+# (BF16 before Ampere or RDNA3) loop at any size; that is not told apart here.
 MMF_ID_MAX_ROWS = 1024
 MMF_ID_MAX_TOKENS = {False: 512, True: 128}  # by "an expert matrix has more than MMF_ID_MAX_ROWS rows"
 EXPERT_LOOP = "expert-loop"
