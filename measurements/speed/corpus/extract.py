@@ -637,6 +637,12 @@ CIX_RAM = (
     "https://github.com/geerlingguy/sbc-reviews/issues/103"
 )
 
+
+def ubatch_sweep(test: str, rates: list[tuple[int, float]]) -> list[tuple]:
+    """A PR compare table's micro-batch sweep of one llama-bench test: (n_ubatch, t/s) pairs as HAND rows."""
+    return [(test, v, None, {"n_ubatch": u}) for u, v in rates]
+
+
 HAND = [
     dict(
         slug="llamacpp-pr-7676-mmq-tensor-cores",
@@ -648,10 +654,9 @@ HAND = [
         ngl=99,
         notes="PR column (cuda-ptx-mma-7, merged) of the compare table; master build not given; "
         "n_ubatch = the table's microbatch size",
-        rows=[
-            ("pp512", v, None, {"n_ubatch": u})
-            for u, v in [(16, 1937.21), (32, 3427.61), (64, 5420.06), (128, 7443.66), (256, 9601.53), (512, 10358.75)]
-        ],
+        rows=ubatch_sweep(
+            "pp512", [(16, 1937.21), (32, 3427.61), (64, 5420.06), (128, 7443.66), (256, 9601.53), (512, 10358.75)]
+        ),
     ),
     dict(
         slug="llamacpp-pr-7860-mmq-k-quants",
@@ -662,9 +667,9 @@ HAND = [
         model_id="meta-llama/Llama-3.1-8B-Instruct",
         ngl=99,
         notes="PR column (cuda-ptx-mma-12, merged) of the compare table; n_ubatch = the table's microbatch size",
-        rows=[
-            ("pp2048", v, None, {"n_ubatch": u})
-            for u, v in [
+        rows=ubatch_sweep(
+            "pp2048",
+            [
                 (16, 1946.01),
                 (32, 3358.03),
                 (64, 5349.26),
@@ -673,8 +678,8 @@ HAND = [
                 (512, 9278.55),
                 (1024, 9265.84),
                 (2048, 8655.44),
-            ]
-        ],
+            ],
+        ),
     ),
     dict(
         slug="llamacpp-pr-7921-mmq-q2k-q3k",
@@ -685,9 +690,9 @@ HAND = [
         model_id="meta-llama/Llama-3.1-8B-Instruct",
         ngl=99,
         notes="PR column (cuda-ptx-mma-17, merged) of the compare table; n_ubatch = the table's microbatch size",
-        rows=[
-            ("pp2048", v, None, {"n_ubatch": u})
-            for u, v in [
+        rows=ubatch_sweep(
+            "pp2048",
+            [
                 (16, 1702.40),
                 (32, 2689.24),
                 (64, 4120.64),
@@ -696,8 +701,8 @@ HAND = [
                 (512, 7639.35),
                 (1024, 7755.40),
                 (2048, 7083.78),
-            ]
-        ],
+            ],
+        ),
     ),
     dict(
         slug="llamacpp-pr-17505-mma-fa",
@@ -711,20 +716,22 @@ HAND = [
         notes="PR column (277014f50) of the compare table; prefill of 512 tokens on a 32768-token cache; "
         "n_ubatch = the table's microbatch size",
         rows=[
-            ("pp512 @ d32768", v, None, {"n_ubatch": u})
-            for u, v in [
-                (2, 170.31),
-                (4, 303.46),
-                (8, 439.54),
-                (16, 874.15),
-                (32, 1194.99),
-                (64, 1495.43),
-                (128, 1617.77),
-                (256, 1697.92),
-                (512, 1448.12),
-            ]
-        ]
-        + [("pp512 @ d32768", 102.76, None, {"n_ubatch": 1, "card": "GeForce RTX 4090 24GB"})],
+            *ubatch_sweep(
+                "pp512 @ d32768",
+                [
+                    (2, 170.31),
+                    (4, 303.46),
+                    (8, 439.54),
+                    (16, 874.15),
+                    (32, 1194.99),
+                    (64, 1495.43),
+                    (128, 1617.77),
+                    (256, 1697.92),
+                    (512, 1448.12),
+                ],
+            ),
+            ("pp512 @ d32768", 102.76, None, {"n_ubatch": 1, "card": "GeForce RTX 4090 24GB"}),
+        ],
     ),
     dict(
         slug="llamacpp-pr-4766-backend-sched",
@@ -1012,10 +1019,9 @@ HAND += [
         ngl=99,
         flash_attn=True,
         notes=MOE_NOTES + " (auto: on)",
-        rows=[
-            ("pp512", v, None, {"n_ubatch": u})
-            for u, v in [(16, 815.90), (32, 1227.84), (64, 1663.09), (128, 2018.82), (256, 3047.10), (512, 4702.81)]
-        ],
+        rows=ubatch_sweep(
+            "pp512", [(16, 815.90), (32, 1227.84), (64, 1663.09), (128, 2018.82), (256, 3047.10), (512, 4702.81)]
+        ),
     ),
     dict(
         slug="llamacpp-pr-22298-mmq-stream-k",
@@ -1029,17 +1035,17 @@ HAND += [
         flash_attn=True,
         notes=MOE_NOTES + " (auto: on); the single-GPU table's header is not in the stored excerpt, its columns "
         "read as the same comment's tensor-parallel table (master, then 3d1bbd581)",
-        rows=[
-            ("pp2048", v, None, {"n_ubatch": u})
-            for u, v in [
+        rows=ubatch_sweep(
+            "pp2048",
+            [
                 (64, 2930.05),
                 (128, 3694.61),
                 (256, 5782.42),
                 (512, 7999.83),
                 (1024, 9559.98),
                 (2048, 10026.03),
-            ]
-        ],
+            ],
+        ),
     ),
     dict(
         slug="llamacpp-pr-15631-fuse-add-rms",
@@ -1053,7 +1059,7 @@ HAND += [
         flash_attn=None,
         notes="PR column (b64ba1cc8, merged 2025-08) of the compare table; n_ubatch = the table's microbatch size; "
         "FA not shown (llama-bench's -fa 0 default then); rows past the excerpt not taken",
-        rows=[("pp4096", v, None, {"n_ubatch": u}) for u, v in [(1024, 11094.10), (2048, 10565.77), (4096, 8984.82)]]
+        rows=ubatch_sweep("pp4096", [(1024, 11094.10), (2048, 10565.77), (4096, 8984.82)])
         + [
             ("pp4096", v, None, {"n_ubatch": u, "model": "qwen3moe 30B.A3B Q4_0", "model_id": "Qwen/Qwen3-30B-A3B"})
             for u, v in [(16, 959.90), (32, 1556.32), (64, 2508.44)]
@@ -1074,10 +1080,7 @@ HAND += [
         flash_attn=None,
         notes="PR column (cuda-mmq-moe-device-4, merged) of the compare table; n_ubatch = the table's microbatch "
         "size; the ub 512 row's PR figure is past the excerpt; FA not shown (llama-bench's -fa 0 default then)",
-        rows=[
-            ("pp512", v, None, {"n_ubatch": u})
-            for u, v in [(16, 784.29), (32, 1209.58), (64, 1802.95), (128, 2253.15), (256, 3628.64)]
-        ],
+        rows=ubatch_sweep("pp512", [(16, 784.29), (32, 1209.58), (64, 1802.95), (128, 2253.15), (256, 3628.64)]),
     ),
     dict(
         slug="llamacpp-pr-16834-set-rows-fastdiv",
