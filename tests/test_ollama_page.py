@@ -54,7 +54,8 @@ def expected(name: str, card_name: str, settings: OllamaSettings, hw: Hardware, 
     own = [e for e in fitted()["errors"] if (e["engine"], e["backend"], e["card_class"]) == group]
     bars = {e["kind"]: e for e in own if "path" not in e}
     # a MoE model's prompt carries its group's held-out MoE prompts' error, where the group has any
-    bars |= {e["kind"]: e for e in own if moe_layers(setup) and e.get("path") == MOE_PROMPT}
+    if moe_layers(setup):
+        bars |= {e["kind"]: e for e in own if e.get("path") == MOE_PROMPT}
     return {
         "decode ±": f"±{bars['decode']['median'] * 100:.0f} %",
         "prefill ±": f"±{bars['prefill']['median'] * 100:.0f} %",

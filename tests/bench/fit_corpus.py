@@ -51,16 +51,17 @@ from core.memory.weightfiles import WeightFile
 from core.model.loading import load_model
 from core.speed import efficiency as eff_module
 from core.speed.efficiency import FITTED, Efficiency, efficiency_for
-from core.speed.groups import (
-    FAMILIES,
-    PATHS,
-    TILED_EXPERTS,
-    card_class,
-    error_stats,
-    format_family,
-    group_label,
+from core.speed.groups import FAMILIES, PATHS, TILED_EXPERTS, card_class, error_stats, format_family, group_label
+from core.speed.predict import (
+    Hardware,
+    Timing,
+    chained_layers,
+    moe_layers,
+    predict,
+    prefill_chunk,
+    prompt_path,
+    setup_weights,
 )
-from core.speed.predict import Hardware, Timing, chained_layers, moe_layers, predict, prompt_path, setup_weights
 from tests.bench.device_llamacpp import SOURCE_ID_PREFIX as DEVICE_SOURCE
 from tests.bench.speed_fit import descend as coordinate_descent
 
@@ -601,8 +602,10 @@ def path_of(row: Row) -> str:
     Vulkan's tiled matmul (core.speed.groups.tiled_experts); a prompt of a model with routed experts, or of float
     experts in ggml-cuda's per-expert loop (core.speed.predict.prompt_path, as a figure's error bar picks them)."""
     if row.kind != "decode":
-        chunk = min(row.raw["n_prompt"], row.setup.engine.options.n_ubatch)
-        return prompt_path(row.setup, _hw(row), chunk, moe_layers(row.setup, _weights(row.setup)))
+        n = row.raw["n_prompt"]  # the passes that run the measured prompt, as predict picks a prompt's chunk
+        return prompt_path(
+            row.setup, _hw(row), min(prefill_chunk(row.setup, n), n), moe_layers(row.setup, _weights(row.setup))
+        )
     timing, _ = _timing(row, None)
     return TILED_EXPERTS if any(p.expert_note for p in timing.parts) else ""
 
