@@ -34,9 +34,11 @@ from core.speed.groups import (
     checked_backend,
     default_backend,
     error_stats,
+    expert_columns,
     expert_loop,
     format_family,
     matmul_peak,
+    mmq_tile,
     tiled_experts,
 )
 
@@ -403,9 +405,11 @@ def test_the_efficiencies_line_gives_the_fill_curves_the_prompt_used():
     for expert_half in (0.0, 20.0):
         table = {("llama.cpp", "gpu"): replace(eff, prefill_half_tokens=50.0, expert_half_tokens=expert_half)}
         (line,) = [x for x in speed_lines(predict(setup, Hardware(50.0, 8), 4096, table=table)) if "fill as" in x]
-        curves = r"n ÷ \(n \+ ([\d.]+)\) for n tokens a pass(?:, a routed expert's as n ÷ \(n \+ ([\d.]+)\))?"
+        curves = r"n ÷ \(n \+ ([\d.]+)\) for n tokens a pass(?:, a routed expert's as n ÷ \(c \+ ([\d.]+)\))?"
         m = re.search(curves, line)
         assert m and float(m[1]) == 50.0 and (float(m[2]) == expert_half if expert_half else m[2] is None), line
+        # a 4,096-token prompt in 512-token passes: each expert's 32 tokens run as the pass's 128-column MMQ tile
+        assert "32 tokens a pass run as 128 columns" in " ".join(speed_lines(predict(setup, Hardware(50.0, 8), 4096)))
 
 
 def test_the_printed_overhead_formula_evaluates_to_the_overhead_used():
@@ -1411,26 +1415,87 @@ def test_without_flash_attention_the_scores_go_through_memory():
 
 
 @pytest.mark.parametrize("expert_half", [0.0, 16.0])
-def test_routed_experts_fill_with_the_tokens_routed_to_each(expert_half):
+@pytest.mark.parametrize(("backend", "columns"), [("cuda", 128), ("rocm", 32)])
+def test_routed_experts_fill_with_the_tokens_routed_to_each(expert_half, backend, columns):
     """Qwen3-30B-A3B (128 experts, top-8): a 512-token pass gives each expert 32 tokens on average, and their GEMMs
-    fill by the experts' own curve where the entry has one (else the dense pass's)."""
+    fill by the experts' own curve where the entry has one (else the dense pass's). On CUDA each expert's 32 tokens
+    run as a 128-column MMQ tile, the one llama.cpp picks for the pass's 512 tokens; ROCm's fit is left without it."""
     model = load_model("Qwen/Qwen3-30B-A3B")
-    setup = Setup(model, configured("llama.cpp"), card_named("GeForce RTX 4090 24GB"), weights="q4_k_m")
+    card = "GeForce RTX 4090 24GB" if backend == "cuda" else "Radeon RX 7900 XTX 24GB"
+    setup = Setup(model, configured("llama.cpp"), card_named(card), weights="q4_k_m")
     half = 64.0
     eff = replace(
-        efficiency_for("llama.cpp", "gpu", "cuda", "consumer"), prefill_half_tokens=half,
+        efficiency_for("llama.cpp", "gpu", backend, "consumer"), prefill_half_tokens=half,
         expert_half_tokens=expert_half, families=(),
     )  # fmt: skip
-    s = predict(setup, Hardware(50.0, 8), 512, table={("llama.cpp", "gpu"): eff})
+    s = predict(setup, Hardware(50.0, 8, backend=backend), 512, table={("llama.cpp", "gpu"): eff})
     p = s.prefill.parts[0]
     rate = p.peak_gflops * 1e9 * eff.prefill_compute
     experts_per_token = model.config["num_experts_per_tok"] / model.config["num_local_experts"]
     routed = 512 * experts_per_token
     own = expert_half or half
     by_hand = (p.matmul_flops - p.expert_flops) / (rate * 512 / (512 + half)) + p.expert_flops / (
-        rate * routed / (routed + own)
+        rate * routed / (columns + own)
     )
     assert 0 < p.expert_flops < p.matmul_flops and math.isclose(p.matmul_s, by_hand, rel_tol=1e-9)
+    assert ("128 columns of llama.cpp's MMQ tiles" in p.tile_note) == (backend == "cuda")
+
+
+@pytest.mark.parametrize(
+    ("tokens", "tile"),
+    # mul_mat_q_switch_J tries J = 8, 16, ... 128 and keeps the first with the fewest ceil(tokens / J) tiles
+    [(1, 8), (9, 16), (64, 64), (100, 104), (128, 128), (129, 72), (200, 104), (256, 128), (300, 104), (2048, 128)],
+)
+def test_mmq_picks_the_first_column_tile_with_the_fewest_tiles(tokens, tile):
+    assert mmq_tile(tokens) == tile
+
+
+@pytest.mark.parametrize(
+    ("backend", "fmt", "tokens", "routed", "columns"),
+    [
+        ("cuda", "q4_0", 256, 24, 128),  # DeepSeek-V2-Lite at -ub 256: 24 tokens an expert, one 128-column tile
+        ("cuda", "mxfp4", 2048, 256, 256),  # gpt-oss-20b at -ub 2048: two full tiles, nothing padded
+        ("cuda", "q4_k_m", 200, 13, 104),  # a 200-token pass: 104-column tiles
+        ("cuda", "q8_0", 64, 2, 64),
+        ("cuda", "gguf_bf16", 512, 32, 32),  # float experts: MMF or the per-expert loop, no MMQ tiles
+        ("cuda", "q4_0", 8, 1, 1),  # the mat-vec kernels
+        ("rocm", "q4_0", 256, 24, 24),  # not taken for ROCm (RDNA3 and RDNA4 size tiles per expert since #28552)
+        ("vulkan", "q4_0", 256, 24, 24),
+        ("metal", "q4_0", 256, 24, 24),
+    ],
+)
+def test_cuda_pads_each_experts_tokens_to_the_passs_mmq_tile(backend, fmt, tokens, routed, columns):
+    assert expert_columns(backend, fmt, tokens, routed) == columns
+
+
+def test_padding_the_experts_to_the_mmq_tile_brings_the_published_cuda_moe_sweeps_closer():
+    """The published micro-batch sweeps of MoE prompts on CUDA (the fit's DeepSeek-V2-Lite on an RTX 3090, #15525;
+    the held-out gpt-oss-20b on an RTX 3090, #20586) read up to 2.5x fast when each expert's GEMM filled with its
+    own tokens: the larger the micro-batch, the faster they read, as the tile llama.cpp picks for the pass grows
+    past an expert's share. Timed over the padded columns, with the constants on disk (fitted so), each sweep's
+    ratios stay within a narrow band; without the padding, the same constants read the large micro-batches faster
+    than the small ones by more than that band."""
+    from tests.bench.fit_corpus import load_rows, ratios
+
+    predict_module = sys.modules["core.speed.predict"]
+    rows = [
+        r for r in load_rows()[0]
+        if r.raw["source_id"] in ("llamacpp-pr-15525-mmq-moe-device", "llamacpp-pr-20586-fa-stream-k")
+        and r.kind == "prefill" and "RTX 3090" in r.raw["card"]
+    ]  # fmt: skip
+    assert len({r.raw["source_id"] for r in rows}) == 2 and len(rows) >= 10
+    padded = {id(r): x for r, x in ratios(rows)}
+    for source in ("llamacpp-pr-15525-mmq-moe-device", "llamacpp-pr-20586-fa-stream-k"):
+        sweep = [padded[id(r)] for r in rows if r.raw["source_id"] == source]
+        assert max(sweep) / min(sweep) < 2.1 and all(0.6 < x < 1.7 for x in sweep), sweep
+    unpadded_columns = predict_module.expert_columns
+    try:
+        predict_module.expert_columns = lambda backend, fmt, tokens, routed: routed
+        unpadded = {id(r): x for r, x in ratios(rows)}
+    finally:
+        predict_module.expert_columns = unpadded_columns
+    big = [r for r in rows if r.raw["n_ubatch"] >= 128]
+    assert all(unpadded[id(r)] > 1.5 * padded[id(r)] for r in big)
 
 
 # -- a CPU's vector ISA -------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ error; a group with none says so.
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 from dataclasses import dataclass
@@ -191,6 +192,10 @@ def matmul_peak(card: Card, backend: str, fmt: str) -> MatmulPeak:
     )
 
 
+# llama.cpp multiplies a pass of up to 8 tokens with its mat-vec kernels, a batched decode's (ggml-cuda
+# MMVQ_MAX_BATCH_SIZE, ggml-metal ne11_mm_min, ggml-vulkan's mul_mat_vec path), not the prompt GEMMs kvscope's
+# prefill times (tests/bench/fit_corpus.py neither fits nor checks such prompt rows)
+MATVEC_MAX_TOKENS = 8
 # ggml-vulkan's mul_mat_id takes its mat-vec shaders only for F32, F16 and quantised experts at up to 8 tokens a pass
 # (ggml_vk_use_mul_mat_vec_id @ 0c1e570; BF16 is not among ggml's quantised types): BF16 experts at any batch, and
 # any experts past 8 tokens, run the tiled matmul shader, one tile per expert holding the tokens routed to it. The
@@ -237,6 +242,32 @@ def expert_loop(backend: str, fmt: str, tokens: int, hidden: int) -> str:
         f"llama.cpp's {BACKEND_NAMES[backend]} backend runs float experts past {limit} tokens a pass one GEMM per "
         "expert, after copying the routing to the host (ggml_cuda_mul_mat_id)"
     )
+
+
+# ggml-cuda's MMQ (mmq.cuh mul_mat_q_switch_J) picks the column tile J from 8, 16, ... 128: the first with the fewest
+# tiles over the columns it is told to optimise for. For routed experts (ggml_cuda_mul_mat_q) those are the pass's
+# tokens (ncols_opt = ne12), not the tokens an expert gets, so each expert's GEMM computes its tokens padded to a
+# multiple of J: 128 columns for an expert with 24 tokens in a 256-token pass. PR #26977 (open, 2026-08) measures
+# picking J by the tokens per expert on NVIDIA cards; since PR #28552 (2026-09) RDNA3 and RDNA4 pick it that way,
+# so the rule is taken for NVIDIA's backend only (the corpus's ROCm runs predate that change, and their own fit
+# absorbs it). The mat-vec path (8 tokens or fewer) and float experts (MMF, expert_loop) have no such tiles.
+MMQ_TILE_MAX = 128
+MMQ_FAMILIES = frozenset({"legacy", "k-quant", "i-quant", "mxfp4"})
+
+
+def mmq_tile(tokens: int) -> int:
+    """The column tile J llama.cpp's MMQ picks for `tokens` columns (mul_mat_q_switch_J)."""
+    tiles = math.ceil(tokens / MMQ_TILE_MAX)
+    return 8 * math.ceil(math.ceil(tokens / tiles) / 8)
+
+
+def expert_columns(backend: str, fmt: str, tokens: int, routed: int) -> int:
+    """Columns each routed expert's GEMM computes in a prompt pass of `tokens` tokens of which `routed` go to it:
+    on CUDA, its tokens padded to the MMQ tile chosen for the whole pass; elsewhere, its tokens."""
+    if backend != "cuda" or format_family(fmt) not in MMQ_FAMILIES or tokens <= MATVEC_MAX_TOKENS:
+        return routed
+    tile = mmq_tile(tokens)
+    return tile * math.ceil(routed / tile)
 
 
 def format_family(fmt: str) -> str:

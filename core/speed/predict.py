@@ -30,6 +30,7 @@ from core.speed.groups import (
     card_class,
     default_backend,
     error_bar,
+    expert_columns,
     expert_loop,
     flash_attention_peak,
     format_family,
@@ -115,6 +116,7 @@ class DevicePart:
     cache_note: str = ""  # on a CPU: where the cache stream's rate comes from (this host's calibration, its ISA's fit)
     attention_note: str = ""  # why the attention's peak is below the card's listed one (groups.flash_attention_peak)
     expert_note: str = ""  # why a decode step's routed experts run as a GEMM (groups.tiled_experts)
+    tile_note: str = ""  # a prompt's routed experts padded to the pass's MMQ tile (groups.expert_columns)
 
     @property
     def bytes(self) -> float:
@@ -298,12 +300,13 @@ class Share:
     experts_here: range = range(0)  # layers elsewhere whose routed experts run here
 
 
-def fill(eff: Efficiency, pass_tokens: int, experts: bool = False) -> float:
+def fill(eff: Efficiency, pass_tokens: int, experts: bool = False, columns: int = 0) -> float:
     """The share of the prefill matmul rate a pass of `pass_tokens` tokens reaches: n ÷ (n + half), a GEMM's tiles
     filling as its token dimension grows (small -ub, short prompts); 1 when the entry sets no half-rate size. A routed
-    expert's GEMM (`experts`, the tokens routed to it) fills by its own curve where the entry fitted one."""
+    expert's GEMM (`experts`, the tokens routed to it) fills by its own curve where the entry fitted one, over the
+    `columns` its kernel computes where padding makes them more than its tokens (groups.expert_columns)."""
     half = (eff.expert_half_tokens if experts else 0.0) or eff.prefill_half_tokens
-    return pass_tokens / (pass_tokens + half) if half > 0 else 1.0
+    return pass_tokens / (max(pass_tokens, columns) + half) if half > 0 else 1.0
 
 
 def cpu_family_note(eff: Efficiency, family: str, factor: float, prefill: bool, isa: str) -> str:
@@ -365,13 +368,17 @@ def _part(
         attention_peak = dense_tflops * 1e3 * share
         limit, attention_limit = kernel_peaks(setup, hw, fmt, prefill)
         tiled = "" if prefill else expert_kernel(setup, hw, fmt, pass_tokens)
+        padded = prefill and isinstance(setup.engine, LlamaCppEngine)
         peak = (card.fp8_tflops * 1e3 * share if fp8 else attention_peak) * limit.scale
     else:
         bw = hw.ram_gb_s
         peak = attention_peak = float(hw.threads)  # CPU figures are GFLOP/s per thread
         limit = attention_limit = MatmulPeak()
         tiled = ""
+        padded = False
     family = format_family(fmt)
+    routed = max(1, pass_tokens * top_k // n_experts)
+    columns = expert_columns(backend_of(setup, hw), fmt, pass_tokens, routed) if padded and experts else routed
     measured = hw.calibration.rate(fmt, prefill, hw.threads) if hw.calibration and device == "cpu" else None
     family_note = ""
     if measured is not None:  # this host's own matmul rate for the format's kernels
@@ -385,8 +392,7 @@ def _part(
         # a prefill pass's GEMMs fill with its tokens; each routed expert's only with the tokens routed to it
         # (tokens × top-k ÷ experts: llama.cpp's mul_mat_id groups the batch by expert)
         mm_rate = base * fill(eff, pass_tokens) if prefill else base
-        routed = max(1, pass_tokens * top_k // n_experts)
-        expert_rate = base * fill(eff, routed, experts=True) if prefill else base
+        expert_rate = base * fill(eff, routed, experts=True, columns=columns) if prefill else base
         if tiled and experts:  # a decode step's experts through the prompt's tiled matmul, as a prefill times it
             expert_rate = peak * eff.prefill_compute * eff.family_factor(family, True, "") * fill(eff, routed, True)
     cal = hw.calibration if device == "cpu" else None
@@ -413,7 +419,15 @@ def _part(
         (matmul - experts) / (mm_rate * 1e9) + experts / (expert_rate * 1e9),
         cache_bytes / (stream * 1e9) if stream else cache_bytes / rate, attention / (attn_rate * 1e9), eff, experts,
         expert_bytes, stream, limit.why, family_note, cache_note, attention_limit.why, tiled if experts else "",
+        tile_note(routed, columns, pass_tokens) if columns > routed else "",
     )  # fmt: skip
+
+
+def tile_note(routed: int, columns: int, tokens: int) -> str:
+    return (
+        f"each routed expert's {routed} tokens a pass run as {columns} columns of llama.cpp's MMQ tiles, which it "
+        f"sizes for the pass's {tokens} tokens (ggml_cuda_mul_mat_q: ncols_opt = ne12)"
+    )
 
 
 def kernel_peaks(setup: Setup, hw: Hardware, fmt: str, prefill: bool) -> tuple[MatmulPeak, MatmulPeak]:

@@ -108,12 +108,16 @@ def _rates(p: DevicePart, prefill: bool) -> tuple[str, str, str]:
 
 def fill_text(e: Efficiency) -> str:
     """The prompt GEMMs' fill curves (core.speed.predict.fill), where the entry has one: a pass of n tokens runs its
-    matmuls at n ÷ (n + half) of the rate; a routed expert, by the tokens routed to it, on its own curve if fitted."""
+    matmuls at n ÷ (n + half) of the rate; a routed expert, by the tokens routed to it over the columns its kernel
+    computes (core.speed.groups.expert_columns), on its own curve if fitted."""
     if not e.prefill_half_tokens:
         return ""
     text = f"; prompt matmuls fill as n ÷ (n + {e.prefill_half_tokens:.3g}) for n tokens a pass"
     if e.expert_half_tokens:
-        text += f", a routed expert's as n ÷ (n + {e.expert_half_tokens:.3g}) for n tokens routed to it"
+        text += (
+            f", a routed expert's as n ÷ (c + {e.expert_half_tokens:.3g}) for n tokens routed to it run as c columns"
+            " (c = n unless the matmuls below say they are padded)"
+        )
     return text
 
 
@@ -167,6 +171,7 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
                 if p.expert_note
                 else ""
             )
+            + (f"; {p.tile_note}" if p.tile_note else "")
         )
     return out
 

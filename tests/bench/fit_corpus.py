@@ -44,14 +44,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from core.engines import configured
 from core.errors import InputError
-from core.fit import Setup
+from core.fit import Setup, setup_format
 from core.memory.gpus import Card, card_named
 from core.memory.quant import format_named
 from core.memory.weightfiles import WeightFile
 from core.model.loading import load_model
 from core.speed import efficiency as eff_module
 from core.speed.efficiency import FITTED, Efficiency, efficiency_for
-from core.speed.groups import FAMILIES, PATHS, TILED_EXPERTS, card_class, error_stats, format_family, group_label
+from core.speed.groups import (
+    FAMILIES,
+    MATVEC_MAX_TOKENS,
+    PATHS,
+    TILED_EXPERTS,
+    card_class,
+    error_stats,
+    expert_columns,
+    format_family,
+    group_label,
+)
 from core.speed.predict import (
     Hardware,
     Timing,
@@ -88,10 +98,6 @@ AMD_APU_BACKENDS = ("rocm", "vulkan")  # the backends that history is of (a DGX 
 # cuBLAS, Volta and older cards (no int8 MMA) still take it for long batches, and the MMQ PRs' own tables forced
 # their kernels (LLAMA_CUDA_FORCE_MMQ): those runs stand.
 MMQ_DEFAULT_BUILD = 3000
-# llama.cpp multiplies a pass of up to 8 tokens with its mat-vec kernels, a batched decode's (ggml-cuda
-# MMVQ_MAX_BATCH_SIZE, ggml-metal ne11_mm_min, ggml-vulkan's mul_mat_vec path), not the prompt GEMMs kvscope's
-# prefill times: such prompt rows are neither fitted nor checked
-MATVEC_MAX_TOKENS = 8
 # sources that print no build number but date from before both CUDA graphs and MMQ-by-default: PR #4766's tables
 # (2024-01); each of their runs counts as a build before OLD_BUILD and before MMQ_DEFAULT_BUILD
 EARLY_2024_SOURCES = frozenset({"llamacpp-pr-4766-backend-sched", "llamacpp-pr-4766-backend-sched-jg"})
@@ -336,6 +342,7 @@ class Terms:
     recurrent: int = 0  # layers updating their state by a chain of kernels (core.speed.predict.chained_layers)
     tiled: bool = False  # a decode step's routed experts run the tiled matmul (core.speed.groups.tiled_experts)
     moe: int = 0  # layers with routed experts (core.speed.predict.Timing.moe)
+    expert_columns: int = 1  # the columns each expert's prompt GEMM computes (core.speed.groups.expert_columns)
 
     def tok_s(self, p: dict) -> float:
         pre = "prefill" if self.prefill else "decode"
@@ -347,7 +354,7 @@ class Terms:
             dense *= (self.pass_tokens + half) / self.pass_tokens
         if self.prefill or self.tiled:
             expert_half = p.get("expert_half_tokens") or half
-            experts *= (self.routed_tokens + expert_half) / self.routed_tokens
+            experts *= (max(self.routed_tokens, self.expert_columns) + expert_half) / self.routed_tokens
             expert_rate = p["prefill_compute"] * p.get(f"{self.family}:prefill", 1.0)
         attn = p[f"{pre}_attention"] * (1.0 if self.flash else p["flash_off"])
         read = (self.weights - self.expert_weights + self.expert_weights / p["expert_bandwidth"]) / p["bandwidth"]
@@ -363,13 +370,17 @@ def terms(row: Row) -> Terms:
     t, tokens = _timing(row, unit)
     r = row.raw
     passes = 1 if row.kind == "decode" else math.ceil(r["n_prompt"] / row.setup.engine.options.n_ubatch)
+    pass_tokens = math.ceil(tokens / passes)
+    routed = routed_tokens(row, pass_tokens)
+    prompt_moe = t.moe and row.kind == "prefill"
+    columns = expert_columns(row.backend, setup_format(row.setup), pass_tokens, routed) if prompt_moe else routed
     return Terms(
         sum(p.weights_s for p in t.parts), sum(p.matmul_s for p in t.parts), sum(p.cache_s for p in t.parts),
         sum(p.attention_s for p in t.parts), passes, row.kind == "prefill", row.setup.engine.options.flash_attn,
-        row.family, tokens, r["tok_s"], math.ceil(tokens / passes), reach(r),
-        sum(p.expert_flops / (p.peak_gflops * 1e9) for p in t.parts), routed_tokens(row, math.ceil(tokens / passes)),
-        old_run(r, row.klass), sum(p.expert_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts),
-        recurrent=chained_layers(row.setup), tiled=any(p.expert_note for p in t.parts), moe=t.moe,
+        row.family, tokens, r["tok_s"], pass_tokens, reach(r),
+        sum(p.expert_flops / (p.peak_gflops * 1e9) for p in t.parts), routed, old_run(r, row.klass),
+        sum(p.expert_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts), recurrent=chained_layers(row.setup),
+        tiled=any(p.expert_note for p in t.parts), moe=t.moe, expert_columns=columns,
     )  # fmt: skip
 
 
