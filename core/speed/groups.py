@@ -125,13 +125,14 @@ DP4A_PER_FP32 = 4.0
 
 # Hopper (sm_90) reaches its listed dense peak only through the asynchronous warpgroup wgmma instructions. ggml-cuda's
 # own kernels issue none (no wgmma anywhere in ggml-cuda @ 0c1e570): its int8 MMQ matmuls (mma.cuh: m16n8k32 for the
-# legacy quants, Q4_K and Q5_K) and its flash-attention prompt kernel (fattn-mma-f16: m16n8k16 FP16) run the
-# warp-level mma.sync. On an H100 SXM, Luo et al.'s microbenchmark suite, rerun in Johnsonms/NVIDIA-Hopper-Benchmark
-# (reproduction/H100-dapperdingo/raw @ 374a9f16), timed whole kernels of mma.sync at 668.3 TFLOPS (m16n8k16 FP16,
-# FP32 accumulate) and 1,329.0 TOPS (m16n8k32 INT8) against wgmma's 976.6 and 1,950.7: 0.675 and 0.672 of the listed
-# 989.4 and 1,978.9. (Q2_K, Q3_K and Q6_K's kernels use the int8 m16n8k16 shape, which reached 995 TOPS, 0.50; not
-# told apart here.) F16/BF16 prompt matmuls go to cuBLAS (mmf.cu ggml_cuda_should_use_mmf: none past 16 columns),
-# which issues wgmma, and keep the listed peak.
+# legacy quants, Q4_K and Q5_K) and its flash-attention prompt kernel (fattn-mma-f16: m16n8k16 FP16; timed by
+# GA102_FA_SHARE below, which it does not reach even on mma.sync) run the warp-level mma.sync. On an H100 SXM, Luo
+# et al.'s microbenchmark suite, rerun in Johnsonms/NVIDIA-Hopper-Benchmark (reproduction/H100-dapperdingo/raw @
+# 374a9f16), timed whole kernels of mma.sync at 668.3 TFLOPS (m16n8k16 FP16, FP32 accumulate) and 1,329.0 TOPS
+# (m16n8k32 INT8) against wgmma's 976.6 and 1,950.7: 0.675 and 0.672 of the listed 989.4 and 1,978.9. (Q2_K, Q3_K
+# and Q6_K's kernels use the int8 m16n8k16 shape, which reached 995 TOPS, 0.50; not told apart here.) F16/BF16
+# prompt matmuls go to cuBLAS (mmf.cu ggml_cuda_should_use_mmf: none past 16 columns), which issues wgmma, and keep
+# the listed peak.
 HOPPER_MMA_SYNC_SHARE = 0.67
 _HOPPER_WHY = (
     "llama.cpp's CUDA kernels issue the warp-level mma.sync, never Hopper's wgmma, and mma.sync ran at "
@@ -139,15 +140,38 @@ _HOPPER_WHY = (
 )
 
 
+# llama.cpp's flash-attention prompt kernel (fattn-mma-f16: mma.sync m16n8k16, FP16 in, FP32 softmax) is timed at a
+# share of the listed peak fitted on GeForce cards, whose listing is GA102's tensor rate per SM and clock: 512 dense
+# FP16 FLOP with FP32 accumulate (RTX 3090: 71 TFLOPS = 82 SMs × 1,695 MHz × 512; NVIDIA's GA102 whitepaper). The
+# datacenter dies list 4 and 8 times that per SM and clock (A100: 312 TFLOPS = 108 × 1,410 MHz × 2,048; H100 SXM5:
+# 989 = 132 × 1,830 MHz × 4,096; their whitepapers), but the kernel does not reach more per SM and clock there:
+# this project's H200 run (llama 7B, pp512 at depth 4,096, measurements/speed/llamacpp_device.jsonl) spent 41-43 µs
+# a token more than at depth 0, about 55 TFLOPS of attention, 210 FLOP per SM and clock against the RTX 3090's 290
+# in the fit's #17505 sweep, where the listed-peak share gave it 374 TFLOPS. The rule is read off those held-out runs
+# and the whitepapers' per-SM rates; GA100 takes it by the same reasoning, unchecked (no deep A100 prompt is known).
+GA102_FA_SHARE = {"GA100": 512 / 2048, "GH100": 512 / 4096}
+_GA100 = re.compile(r"\bA100\b|^A30 ")
+
+
 def flash_attention_peak(card: Card, backend: str, prefill: bool, flash: bool) -> MatmulPeak:
-    """A card's peak for a pass's attention, as a multiple of its listed peak: on Hopper, llama.cpp's CUDA flash
-    attention for prompts runs mma.sync (HOPPER_MMA_SYNC_SHARE). Decode keeps the listed peak: one query mostly
-    takes the vector kernel (fattn.cu ggml_cuda_get_best_fattn_kernel: fattn-vec from Ada on, but the mma kernel
-    for more than 4 query heads per KV head at 256-wide heads or 8,192 keys), and a decode step's attention is
-    bound by the cache's bytes, not by the matrix rate. Without -fa the attention's matmuls go to cuBLAS (wgmma)."""
-    if backend == "cuda" and card.hopper and prefill and flash:
-        return MatmulPeak(HOPPER_MMA_SYNC_SHARE, _HOPPER_WHY)
-    return MatmulPeak()
+    """A card's peak for a pass's attention, as a multiple of its listed peak: on the GA100 and GH100 dies, llama.cpp's
+    CUDA flash attention for prompts runs at GA102's tensor rate per SM and clock (GA102_FA_SHARE). Decode keeps the
+    listed peak: one query mostly takes the vector kernel (fattn.cu ggml_cuda_get_best_fattn_kernel: fattn-vec from
+    Ada on, but the mma kernel for more than 4 query heads per KV head at 256-wide heads or 8,192 keys), and a decode
+    step's attention is bound by the cache's bytes, not by the matrix rate. Without -fa the attention's matmuls go to
+    cuBLAS (wgmma)."""
+    if backend != "cuda" or not (prefill and flash):
+        return MatmulPeak()
+    die = "GH100" if card.hopper else "GA100" if _GA100.search(card.name) else ""
+    if not die:
+        return MatmulPeak()
+    share = GA102_FA_SHARE[die]
+    return MatmulPeak(
+        share,
+        f"llama.cpp's flash-attention prompt kernel reaches no more per SM and clock on {die} than on GeForce "
+        f"cards, whose listed peak is GA102's rate per SM and clock, {share:.3g} of {die}'s (an H200 run at depth "
+        "4,096 measured about 55 TFLOPS of attention)",
+    )
 
 
 def matmul_peak(card: Card, backend: str, fmt: str) -> MatmulPeak:

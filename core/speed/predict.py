@@ -426,7 +426,7 @@ def _part(
 def tile_note(routed: int, columns: int, tokens: int) -> str:
     return (
         f"each routed expert's {routed} tokens a pass run as {columns} columns of llama.cpp's MMQ tiles, which it "
-        f"sizes for the pass's {tokens} tokens (ggml_cuda_mul_mat_q: ncols_opt = ne12)"
+        f"sizes for the pass's {tokens} tokens (ggml_cuda_mul_mat_q tiles for ne12, the pass's tokens)"
     )
 
 

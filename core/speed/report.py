@@ -116,7 +116,7 @@ def fill_text(e: Efficiency) -> str:
     if e.expert_half_tokens:
         text += (
             f", a routed expert's as n ÷ (c + {e.expert_half_tokens:.3g}) for n tokens routed to it run as c columns"
-            " (c = n unless the matmuls below say they are padded)"
+            " (c is n unless the matmuls below say they are padded)"
         )
     return text
 
