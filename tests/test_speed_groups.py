@@ -1494,8 +1494,22 @@ def test_routed_experts_fill_with_the_tokens_routed_to_each(expert_half, backend
 
 @pytest.mark.parametrize(
     ("tokens", "tile"),
-    # mul_mat_q_switch_J tries J = 8, 16, ... 128 and keeps the first with the fewest ceil(tokens / J) tiles
-    [(1, 8), (9, 16), (64, 64), (100, 104), (128, 128), (129, 72), (200, 104), (256, 128), (300, 104), (2048, 128)],
+    # mul_mat_q_switch_J tries J = 8, 16, ... 48, 64, 80, ... 128 (the tiles mmq-config-ampere.cuh has) and keeps the
+    # first with the fewest ceil(tokens / J) tiles
+    [
+        (1, 8),
+        (9, 16),
+        (41, 48),
+        (49, 64),
+        (64, 64),
+        (100, 112),
+        (128, 128),
+        (129, 80),
+        (200, 112),
+        (256, 128),
+        (300, 112),
+        (2048, 128),
+    ],
 )
 def test_mmq_picks_the_first_column_tile_with_the_fewest_tiles(tokens, tile):
     assert mmq_tile(tokens) == tile
@@ -1506,7 +1520,7 @@ def test_mmq_picks_the_first_column_tile_with_the_fewest_tiles(tokens, tile):
     [
         ("cuda", "q4_0", 256, 24, 128),  # DeepSeek-V2-Lite at -ub 256: 24 tokens an expert, one 128-column tile
         ("cuda", "mxfp4", 2048, 256, 256),  # gpt-oss-20b at -ub 2048: two full tiles, nothing padded
-        ("cuda", "q4_k_m", 200, 13, 104),  # a 200-token pass: 104-column tiles
+        ("cuda", "q4_k_m", 200, 13, 112),  # a 200-token pass: two 112-column tiles
         ("cuda", "q8_0", 64, 2, 64),
         ("cuda", "gguf_bf16", 512, 32, 32),  # float experts: MMF or the per-expert loop, no MMQ tiles
         ("cuda", "q4_0", 8, 1, 1),  # the mat-vec kernels

@@ -268,21 +268,25 @@ def expert_loop(backend: str, fmt: str, tokens: int, hidden: int) -> str:
     )
 
 
-# ggml-cuda's MMQ (mmq.cuh mul_mat_q_switch_J) picks the column tile J from 8, 16, ... 128: the first with the fewest
-# tiles over the columns it is told to optimise for. For routed experts (ggml_cuda_mul_mat_q) those are the pass's
+# ggml-cuda's MMQ (mmq.cuh mul_mat_q_switch_J) picks the column tile J up to 128: the first with the fewest tiles
+# over the columns it is told to optimise for. For routed experts (ggml_cuda_mul_mat_q) those are the pass's
 # tokens (ncols_opt = ne12), not the tokens an expert gets, so each expert's GEMM computes its tokens padded to a
 # multiple of J: 128 columns for an expert with 24 tokens in a 256-token pass. PR #26977 (open, 2026-08) measures
 # picking J by the tokens per expert on NVIDIA cards; since PR #28552 (2026-09) RDNA3 and RDNA4 pick it that way,
 # so the rule is taken for NVIDIA's backend only (the corpus's ROCm runs predate that change, and their own fit
 # absorbs it). The mat-vec path (8 tokens or fewer) and float experts (MMF, expert_loop) have no such tiles.
-MMQ_TILE_MAX = 128
+# The tiles it has on NVIDIA's tensor cores: multiples of 8 up to 48, of 16 past it (mmq-config-ampere.cuh; older
+# builds' mmq_get_granularity_host: 16 from 48 on). Matrices whose rows are not a multiple of 128 take a fallback
+# set (8, 16, 32, 64, 128) that differs only for micro-batches that are not powers of two; not told apart here.
+MMQ_TILES = (8, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128)
 MMQ_FAMILIES = frozenset({"legacy", "k-quant", "i-quant", "mxfp4"})
 
 
 def mmq_tile(tokens: int) -> int:
-    """The column tile J llama.cpp's MMQ picks for `tokens` columns (mul_mat_q_switch_J)."""
-    tiles = math.ceil(tokens / MMQ_TILE_MAX)
-    return 8 * math.ceil(math.ceil(tokens / tiles) / 8)
+    """The column tile J llama.cpp's MMQ picks for `tokens` columns (mul_mat_q_switch_J): the first of MMQ_TILES
+    with the fewest tiles."""
+    tiles = math.ceil(tokens / MMQ_TILES[-1])
+    return next(j for j in MMQ_TILES if j * tiles >= tokens)
 
 
 def expert_columns(backend: str, fmt: str, tokens: int, routed: int) -> int:
