@@ -117,6 +117,8 @@ class DevicePart:
     attention_note: str = ""  # why the attention's peak is below the card's listed one (groups.flash_attention_peak)
     expert_note: str = ""  # why a decode step's routed experts run as a GEMM (groups.tiled_experts)
     tile_note: str = ""  # a prompt's routed experts padded to the pass's MMQ tile (groups.expert_columns)
+    routed_tokens: int = 1  # tokens each routed expert gets a pass (tokens × top-k ÷ experts)
+    expert_columns: int = 1  # the columns each routed expert's prompt GEMM computes (groups.expert_columns)
 
     @property
     def bytes(self) -> float:
@@ -368,17 +370,16 @@ def _part(
         attention_peak = dense_tflops * 1e3 * share
         limit, attention_limit = kernel_peaks(setup, hw, fmt, prefill)
         tiled = "" if prefill else expert_kernel(setup, hw, fmt, pass_tokens)
-        padded = prefill and isinstance(setup.engine, LlamaCppEngine)
         peak = (card.fp8_tflops * 1e3 * share if fp8 else attention_peak) * limit.scale
     else:
         bw = hw.ram_gb_s
         peak = attention_peak = float(hw.threads)  # CPU figures are GFLOP/s per thread
         limit = attention_limit = MatmulPeak()
         tiled = ""
-        padded = False
     family = format_family(fmt)
     routed = max(1, pass_tokens * top_k // n_experts)
-    columns = expert_columns(backend_of(setup, hw), fmt, pass_tokens, routed) if padded and experts else routed
+    padded = device == "gpu" and prefill and experts and isinstance(setup.engine, LlamaCppEngine)
+    columns = expert_columns(backend_of(setup, hw), fmt, pass_tokens, routed) if padded else routed
     measured = hw.calibration.rate(fmt, prefill, hw.threads) if hw.calibration and device == "cpu" else None
     family_note = ""
     if measured is not None:  # this host's own matmul rate for the format's kernels
@@ -419,7 +420,7 @@ def _part(
         (matmul - experts) / (mm_rate * 1e9) + experts / (expert_rate * 1e9),
         cache_bytes / (stream * 1e9) if stream else cache_bytes / rate, attention / (attn_rate * 1e9), eff, experts,
         expert_bytes, stream, limit.why, family_note, cache_note, attention_limit.why, tiled if experts else "",
-        tile_note(routed, columns, pass_tokens) if columns > routed else "",
+        tile_note(routed, columns, pass_tokens) if columns > routed else "", routed, columns,
     )  # fmt: skip
 
 
@@ -533,6 +534,11 @@ def _add(a: Timing, b: Timing) -> Timing:
     )
 
 
+# a DevicePart's fields that add up over the spans of one prefill (the rest describe the device and its kernels)
+ADDITIVE = ("weight_bytes", "cache_bytes", "matmul_flops", "attention_flops", "weights_s", "matmul_s", "cache_s",
+            "attention_s", "expert_flops", "expert_bytes")  # fmt: skip
+
+
 def _merge(t: Timing) -> Timing:
     """Sum span parts per device so a prefill reads as one part per device (each span kept its own maxima)."""
     merged: dict[str, DevicePart] = {}
@@ -542,9 +548,7 @@ def _merge(t: Timing) -> Timing:
             merged[p.device] = p
             continue
         # seconds stay additive: add the sides, then restore the larger side of each roofline in its own field
-        summed = ("weight_bytes", "cache_bytes", "matmul_flops", "attention_flops", "weights_s", "matmul_s", "cache_s",
-                  "attention_s", "expert_flops", "expert_bytes")  # fmt: skip
-        merged[p.device] = replace(p, **{f: getattr(q, f) + getattr(p, f) for f in summed})
+        merged[p.device] = replace(p, **{f: getattr(q, f) + getattr(p, f) for f in ADDITIVE})
     return replace(t, parts=tuple(merged.values()))
 
 

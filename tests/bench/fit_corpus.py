@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from core.engines import configured
 from core.errors import InputError
-from core.fit import Setup, setup_format
+from core.fit import Setup
 from core.memory.gpus import Card, card_named
 from core.memory.quant import format_named
 from core.memory.weightfiles import WeightFile
@@ -58,11 +58,11 @@ from core.speed.groups import (
     TILED_EXPERTS,
     card_class,
     error_stats,
-    expert_columns,
     format_family,
     group_label,
 )
 from core.speed.predict import (
+    ADDITIVE,
     Hardware,
     Timing,
     chained_layers,
@@ -297,19 +297,12 @@ def _timing(row: Row, table: dict | None) -> tuple[Timing, int]:
 
 
 def minus(a: Timing, b: Timing) -> Timing:
-    from core.speed.predict import DevicePart
-
-    parts = []
-    for p, q in zip(a.parts, b.parts, strict=True):
-        parts.append(
-            DevicePart(
-                p.device, p.layers, p.weight_bytes - q.weight_bytes, p.cache_bytes - q.cache_bytes,
-                p.matmul_flops - q.matmul_flops, p.attention_flops - q.attention_flops, p.bandwidth_gb_s,
-                p.peak_gflops, p.attention_peak_gflops, p.weights_s - q.weights_s, p.matmul_s - q.matmul_s,
-                p.cache_s - q.cache_s, p.attention_s - q.attention_s, p.efficiency, p.expert_flops - q.expert_flops,
-                p.expert_bytes - q.expert_bytes,
-            )
-        )  # fmt: skip
+    """The work of `a` beyond `b` (the same setup's prefills to two depths): its additive fields subtracted part by
+    part, everything else (the per-pass routing, the notes) as `a` has it."""
+    parts = [
+        replace(p, **{f: getattr(p, f) - getattr(q, f) for f in ADDITIVE})
+        for p, q in zip(a.parts, b.parts, strict=True)
+    ]
     return Timing(tuple(parts), a.overhead_s - b.overhead_s)
 
 
@@ -370,17 +363,14 @@ def terms(row: Row) -> Terms:
     t, tokens = _timing(row, unit)
     r = row.raw
     passes = 1 if row.kind == "decode" else math.ceil(r["n_prompt"] / row.setup.engine.options.n_ubatch)
-    pass_tokens = math.ceil(tokens / passes)
-    routed = routed_tokens(row, pass_tokens)
-    prompt_moe = t.moe and row.kind == "prefill"
-    columns = expert_columns(row.backend, setup_format(row.setup), pass_tokens, routed) if prompt_moe else routed
+    experts = max(t.parts, key=lambda p: p.expert_columns)  # the part whose experts' GEMMs are padded, if any
     return Terms(
         sum(p.weights_s for p in t.parts), sum(p.matmul_s for p in t.parts), sum(p.cache_s for p in t.parts),
         sum(p.attention_s for p in t.parts), passes, row.kind == "prefill", row.setup.engine.options.flash_attn,
-        row.family, tokens, r["tok_s"], pass_tokens, reach(r),
-        sum(p.expert_flops / (p.peak_gflops * 1e9) for p in t.parts), routed, old_run(r, row.klass),
+        row.family, tokens, r["tok_s"], math.ceil(tokens / passes), reach(r),
+        sum(p.expert_flops / (p.peak_gflops * 1e9) for p in t.parts), experts.routed_tokens, old_run(r, row.klass),
         sum(p.expert_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts), recurrent=chained_layers(row.setup),
-        tiled=any(p.expert_note for p in t.parts), moe=t.moe, expert_columns=columns,
+        tiled=any(p.expert_note for p in t.parts), moe=t.moe, expert_columns=experts.expert_columns,
     )  # fmt: skip
 
 
@@ -411,12 +401,6 @@ def old_run(r: dict, klass: str = "") -> bool:
     run without graphs too (ggml-cuda.cu disables them below compute capability 7.0): its class's own overhead is
     the one without graphs."""
     return built_before(r, OLD_BUILD) and klass != "pascal"
-
-
-def routed_tokens(row: Row, pass_tokens: int) -> int:
-    """Tokens each routed expert sees in a pass, as core.speed.predict counts them."""
-    n_experts, top_k = next((e for e in _weights(row.setup).layer_experts if e[0]), (1, 1))
-    return max(1, pass_tokens * top_k // n_experts)
 
 
 # -- the fit ------------------------------------------------------------------------------------------------------
