@@ -1711,3 +1711,26 @@ def test_recording_a_hosts_deep_runs_replaces_only_that_cpus_rows(tmp_path, monk
     assert all(r["run"]["machine"]["cpu"] == fit_cpu.cpu_name() and r["run"]["ram_copy_gb_s"] == 20.0
                for r in lines[1:])  # fmt: skip
     assert all(r["run"]["machine"]["mhz"] == fit_cpu.cpu_mhz() for r in lines[1:])  # the clock beside the name
+
+
+def test_the_fit_times_a_deep_moe_prompt_as_the_prediction_does():
+    """A prompt run at depth is fitted as the prefill to depth + n less the prefill to depth (fit_corpus.minus). The
+    difference must keep what the overhead is counted from, the layers with routed experts among them: the fit's
+    formula (fit_corpus.Terms) and core.speed.predict then give such a row the same figure, as they do every other."""
+    from tests.bench.fit_corpus import load_rows, predicted_tok_s, start_params, terms
+
+    rows = [
+        r
+        for r in load_rows()[0]
+        if r.kind == "prefill"
+        and r.raw.get("depth")
+        and r.raw["model_id"] == "Qwen/Qwen3-30B-A3B"
+        and efficiency_for("llama.cpp", "gpu", r.backend, r.klass).overhead_moe_s > 0
+    ]
+    assert len({r.backend for r in rows}) >= 2 and len(rows) >= 6
+    for r in rows:
+        eff = efficiency_for("llama.cpp", "gpu", r.backend, r.klass)
+        t = terms(r)
+        assert t.moe == 48
+        p = start_params(eff) | {f"{r.family}:prefill": eff.family_factor(r.family, True, "")}
+        assert math.isclose(t.tok_s(p), predicted_tok_s(r), rel_tol=1e-9), r.raw

@@ -298,12 +298,13 @@ def _timing(row: Row, table: dict | None) -> tuple[Timing, int]:
 
 def minus(a: Timing, b: Timing) -> Timing:
     """The work of `a` beyond `b` (the same setup's prefills to two depths): its additive fields subtracted part by
-    part, everything else (the per-pass routing, the notes) as `a` has it."""
+    part, everything else (the per-pass routing, the notes, the layer counts its overhead is made of) as `a` has
+    it."""
     parts = [
         replace(p, **{f: getattr(p, f) - getattr(q, f) for f in ADDITIVE})
         for p, q in zip(a.parts, b.parts, strict=True)
     ]
-    return Timing(tuple(parts), a.overhead_s - b.overhead_s)
+    return replace(a, parts=tuple(parts), overhead_s=a.overhead_s - b.overhead_s)
 
 
 def predicted_tok_s(row: Row, table: dict | None = None) -> float:
