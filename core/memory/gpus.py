@@ -37,6 +37,12 @@ class Card:
         return any(tag in self.name for tag in ("H100", "H200", "GH200"))
 
     @property
+    def ga100(self) -> bool:
+        """GA100 parts (A100, A30): 2,048 dense FP16 FLOP per SM and clock, 4 times GA102's (the GeForce Ampere die),
+        where llama.cpp's flash-attention prompt kernel reaches GA102's (core.speed.groups.GA102_FA_SHARE)."""
+        return bool(re.search(r"\bA100\b|^A30 ", self.name))
+
+    @property
     def dense_tflops(self) -> float | None:
         """The dense peak the speed model times matmuls and attention by: BF16 where the card has it, else FP16,
         else FP32 (Pascal GP10x: FP16 at 1/64 of the FP32 rate, which llama.cpp keeps off; it runs FP32 matmuls and

@@ -150,7 +150,6 @@ _HOPPER_WHY = (
 # in the fit's #17505 sweep, where the listed-peak share gave it 374 TFLOPS. The rule is read off those held-out runs
 # and the whitepapers' per-SM rates; GA100 takes it by the same reasoning, unchecked (no deep A100 prompt is known).
 GA102_FA_SHARE = {"GA100": 512 / 2048, "GH100": 512 / 4096}
-_GA100 = re.compile(r"\bA100\b|^A30 ")
 
 
 def flash_attention_peak(card: Card, backend: str, prefill: bool, flash: bool) -> MatmulPeak:
@@ -162,7 +161,7 @@ def flash_attention_peak(card: Card, backend: str, prefill: bool, flash: bool) -
     cuBLAS (wgmma)."""
     if backend != "cuda" or not (prefill and flash):
         return MatmulPeak()
-    die = "GH100" if card.hopper else "GA100" if _GA100.search(card.name) else ""
+    die = "GH100" if card.hopper else "GA100" if card.ga100 else ""
     if not die:
         return MatmulPeak()
     share = GA102_FA_SHARE[die]
