@@ -34,6 +34,7 @@ from core.speed import calibration
 from core.speed.calibration import Calibration, host_key
 from core.speed.efficiency import efficiency_for, fitted
 from core.speed.predict import Hardware, predict
+from core.speed.ram import RamBandwidth
 from core.units import GIB, MIB
 from tests.test_runtimes import CARDS, MODELS
 
@@ -201,10 +202,11 @@ def test_settings_and_host_reach_the_rows(capsys, monkeypatch, tmp_path):
     assert (row["num_ctx"], row["kv_type"], row["estimate_layers"]) == (32768, "q8_0", split.layers)
     assert (row["ram_gb_s"], row["threads"], out["settings"]["gpu_overhead"]) == (40.0, 12, 512 << 20)
     # "measured" asks core.speed.ram (stubbed here: a test must not time this machine's RAM)
-    monkeypatch.setattr("core.speed.cli.ram_gb_s", lambda: (33.0, "measured (stub)"))
+    monkeypatch.setattr("core.speed.cli.ram_bandwidth", lambda: RamBandwidth(33.0, 11.0, 8, "measured (stub)"))
     monkeypatch.setenv("KVSCOPE_CACHE", str(tmp_path))
     hw, source = host("measured")
-    assert (hw.ram_gb_s, source, hw.calibration) == (33.0, "measured (stub)", None)
+    assert (hw.ram_gb_s, hw.ram_thread_gb_s, hw.calibration) == (33.0, 11.0, None)
+    assert source == "measured (stub); one thread 11.0 GB/s" and hw.ram_stream_gb_s == min(33.0, hw.threads * 11.0)
     # once this host is calibrated (python -m core calibrate), "measured" is its calibration, rates and all
     cal = Calibration(host_key(), "2026-01-01T00:00:00Z", "stand-in", 21.0, 4, (("Q4_K_M", 2.0, 9.0),))
     calibration.store(cal)

@@ -43,6 +43,7 @@ from core.speed.groups import (
     mmq_tile,
     tiled_experts,
 )
+from core.speed.ram import RamBandwidth
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "Qwen/Qwen3-8B"
@@ -1617,7 +1618,7 @@ def test_the_cli_host_takes_this_cpus_isa_only_when_its_bandwidth_is_this_machin
     from core.speed import cli as speed_cli
 
     monkeypatch.setattr(speed_cli, "host_isa", lambda: "avx512")
-    monkeypatch.setattr(speed_cli, "ram_gb_s", lambda: (30.0, "measured here"))
+    monkeypatch.setattr(speed_cli, "ram_bandwidth", lambda: RamBandwidth(30.0, 20.0, 4, "measured here"))
     assert speed_cli.hardware(None, 2, cpu_only=True)[0].isa == "avx512"
     assert speed_cli.hardware(40.0, 2, cpu_only=True)[0].isa == ""  # --ram-gbs may describe another machine
 

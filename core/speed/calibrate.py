@@ -18,7 +18,7 @@ from core.dtypes import FP16
 from core.errors import InputError
 from core.model.layers import FullAttention, Storage
 from core.speed.calibration import Calibration, host_key
-from core.speed.ram import measure_ram_gb_s
+from core.speed.ram import ram_bandwidth
 from core.speed.work import attended_sum, attention_flops_per_key
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -165,7 +165,7 @@ def calibrate(
     if engine == "llama.cpp" and python is None:
         raise InputError("llama-cpp-python is not importable in the engines' venv; run `make engines`, set "
                          "KVSCOPE_ENGINES_VENV, or calibrate with --with numpy")  # fmt: skip
-    ram = measure_ram_gb_s()
+    ram = ram_bandwidth(refresh=True)
     if python is not None:
         version = subprocess.run(
             [str(python), "-c", "import llama_cpp; print(llama_cpp.__version__)"], capture_output=True, text=True
@@ -182,4 +182,6 @@ def calibrate(
         attention = single = ()  # numpy times no attention kernel (nor a thread count apart)
         method = f"numpy float32 GEMM, {threads} threads (float prefill only)"
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    return Calibration(host_key(), stamp, method, round(ram, 2), threads, rates, attention, single)
+    return Calibration(
+        host_key(), stamp, method, round(ram.gb_s, 2), threads, rates, attention, single, round(ram.thread_gb_s, 2)
+    )

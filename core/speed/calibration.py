@@ -46,6 +46,7 @@ class Calibration:
     # that is memory-bound at every thread gives a rate per thread that is the memory's share, not the kernel's: on a
     # Zen 4 the F16 step ran 23.5 GFLOP/s at 1 thread and 14.0 per thread at 2, and 1-thread figures read 33-46 % slow
     single: tuple[tuple[str, float | None, float | None], ...] = ()
+    ram_thread_gb_s: float = 0.0  # one thread's RAM copy rate (0: calibrated before 2026-12-05, which copied with one)
 
     @property
     def label(self) -> str:
@@ -90,6 +91,7 @@ class Calibration:
             "host": self.host, "time": self.time, "method": self.method, "ram_gb_s": self.ram_gb_s,
             "threads": self.threads, "rates": [list(r) for r in self.rates],
             "attention": [list(a) for a in self.attention], "single": [list(r) for r in self.single],
+            "ram_thread_gb_s": self.ram_thread_gb_s,
         }  # fmt: skip
 
     @classmethod
@@ -104,7 +106,11 @@ class Calibration:
             if isinstance(a, list | tuple) and len(a) in (3, 4)
         )
         single = tuple((str(f), dec, pre) for f, dec, pre in d.get("single") or ())  # absent before 2026-12-03
-        return cls(d["host"], d["time"], d["method"], float(d["ram_gb_s"]), int(d["threads"]), rates, attention, single)
+        # calibrations before 2026-12-05 copied with one thread: their figure is that thread's and the machine's
+        one = float(d.get("ram_thread_gb_s") or 0.0)
+        return cls(
+            d["host"], d["time"], d["method"], float(d["ram_gb_s"]), int(d["threads"]), rates, attention, single, one
+        )
 
 
 def path() -> Path:

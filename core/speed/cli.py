@@ -14,7 +14,7 @@ from core.fit import Setup, Solver
 from core.speed import calibration
 from core.speed.groups import BACKENDS, ErrorBar, checked_backend
 from core.speed.predict import Hardware, Speed, backend_of, flash_attn, placement, predict, setup_weights
-from core.speed.ram import ISA_NAMES, host_isa, ram_gb_s
+from core.speed.ram import ISA_NAMES, host_isa, ram_bandwidth
 from core.units import format_bytes, format_tokens
 
 DEFAULT_CONTEXTS = (4096, 32768)
@@ -23,21 +23,21 @@ DEFAULT_CONTEXTS = (4096, 32768)
 def hardware(ram_gbs: float | None, threads: int | None, cpu_only: bool) -> tuple[Hardware, str]:
     """The host: RAM bandwidth as given or measured here (cached), threads as given or every core; this CPU's vector
     ISA when the figure is this machine's (a given bandwidth may describe another: its ISA is not known)."""
-    isa = ""
+    threads = threads or os.cpu_count() or 1
     if ram_gbs is not None:
         if not 0 < ram_gbs <= MAX_RAM_GB_S:  # NaN fails too
             raise InputError(f"--ram-gbs must be positive and at most {MAX_RAM_GB_S:,} GB/s, got {ram_gbs}")
-        bw, source = ram_gbs, "given (--ram-gbs)"
-    else:
-        (bw, source), isa = ram_gb_s(), host_isa()
-    return Hardware(ram_gb_s=bw, threads=threads or os.cpu_count() or 1, cpu_only=cpu_only, isa=isa), source
+        return Hardware(ram_gb_s=ram_gbs, threads=threads, cpu_only=cpu_only), "given (--ram-gbs)"
+    ram = ram_bandwidth()
+    hw = Hardware(ram.gb_s, threads, cpu_only, isa=host_isa(), ram_thread_gb_s=ram.thread_gb_s)
+    return hw, f"{ram.source}; one thread {ram.thread_gb_s:.1f} GB/s"
 
 
 def calibrated_host(
     cal: calibration.Calibration, threads: int, cpu_only: bool = False, backend: str | None = None
 ) -> Hardware:
     """This machine as its stored calibration times it (python -m core calibrate), with its vector ISA."""
-    return Hardware(cal.ram_gb_s, threads, cpu_only, backend, host_isa(), cal)
+    return Hardware(cal.ram_gb_s, threads, cpu_only, backend, host_isa(), cal, cal.ram_thread_gb_s)
 
 
 def add_speed_flags(p: argparse.ArgumentParser) -> None:
@@ -128,6 +128,7 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
         "card_dense_tflops": None if cpu_only else setup.card.dense_tflops,  # the peak it is timed by
         "card_fp32_tflops": None if cpu_only else setup.card.fp32_tflops,  # the vector peak, where listed
         "ram_gb_s": hw.ram_gb_s if needs_ram(setup, hw) else None,
+        "ram_stream_gb_s": hw.ram_stream_gb_s if needs_ram(setup, hw) else None,  # at `threads` threads
         "ram_source": ram_source,
         "threads": hw.threads,
         "cpu_isa": hw.isa or None,  # the kernel factors' ISA; None: not known, the pooled factors
@@ -152,7 +153,8 @@ def print_speed(out: dict) -> None:
     )
     if out["ram_gb_s"]:
         isa = f", {ISA_NAMES[out['cpu_isa']]} CPU" if out.get("cpu_isa") else ""
-        print(f"system RAM {out['ram_gb_s']:.1f} GB/s ({out['ram_source']}), {out['threads']} threads{isa}")
+        reach = f" (reaching {out['ram_stream_gb_s']:.1f} GB/s)" if out["ram_stream_gb_s"] < out["ram_gb_s"] else ""
+        print(f"system RAM {out['ram_gb_s']:.1f} GB/s ({out['ram_source']}), {out['threads']} threads{reach}{isa}")
     for device, e in out["efficiencies"].items():
         print(
             f"{device} efficiencies ({e['status']}): bandwidth ×{e['bandwidth']:.3g}"
@@ -207,7 +209,8 @@ def cmd_calibrate(args: argparse.Namespace) -> dict:
 
 
 def print_calibration(out: dict) -> None:
-    print(f"{out['host']}: RAM copy {out['ram_gb_s']:.1f} GB/s, {out['method']}, at {out['time']}")
+    one = f" ({out['ram_thread_gb_s']:.1f} with one thread)" if out.get("ram_thread_gb_s") else ""
+    print(f"{out['host']}: RAM copy {out['ram_gb_s']:.1f} GB/s{one}, {out['method']}, at {out['time']}")
     print(f"{'format':>8} {'decode GFLOP/s/thread':>22} {'prefill GFLOP/s/thread':>23}")
     for name, dec, pre in out["rates"]:
         print(f"{name:>8} {'-' if dec is None else f'{dec:.1f}':>22} {'-' if pre is None else f'{pre:.1f}':>23}")

@@ -63,6 +63,13 @@ class Hardware:
     backend: str | None = None  # the card's ggml backend (llama.cpp); None: the vendor's usual one
     isa: str = ""  # the host CPU's vector ISA (core.speed.ram.vector_isa) where known: its kernels' family factors
     calibration: Calibration | None = None  # this host's measured CPU matmul rates (python -m core calibrate)
+    ram_thread_gb_s: float = 0.0  # one thread's RAM copy rate where measured (0: ram_gb_s at any thread count)
+
+    @property
+    def ram_stream_gb_s(self) -> float:
+        """The RAM bandwidth `threads` threads reach: at most that many times one thread's (core.speed.ram
+        .RamBandwidth says why)."""
+        return min(self.ram_gb_s, self.threads * self.ram_thread_gb_s) if self.ram_thread_gb_s else self.ram_gb_s
 
 
 def backend_of(setup: Setup, hw: Hardware) -> str:
@@ -117,6 +124,7 @@ class DevicePart:
     attention_note: str = ""  # why the attention's peak is below the card's listed one (groups.flash_attention_peak)
     expert_note: str = ""  # why a decode step's routed experts run as a GEMM (groups.tiled_experts)
     tile_note: str = ""  # a prompt's routed experts padded to the pass's MMQ tile (groups.expert_columns)
+    bandwidth_note: str = ""  # on a CPU whose one-thread copy rate caps what its threads stream (Hardware)
     routed_tokens: int = 1  # tokens each routed expert gets a pass (tokens × top-k ÷ experts)
     expert_columns: int = 1  # the columns each routed expert's prompt GEMM computes (groups.expert_columns)
 
@@ -372,7 +380,7 @@ def _part(
         tiled = "" if prefill else expert_kernel(setup, hw, fmt, pass_tokens)
         peak = (card.fp8_tflops * 1e3 * share if fp8 else attention_peak) * limit.scale
     else:
-        bw = hw.ram_gb_s
+        bw = hw.ram_stream_gb_s
         peak = attention_peak = float(hw.threads)  # CPU figures are GFLOP/s per thread
         limit = attention_limit = MatmulPeak()
         tiled = ""
@@ -420,8 +428,18 @@ def _part(
         (matmul - experts) / (mm_rate * 1e9) + experts / (expert_rate * 1e9),
         cache_bytes / (stream * 1e9) if stream else cache_bytes / rate, attention / (attn_rate * 1e9), eff, experts,
         expert_bytes, stream, limit.why, family_note, cache_note, attention_limit.why, tiled if experts else "",
-        tile_note(routed, columns, pass_tokens) if columns > routed else "", routed, columns,
+        tile_note(routed, columns, pass_tokens) if columns > routed else "",
+        ram_note(hw) if device == "cpu" else "", routed, columns,
     )  # fmt: skip
+
+
+def ram_note(hw: Hardware) -> str:
+    if hw.ram_stream_gb_s >= hw.ram_gb_s:
+        return ""
+    return (
+        f"{hw.threads} threads stream RAM at most {hw.threads} × {hw.ram_thread_gb_s:.3g} GB/s, one thread's copy "
+        f"rate, of the machine's {hw.ram_gb_s:.3g} GB/s"
+    )
 
 
 def tile_note(routed: int, columns: int, tokens: int) -> str:

@@ -172,6 +172,7 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
                 else ""
             )
             + (f"; {p.tile_note}" if p.tile_note else "")
+            + (f"; {p.bandwidth_note}" if p.bandwidth_note else "")
         )
     return out
 

@@ -97,18 +97,19 @@ def compare(rows: list[dict], engine: str, ram: float) -> list[tuple[str, float,
     return errors
 
 
-def calibrated(rows: list[dict], ram: float, cal: Calibration) -> None:
+def calibrated(rows: list[dict], cal: Calibration) -> None:
     """The same runs predicted at this host's own calibration (python -m core calibrate: llama.cpp's matmul rate per
     format on its own random-weight model, whose shape is none of the checked models', and per head width its
     attention's FLOP rate and cache stream from an MHA and a GQA attention model): what a user's CPU figures are once
     they press Calibrate, checked on models the calibration never ran."""
     rates = ", ".join(f"{f} {d:.1f}/{p:.1f}" for f, d, p in cal.rates)
-    print(f"calibration ({cal.method}): RAM {cal.ram_gb_s:.1f} GB/s; decode/prefill GFLOP/s per thread: {rates}")
+    print(f"calibration ({cal.method}): RAM {cal.ram_gb_s:.1f} GB/s ({cal.ram_thread_gb_s:.1f} with one thread); "
+          f"decode/prefill GFLOP/s per thread: {rates}")  # fmt: skip
     print(f"{'model':>8} {'thr':>3} {'context':>7} | {'decode pred':>11} {'measured':>9} {'error':>7} | "
           f"{'prefill pred':>12} {'measured':>9} {'error':>7}")  # fmt: skip
     errors = []
     for r in rows:
-        dec, pre, _ = predicted(r, "llama.cpp", ram, calibration=cal)
+        dec, pre, _ = predicted(r, "llama.cpp", cal.ram_gb_s, calibration=cal)
         de, pe = err(dec, r["decode_tok_s"]), err(pre, r["prefill_tok_s"])
         errors += [de, pe]
         print(f"{r['model']:>8} {r['threads']:>3} {r['context']:>7,} | {dec:>11.1f} {r['decode_tok_s']:>9.1f} "
@@ -219,7 +220,7 @@ def main() -> None:
     section("llama.cpp (llama-cpp-python 0.3.36, F16 GGUF, f16 cache, flash attention auto, n_ubatch 512)")
     llama_errors = compare(measured, "llama.cpp", ram)
     section("llama.cpp at this host's calibration (python -m core calibrate), the same runs")
-    calibrated(measured, ram, cal)
+    calibrated(measured, cal)
     probe_rows = run_probe_speeds(names, contexts)
     section("transformers probe (core.probe, CPU, fp32, eager decode with DynamicCache)")
     hf_errors = compare(probe_rows, "transformers", ram)

@@ -201,7 +201,11 @@ def published_rows() -> list[dict]:
         fmt = kvscope_format(r["weights"], r["model_id"])
         setup = Setup(model_of(r["model_id"]), engine, Card.custom(1), weights=fmt, weights_file=wfile)
         isa = r.get("isa") or PUBLISHED_ISA.get(r["card"], "")  # recorded with the run, or known for the CPU
-        hw = Hardware(float(r["ram_copy_gb_s"]), int(r["threads"]), True, isa=isa)
+        # a row with every core's copy too (tests/bench/device_llamacpp.py since 2026-12-05): its threads stream
+        # at most their share of one thread's, as core.speed.cli's host does
+        one = float(r["ram_copy_gb_s"])
+        every = float(r.get("ram_copy_all_gb_s") or 0.0)
+        hw = Hardware(every or one, int(r["threads"]), True, isa=isa, ram_thread_gb_s=one if every else 0.0)
         depth = r.get("depth") or 0
         # decode at the run's mean depth (fit_corpus's rule); a prefill of n_prompt tokens from an empty cache
         context = depth + max(1, r["n_gen"] // 2) if r["kind"] == "decode" else r["n_prompt"]

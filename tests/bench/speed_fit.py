@@ -18,6 +18,7 @@ from core.memory.gpus import Card
 from core.model.loading import load_model
 from core.speed import Efficiency, Hardware, efficiency_for, predict, setup_weights
 from core.speed.calibration import Calibration
+from core.speed.cli import calibrated_host
 from tests.bench.speed_runs import PROBE_DTYPE, config_path
 
 # llama.cpp: the roofline's own terms and a per-pass overhead. transformers (eager, DynamicCache): its decode is
@@ -56,9 +57,13 @@ def predicted(
     row: dict[str, Any], engine: str, ram_gb_s: float, table=None, calibration: Calibration | None = None
 ) -> tuple[float, float, str]:
     """(decode tok/s, prefill tok/s, decode bound) kvscope predicts for one measured row; with `calibration`, at
-    this host's measured matmul and attention rates (python -m core calibrate)."""
+    this host's measured matmul and attention rates and RAM figures, as the CLI times a calibrated host
+    (python -m core calibrate)."""
     setup, weights = cpu_setup(row["model"], engine)
-    hw = Hardware(ram_gb_s=ram_gb_s, threads=row["threads"], cpu_only=True, calibration=calibration)
+    if calibration is not None:
+        hw = calibrated_host(calibration, row["threads"], cpu_only=True)
+    else:
+        hw = Hardware(ram_gb_s=ram_gb_s, threads=row["threads"], cpu_only=True)
     s = predict(setup, hw, row["context"], 1, table=table, weights=weights)
     return s.decode_tok_s, s.prefill_tok_s, s.bound
 
