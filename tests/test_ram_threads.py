@@ -66,9 +66,11 @@ def test_the_measurement_copies_every_byte_on_each_thread_count(monkeypatch):
 def test_the_cached_figures_are_per_host_and_an_old_cache_is_measured_again(tmp_path, monkeypatch):
     monkeypatch.setenv("KVSCOPE_CACHE", str(tmp_path))
     calls: list[int] = []
+    sizes: list[int] = []
 
-    def fake(nbytes: int = 0, repeats: int = 0, threads: int = 1) -> float:
+    def fake(nbytes: int = ram_mod.PROBE_BYTES, repeats: int = 0, threads: int = 1) -> float:
         calls.append(threads)
+        sizes.append(nbytes)
         return 10.0 * threads
 
     monkeypatch.setattr(ram_mod, "measure_ram_gb_s", fake)
@@ -80,6 +82,10 @@ def test_the_cached_figures_are_per_host_and_an_old_cache_is_measured_again(tmp_
     again = ram_mod.ram_bandwidth()
     assert (again.gb_s, again.thread_gb_s, calls) == (60.0, 10.0, [1, 6]) and "6 threads" in again.source
     assert ram_mod.ram_gb_s() == (60.0, again.source)
+    # many cores share an L3 that can hold the probe: it grows with them (256 MB per 8), to 1 GiB
+    monkeypatch.setattr(ram_mod.os, "cpu_count", lambda: 96)
+    assert ram_mod.ram_bandwidth(refresh=True).cores == 96
+    assert sizes == [ram_mod.PROBE_BYTES] * 3 + [ram_mod.MAX_PROBE_BYTES]
 
 
 def test_a_calibration_keeps_its_one_thread_figure_and_an_older_one_loads_without(tmp_path, monkeypatch):
