@@ -236,7 +236,9 @@ if stored is None:
     st.caption("This host has not been calibrated: CPU speed figures use the fitted constants (their error shown).")
 else:
     st.success(
-        f"{stored.host}: RAM {stored.ram_gb_s:.1f} GB/s, {stored.threads} threads — {stored.label}. "
+        f"{stored.host}: RAM {stored.ram_gb_s:.1f} GB/s"
+        + (f" ({stored.ram_thread_gb_s:.1f} with one thread)" if stored.ram_thread_gb_s else "")
+        + f", {stored.threads} threads — {stored.label}. "
         "Later speed figures on this host use it."
     )
     st.dataframe(

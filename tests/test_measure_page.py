@@ -182,7 +182,7 @@ def test_calibrate_button_runs_in_the_background_and_later_figures_use_it(monkey
     stand_in = (
         "import json, time; time.sleep(2); from core.speed import calibration as c; "
         "cal = c.Calibration(c.host_key(), '2026-01-01T00:00:00Z', 'stand-in', 9.5, 2, (('Q4_0', 3.0, 7.0),), "
-        "single=(('Q4_0', 5.0, 7.5),)); "
+        "single=(('Q4_0', 5.0, 7.5),), ram_thread_gb_s=8.0); "
         "print(json.dumps(cal.record() | {'stored': str(c.store(cal)), 'warning': None}))"
     )
     monkeypatch.setattr(job_module, "calibrate_command", lambda threads=None: [sys.executable, "-c", stand_in])
@@ -199,6 +199,7 @@ def test_calibrate_button_runs_in_the_background_and_later_figures_use_it(monkey
     at.run()
     assert not button(at, "Calibrate this machine").disabled
     assert any("Later speed figures on this host use it" in s.value for s in at.success)
+    assert any("RAM 9.5 GB/s (8.0 with one thread), 2 threads" in s.value for s in at.success)
     stored = calibration.load()
     assert stored is not None and stored.rate("Q4_0", prefill=True) == 7.0
     # both thread counts' rates, as stored
