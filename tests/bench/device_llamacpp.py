@@ -17,7 +17,6 @@ reads every row whose source_id starts with SOURCE_ID_PREFIX as held out, never 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -35,13 +34,13 @@ SOURCE_ID_PREFIX = "kvscope-device-"  # one source per llama-bench file: bench-h
 
 
 def host(out: Path) -> None:
-    from core.speed.ram import cpu_mhz, cpu_name, host_isa, measure_ram_gb_s
+    from core.speed.ram import cpu_mhz, cpu_name, host_isa, ram_bandwidth
 
-    # one thread's copy (what every CPU row records) and every core's: the 16 threads of the first lent host
-    # decoded at 76 GB/s where one thread copied 19 GB/s
-    cores = os.cpu_count() or 1
-    info = {"cpu": cpu_name(), "isa": host_isa(), "mhz": cpu_mhz(), "ram_copy_gb_s": round(measure_ram_gb_s(), 2),
-            "ram_copy_all_gb_s": round(measure_ram_gb_s(threads=cores), 2), "cores": cores}  # fmt: skip
+    # one thread's copy (what every CPU row records) and every core's, as the CLI measures a host: the 16 threads of
+    # the first lent host decoded at 76 GB/s where one thread copied 19 GB/s
+    ram = ram_bandwidth(refresh=True)
+    info = {"cpu": cpu_name(), "isa": host_isa(), "mhz": cpu_mhz(), "ram_copy_gb_s": round(ram.thread_gb_s, 2),
+            "ram_copy_all_gb_s": round(ram.gb_s, 2), "cores": ram.cores}  # fmt: skip
     (out / "host.json").write_text(json.dumps(info))
     print(info)
 
