@@ -123,10 +123,21 @@ class DevicePart:
     cache_note: str = ""  # on a CPU: where the cache stream's rate comes from (this host's calibration, its ISA's fit)
     attention_note: str = ""  # why the attention's peak is below the card's listed one (groups.flash_attention_peak)
     expert_note: str = ""  # why a decode step's routed experts run as a GEMM (groups.tiled_experts)
-    tile_note: str = ""  # a prompt's routed experts padded to the pass's MMQ tile (groups.expert_columns)
     bandwidth_note: str = ""  # on a CPU whose one-thread copy rate caps what its threads stream (Hardware)
     routed_tokens: int = 1  # tokens each routed expert gets a pass (tokens × top-k ÷ experts)
     expert_columns: int = 1  # the columns each routed expert's prompt GEMM computes (groups.expert_columns)
+    pass_tokens: int = 1  # tokens a pass (a prompt's chunk; a decode step's sequences)
+
+    @property
+    def tile_note(self) -> str:
+        """A prompt's routed experts padded to the pass's MMQ tile (groups.expert_columns), if they are."""
+        if self.expert_columns <= self.routed_tokens:
+            return ""
+        return (
+            f"each routed expert's {self.routed_tokens} tokens a pass run as {self.expert_columns} columns of "
+            f"llama.cpp's MMQ tiles, which it sizes for the pass's {self.pass_tokens} tokens (ggml_cuda_mul_mat_q "
+            "tiles for ne12, the pass's tokens)"
+        )
 
     @property
     def bytes(self) -> float:
@@ -428,8 +439,7 @@ def _part(
         (matmul - experts) / (mm_rate * 1e9) + experts / (expert_rate * 1e9),
         cache_bytes / (stream * 1e9) if stream else cache_bytes / rate, attention / (attn_rate * 1e9), eff, experts,
         expert_bytes, stream, limit.why, family_note, cache_note, attention_limit.why, tiled if experts else "",
-        tile_note(routed, columns, pass_tokens) if columns > routed else "",
-        ram_note(hw) if device == "cpu" else "", routed, columns,
+        ram_note(hw) if device == "cpu" else "", routed, columns, pass_tokens,
     )  # fmt: skip
 
 
@@ -439,13 +449,6 @@ def ram_note(hw: Hardware) -> str:
     return (
         f"{hw.threads} threads stream RAM at most {hw.threads} × {hw.ram_thread_gb_s:.3g} GB/s, one thread's copy "
         f"rate, of the machine's {hw.ram_gb_s:.3g} GB/s"
-    )
-
-
-def tile_note(routed: int, columns: int, tokens: int) -> str:
-    return (
-        f"each routed expert's {routed} tokens a pass run as {columns} columns of llama.cpp's MMQ tiles, which it "
-        f"sizes for the pass's {tokens} tokens (ggml_cuda_mul_mat_q tiles for ne12, the pass's tokens)"
     )
 
 
