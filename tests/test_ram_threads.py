@@ -40,6 +40,8 @@ def test_threads_stream_at_most_their_share_of_one_threads_copy():
     assert not full.bandwidth_note and "4 × 20 GB/s, one thread's copy rate, of the machine's 200 GB/s" in (
         capped.bandwidth_note
     )
+    one = cpu_decode(Hardware(200.0, 1, cpu_only=True, ram_thread_gb_s=20.0)).parts[0]
+    assert one.bandwidth_note.startswith("1 thread streams RAM at most 1 × 20 GB/s")  # not "1 threads stream"
     line = part_lines(cpu_decode(few), prefill=False)[0]
     assert capped.bandwidth_note in line and "80,000,000,000 B/s" in line  # the formula prints the rate it used
 

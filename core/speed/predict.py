@@ -446,9 +446,10 @@ def _part(
 def ram_note(hw: Hardware) -> str:
     if hw.ram_stream_gb_s >= hw.ram_gb_s:
         return ""
+    who = "1 thread streams" if hw.threads == 1 else f"{hw.threads} threads stream"
     return (
-        f"{hw.threads} threads stream RAM at most {hw.threads} × {hw.ram_thread_gb_s:.3g} GB/s, one thread's copy "
-        f"rate, of the machine's {hw.ram_gb_s:.3g} GB/s"
+        f"{who} RAM at most {hw.threads} × {hw.ram_thread_gb_s:.3g} GB/s, one thread's copy rate, of the machine's "
+        f"{hw.ram_gb_s:.3g} GB/s"
     )
 
 

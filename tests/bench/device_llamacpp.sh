@@ -27,3 +27,5 @@ bench h200 60 -m "$M/llama2-7b-q4_0.gguf" -m "$M/llama2-7b-f16.gguf" -ngl 99 -fa
 bench h200-d4096 45 -m "$M/llama2-7b-q4_0.gguf" -m "$M/llama2-7b-f16.gguf" -ngl 99 -fa 1 -d 4096 -p 512 -n 128 -r 3
 CUDA_VISIBLE_DEVICES="" bench cpu 60 -m "$M/llama2-7b-q4_0.gguf" -ngl 0 -t "$(nproc)" -p 512 -n 64 -r 2
 bench h200-ub2048 30 -m "$M/llama2-7b-q4_0.gguf" -m "$M/llama2-7b-f16.gguf" -ngl 99 -fa 1 -ub 2048 -b 2048 -p 2048 -n 0 -r 3
+# one thread to every core's half: checks core.speed.ram's rule (T threads stream at most T × one thread's copy)
+CUDA_VISIBLE_DEVICES="" bench cpu-threads 40 -m "$M/llama2-7b-q4_0.gguf" -ngl 0 -t 1,4,8 -p 0 -n 16 -r 2
