@@ -354,26 +354,31 @@ def _part(
     layers = [work.layers[i] for i in share.layers]
     away = [work.layers[i] for i in share.experts_away]
     here = [work.layers[i] for i in share.experts_here]
+
+    def on_device(field: str) -> float:
+        """The routed experts' bytes or FLOPs this device holds: its layers', less those placed on the other device,
+        plus the other device's layers' placed here."""
+        return (
+            sum(getattr(w, field) for w in layers)
+            - sum(getattr(w, field) for w in away)
+            + sum(getattr(w, field) for w in here)
+        )
+
+    experts, expert_bytes = on_device("expert_flops"), on_device("expert_bytes")
     weight_bytes = (
-        sum(w.weight_bytes + w.state_bytes for w in layers)
-        - sum(w.expert_bytes for w in away)
-        + sum(w.expert_bytes for w in here)
+        sum(w.weight_bytes + w.state_bytes - w.expert_bytes for w in layers)
+        + expert_bytes
         + (work.head_bytes if share.head else 0.0)
     )
     cache_bytes = float(sum(w.cache_bytes for w in layers))
     if not flash_attn(setup):  # the score matrices' round trips through memory (KQ_BYTES)
         cache_bytes += KQ_BYTES * sum(w.scores for w in layers)
     matmul = (
-        sum(w.matmul_flops + w.state_flops for w in layers)
-        - sum(w.expert_flops for w in away)
-        + sum(w.expert_flops for w in here)
+        sum(w.matmul_flops + w.state_flops - w.expert_flops for w in layers)
+        + experts
         + (work.head_flops if share.head else 0.0)
     )
     attention = float(sum(w.attention_flops for w in layers))
-    experts = sum(w.expert_flops for w in layers) - sum(w.expert_flops for w in away)
-    experts += sum(w.expert_flops for w in here)
-    expert_bytes = sum(w.expert_bytes for w in layers) - sum(w.expert_bytes for w in away)
-    expert_bytes += sum(w.expert_bytes for w in here)
     n_experts, top_k = next((w.routing for w in work.layers if w.routing[0]), (1, 1))
     fmt = setup_format(setup)
     if device == "gpu":
