@@ -46,7 +46,7 @@ from core.speed import calibration
 from core.speed.cli import calibrated_host, error_record, hardware
 from core.speed.predict import Hardware, Speed, predict
 from core.speed.report import speed_lines
-from core.units import byte_amount, format_bytes, format_tokens
+from core.units import byte_amount, format_bytes, format_tokens, plural
 
 # The cards issue 13 asks about: 8, 12, 16 and 24 GB (names as in core/memory/data/gpus.csv).
 DEFAULT_CARDS = (
@@ -370,7 +370,7 @@ def print_report(out: dict) -> None:
         f"OLLAMA_NUM_PARALLEL {s['num_parallel']}, OLLAMA_KV_CACHE_TYPE {s['kv_cache_type']}, OLLAMA_GPU_OVERHEAD "
         f"{format_bytes(s['gpu_overhead'])}, free GPU memory {free}"
     )
-    print(f"host RAM {out['ram_gb_s']:.1f} GB/s ({out['ram_source']}), {out['threads']} threads")
+    print(f"host RAM {out['ram_gb_s']:.1f} GB/s ({out['ram_source']}), {plural(out['threads'], 'thread')}")
     print(f"speed: {out['speed_at']}")
     print(f"note: {out['note']}")
     head = f"{'model':<34} {'card':<25} {'runner':<12} {'num_ctx':>7} {'KV':>4} {'layers':>6} "
@@ -415,7 +415,8 @@ def explain(row: OllamaRow, model: ModelSpec) -> list[str]:
         f"{format_bytes(fit_row.overhead_bytes)} + {row.num_parallel} × cache {format_bytes(fit_row.cache_bytes)} = "
         f"**{format_bytes(row.kvscope_gpu_bytes)}** of {format_bytes(row.fit.usable_bytes)}: "
         f"{'fits' if row.kvscope_fits else 'does not fit'} (headroom {format_bytes(row.kvscope_headroom_bytes)})",
-        f"**Speed** on a host with {row.ram_gb_s:.1f} GB/s RAM and {row.threads} threads for the layers in RAM:",
+        f"**Speed** on a host with {row.ram_gb_s:.1f} GB/s RAM and {plural(row.threads, 'thread')} for the layers in "
+        "RAM:",
         *speed_lines(row.speed),
         *_go_engine_lines(row),
     ]
@@ -515,4 +516,4 @@ def runtime_line(row: OllamaRow) -> str:
         line += f", the routed experts of layers {row.fit_cpu_experts[0]}-{row.fit_cpu_experts[1]} in system RAM"
     if not row.kvscope_fits:
         line += "; kvscope's llama.cpp account of that split does not fit the card"
-    return line + f" (layers in RAM at {row.ram_gb_s:.1f} GB/s, {row.threads} threads)."
+    return line + f" (layers in RAM at {row.ram_gb_s:.1f} GB/s, {plural(row.threads, 'thread')})."

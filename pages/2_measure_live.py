@@ -21,7 +21,7 @@ from core.probe import RANDOM_LABEL, ProbeBusy, ProbeJob, ProbeRequest, active_j
 from core.probe.results import RESULTS_NAME, results_dir
 from core.speed import calibration
 from core.speed.calibrate_job import TIMEOUT_S, CalibrationBusy, CalibrationJob, active_calibration
-from core.units import GIB, format_bytes, format_tokens, parse_tokens
+from core.units import GIB, format_bytes, format_tokens, parse_tokens, plural
 from ui.charts import curves
 from ui.inputs import sidebar
 from ui.layout import page_config
@@ -238,7 +238,7 @@ else:
     st.success(
         f"{stored.host}: RAM {stored.ram_gb_s:.1f} GB/s"
         + (f" ({stored.ram_thread_gb_s:.1f} with one thread)" if stored.ram_thread_gb_s else "")
-        + f", {stored.threads} threads — {stored.label}. "
+        + f", {plural(stored.threads, 'thread')} — {stored.label}. "
         "Later speed figures on this host use it."
     )
     st.dataframe(

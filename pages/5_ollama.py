@@ -22,7 +22,7 @@ from core.ollama_report import (
 )
 from core.speed.cli import error_record
 from core.speed.predict import PREFILL_SPANS, prefill_spans
-from core.units import GIB, MIB, format_tokens, parse_tokens
+from core.units import GIB, MIB, format_tokens, parse_tokens, plural
 from ui.inputs import list_to_link, list_widget_value, sidebar
 from ui.layout import mobile_css, opened, page_config, painted
 from ui.state import BOUNDS, MAX_OLLAMA_CARDS, OLLAMA_FLASH, OLLAMA_RAM, OLLAMA_WEIGHTS
@@ -167,7 +167,8 @@ for spec in specs:
             f"span(s) of chunks instead of {PREFILL_SPANS}, bounded to keep a request under 2 s of server CPU."
         )
 st.caption(
-    f"Speed: {SPEED_AT}. Layers left in RAM run at {hw.ram_gb_s:.1f} GB/s ({ram_source}), {hw.threads} threads. "
+    f"Speed: {SPEED_AT}. Layers left in RAM run at {hw.ram_gb_s:.1f} GB/s ({ram_source}), "
+    f"{plural(hw.threads, 'thread')}. "
     "Binary units: 1 GiB = 2³⁰ bytes. "
     + (f"Each card has {free_text.strip()} free." if free is not None else "Each card is taken as empty.")
 )

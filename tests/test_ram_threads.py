@@ -134,3 +134,16 @@ def test_a_device_hosts_every_core_figure_reaches_its_cpu_rows_and_their_check(t
     )
     (old, *_) = fit_cpu.published_rows()
     assert (old["hw"].ram_gb_s, old["hw"].ram_thread_gb_s) == (one, 0.0)
+
+
+@pytest.mark.parametrize(("threads", "line"), [(1, "1 thread (reaching 10.0 GB/s)"), (3, "3 threads (reaching 30.0")])
+def test_the_command_line_names_the_threads_and_the_rate_they_reach(threads, line, tmp_path, monkeypatch, capsys):
+    """The summary line counts threads as a reader expects ("1 thread", not "1 threads") beside the capped rate."""
+    from core.cli import main
+    from core.speed import cli as speed_cli
+
+    monkeypatch.setenv("KVSCOPE_CACHE", str(tmp_path))  # no stored calibration: the measured host
+    monkeypatch.setattr(speed_cli, "ram_bandwidth", lambda: ram_mod.RamBandwidth(60.0, 10.0, 6, "measured here"))
+    args = ["speed", MODEL, "--device", "cpu", "--engine", "llama.cpp", "--weights", "Q4_K_M", "--threads"]
+    assert main([*args, str(threads), "--context", "4k"]) == 0
+    assert line in capsys.readouterr().out

@@ -15,7 +15,7 @@ from core.speed import calibration
 from core.speed.groups import BACKENDS, ErrorBar, checked_backend
 from core.speed.predict import Hardware, Speed, backend_of, flash_attn, placement, predict, setup_weights
 from core.speed.ram import ISA_NAMES, host_isa, ram_bandwidth
-from core.units import format_bytes, format_tokens
+from core.units import format_bytes, format_tokens, plural
 
 DEFAULT_CONTEXTS = (4096, 32768)
 
@@ -154,7 +154,8 @@ def print_speed(out: dict) -> None:
     if out["ram_gb_s"]:
         isa = f", {ISA_NAMES[out['cpu_isa']]} CPU" if out.get("cpu_isa") else ""
         reach = f" (reaching {out['ram_stream_gb_s']:.1f} GB/s)" if out["ram_stream_gb_s"] < out["ram_gb_s"] else ""
-        print(f"system RAM {out['ram_gb_s']:.1f} GB/s ({out['ram_source']}), {out['threads']} threads{reach}{isa}")
+        threads = plural(out["threads"], "thread")
+        print(f"system RAM {out['ram_gb_s']:.1f} GB/s ({out['ram_source']}), {threads}{reach}{isa}")
     for device, e in out["efficiencies"].items():
         print(
             f"{device} efficiencies ({e['status']}): bandwidth ×{e['bandwidth']:.3g}"

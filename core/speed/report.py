@@ -11,7 +11,7 @@ from core.fit import Fit, Setup
 from core.speed.efficiency import Efficiency
 from core.speed.groups import ErrorBar
 from core.speed.predict import DevicePart, Hardware, Speed, Timing, predict, setup_weights
-from core.units import format_bytes, format_tokens
+from core.units import format_bytes, format_tokens, plural
 
 
 def table_speeds(fit: Fit, hw: Hardware) -> list[dict]:
@@ -89,6 +89,11 @@ def _n(x: float) -> str:
     return f"{round(x):,}"
 
 
+def _threads(p: DevicePart) -> str:
+    """A CPU part's thread count (its peak is threads: its rates are per thread)."""
+    return plural(p.peak_gflops, "thread", f"{p.peak_gflops:g}")
+
+
 def _rates(p: DevicePart, prefill: bool) -> tuple[str, str, str]:
     """(bandwidth, matmul rate, attention rate) in SI units, as the formulas print them (they evaluate as printed)."""
     e = p.efficiency
@@ -100,8 +105,8 @@ def _rates(p: DevicePart, prefill: bool) -> tuple[str, str, str]:
     if p.device == "cpu":  # CPU rates are effective GFLOP/s per thread
         return (
             bw,
-            f"{p.peak_gflops:g} threads × {_n(mm * 1e9)} FLOP/s",
-            f"{p.peak_gflops:g} threads × {_n(at * 1e9)} FLOP/s",
+            f"{_threads(p)} × {_n(mm * 1e9)} FLOP/s",
+            f"{_threads(p)} × {_n(at * 1e9)} FLOP/s",
         )
     return bw, f"{_n(p.peak_gflops * 1e9)} FLOP/s × {mm:.4g}", f"{_n(p.attention_peak_gflops * 1e9)} FLOP/s × {at:.4g}"
 
@@ -142,7 +147,7 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
     for p in t.parts:
         bw, mm, at = _rates(p, prefill)
         # the cache stream this host's calibration measured or its ISA's fit gives, per thread as the other rates
-        cache = f"{p.peak_gflops:g} threads × {_n(p.cache_gb_s / p.peak_gflops * 1e9)} B/s" if p.cache_gb_s else bw
+        cache = f"{_threads(p)} × {_n(p.cache_gb_s / p.peak_gflops * 1e9)} B/s" if p.cache_gb_s else bw
         streamed = f" (streamed {p.cache_note})" if p.cache_note else ""
         read = f"{_n(p.weight_bytes)} B ÷ ({bw})"
         if p.expert_bytes and p.efficiency.expert_bandwidth != 1:  # routed experts at their own share (efficiency)
