@@ -12,6 +12,7 @@ from core.fit import Setup, fit
 from core.llamacpp_autofit import fit_params
 from core.memory.gpus import card_named
 from core.model.loading import load_model, presets
+from core.ollama_report import MEASURED
 from core.speed.efficiency import fitted
 from core.speed.groups import MOE_PROMPT, card_class
 from core.speed.predict import Hardware, moe_layers, predict
@@ -223,3 +224,21 @@ def test_free_memory_travels_in_the_link_and_reaches_the_split():
     assert inputs.ofree == "5.5GiB" and not ignored and to_query(inputs)["ofree"] == "5.5GiB"
     _, ignored = from_query({"ofree": "lots"})
     assert ignored and "cannot read free memory" in ignored[0]
+
+
+def test_the_servers_measured_ram_names_no_path_on_the_server(tmp_path, monkeypatch):
+    """ "Measured on the server" shows where the figure comes from (when, how many threads), never the cache file's
+    path: the page is served to a team, and the server's folders are not theirs to read."""
+    import json
+
+    from core.speed import ram as ram_mod
+
+    monkeypatch.setenv("KVSCOPE_CACHE", str(tmp_path))
+    record = {"host": ram_mod._host_key(), "gb_s": 31.5, "thread_gb_s": 12.0, "cores": 4, "time": "2026-12-05T10:00Z"}
+    ram_mod.cache_path().write_text(json.dumps(record))  # a cached measurement: nothing is timed in the test
+    at = ollama_page({"model": LLAMA})
+    at.radio(key="in_oram").set_value(MEASURED).run()
+    assert not at.exception, [e.value for e in at.exception]
+    caption = next(c.value for c in at.caption if c.value.startswith("Speed:"))
+    assert "31.5 GB/s (measured 2026-12-05T10:00Z by a numpy copy on 4 threads, cached" in caption
+    assert str(tmp_path) not in caption and "ram_bandwidth.json" not in caption
