@@ -41,6 +41,8 @@ from core.speed.groups import (
     format_family,
     matmul_peak,
     mmq_tile,
+    mmq_traffic,
+    mmq_traffic_bytes,
     tiled_experts,
 )
 from core.speed.ram import RamBandwidth
@@ -1562,6 +1564,100 @@ def test_padding_the_experts_to_the_mmq_tile_brings_the_published_cuda_moe_sweep
         predict_module.expert_columns = unpadded_columns
     big = [r for r in rows if r.raw["n_ubatch"] >= 128]
     assert all(unpadded[id(r)] > 1.5 * padded[id(r)] for r in big)
+
+
+# -- MMQ's tile traffic ---------------------------------------------------------------------------------------------
+
+
+def test_mmq_tiles_move_the_weights_once_per_column_tile_and_the_activations_once_per_row_tile():
+    """By hand: a 512-token pass runs four 128-column tiles, so 1 GB of dense weights crosses memory 4 times; 0.5 GB
+    of routed experts, each padded to 256 columns, twice; and 2 TFLOP of matmuls (1e12 weight-activation products)
+    read their q8_1 activations (144 bytes per 128 values) once per 128-row tile: 1e12 × 1.125 ÷ 128 bytes. A
+    200-token pass: two tiles (of 112 columns)."""
+    assert mmq_traffic_bytes(1e9, 0.5e9, 2e12, 512, 256) == 4e9 + 1e9 + 1e12 * 1.125 / 128
+    assert mmq_traffic_bytes(1e9, 0.0, 0.0, 200, 0) == 2e9
+
+
+@pytest.mark.parametrize(
+    ("card", "backend", "fmt", "tokens", "tiled"),
+    [
+        ("DGX Spark", "cuda", "q8_0", 2048, True),
+        ("RTX 4090", "cuda", "mxfp4", 512, True),
+        ("T4", "cuda", "q4_0", 512, True),  # Turing: int8 MMA
+        ("RTX 4090", "cuda", "f16", 512, False),  # cuBLAS
+        ("RTX 4090", "cuda", "q4_0", 8, False),  # the mat-vec kernels
+        ("RTX 4090", "vulkan", "q4_0", 512, False),  # Vulkan's own matmul shaders
+        ("Tesla P40", "cuda", "q4_0", 512, False),  # Pascal: dp4a MMQ, 64-row tiles
+        ("TITAN V", "cuda", "q4_0", 512, False),  # Volta: cuBLAS for long batches
+    ],
+)
+def test_mmq_tile_traffic_is_timed_for_cuda_int8_mma_prompts_only(card, backend, fmt, tokens, tiled):
+    assert mmq_traffic(card_named(card), backend, fmt, tokens) is tiled
+
+
+def test_a_spark_prompt_is_timed_by_its_mmq_tiles_and_says_so():
+    """Qwen3-8B Q8_0 in one 2,048-token pass on a DGX Spark (273 GB/s): 6,945,767,424 matmul weights (36 layers of
+    4,096 × (4,096 + 1,024 + 1,024 + 4,096) + 3 × 4,096 × 12,288, from the config) at 34 bytes per 32 cross memory
+    16 times, and 2,048 × that many activation bytes × 1.125 ÷ 128 once per row tile: about 243 GB, more time at the
+    fitted share than the pass's FLOPs take, so the tiles set the matmuls' time, and the formula says why."""
+    from core.speed.report import part_lines
+
+    setup = Setup(
+        load_model(MODEL), configured("llama.cpp", n_ubatch=2048, n_batch=2048, flash_attn=True),
+        card_named("DGX Spark"), weights="q8_0",
+    )  # fmt: skip
+    timing = predict(setup, Hardware(ram_gb_s=50.0, threads=8), 2048).prefill
+    (part,) = timing.parts
+    params = 36 * (4096 * (4096 + 1024 + 1024 + 4096) + 3 * 4096 * 12288)
+    assert math.isclose(part.tile_bytes, params * 34 / 32 * 16 + params * 2048 * 1.125 / 128, rel_tol=1e-3)
+    eff = part.efficiency
+    assert 0 < eff.tile_traffic <= 1
+    assert math.isclose(part.tile_s, part.tile_bytes * eff.tile_traffic / (273e9 * eff.bandwidth), rel_tol=1e-12)
+    assert part.tile_s > max(part.weights_s, part.matmul_s)
+    assert math.isclose(part.seconds, part.tile_s + max(part.cache_s, part.attention_s), rel_tol=1e-12)
+    line = part_lines(timing, prefill=True)[0]
+    assert "MMQ's tiles:" in line and "once per 128-column tile" in line and "their tiles and matmuls" in line
+    f16 = predict(replace(setup, weights="fp16"), Hardware(ram_gb_s=50.0, threads=8), 2048).prefill.parts[0]
+    assert f16.tile_bytes == f16.tile_s == 0.0 and "MMQ" not in part_lines(replace(timing, parts=(f16,)), True)[0]
+
+
+def test_the_tile_share_is_the_most_no_fit_run_beats_and_never_more_than_all_the_traffic():
+    """fit_corpus.tile_ceiling on hand-made runs: each run allows the share at which its tiles take the time its
+    measurement leaves beside the rest of its pass; the least wins, so the run that sets it is then predicted at
+    exactly its measured speed and no run slower than measured. A run whose tiles could take more than all of the
+    no-reuse traffic allows no more than 1. Runs without tiles set nothing."""
+    from tests.bench.fit_corpus import Terms, tile_ceiling
+
+    p = {"prefill_compute": 1.0, "prefill_attention": 1.0, "flash_off": 1.0, "prefill_half_tokens": 1e-9,
+         "bandwidth": 0.5, "expert_bandwidth": 1.0, "overhead_step_s": 0.0, "overhead_recurrent_s": 0.0,
+         "overhead_moe_s": 0.0}  # fmt: skip
+
+    def run(measured_s: float, tiles: float) -> Terms:
+        # 1 s of matmuls, 0.5 s of attention, 1,000 tokens: predicted at 1.5 s without tiles
+        return Terms(0.1, 1.0, 0.0, 0.5, 1, True, True, "legacy", 1000, 1000 / measured_s, 1000, 0, tiles=tiles)
+
+    slow, slower, untiled = run(2.0, 2.0), run(3.0, 2.0), run(1.0, 0.0)
+    # the slow run leaves 1.5 s for its tiles: 2 unit seconds at bandwidth 0.5 take 4 s at share 1, so 0.375 fits
+    assert tile_ceiling([slow, slower, untiled], p) == 1.5 * 0.5 / 2.0
+    share = tile_ceiling([slow, slower], p)
+    assert math.isclose(slow.tok_s(p | {"tile_traffic": share}), slow.measured, rel_tol=1e-12)
+    assert slower.tok_s(p | {"tile_traffic": share}) > slower.measured
+    assert tile_ceiling([run(9.0, 0.5)], p) == 1.0  # 8.5 s left: a share of 8.5 would be more than the tiles move
+    assert tile_ceiling([untiled], p) == 0.0
+
+
+def test_the_fit_times_a_tile_bound_prompt_as_the_prediction_does():
+    """The DGX Spark's dense prompts, where the tiles set the pass's time: the fit's formula (fit_corpus.Terms with
+    the entry's share) and core.speed.predict agree."""
+    from tests.bench.fit_corpus import _timing, load_rows, predicted_tok_s, start_params, terms
+
+    rows = [r for r in load_rows()[0] if r.kind == "prefill" and r.raw["card"].startswith("DGX Spark")]
+    bound = [r for r in rows if any(q.tile_s > max(q.weights_s, q.matmul_s) for q in _timing(r, None)[0].parts)]
+    assert len(bound) >= 5
+    for r in rows:
+        eff = efficiency_for("llama.cpp", "gpu", r.backend, r.klass)
+        p = start_params(eff) | {f"{r.family}:prefill": eff.family_factor(r.family, True, "")}
+        assert math.isclose(terms(r).tok_s(p), predicted_tok_s(r), rel_tol=1e-9), r.raw
 
 
 # -- a CPU's vector ISA -------------------------------------------------------------------------------------------

@@ -66,6 +66,9 @@ class Efficiency:
     # per pass and layer with routed experts: the router's and mul_mat_id's chain of small kernels (top-k, the ids'
     # grouping, the gathered expert matmuls), which a decode step pays on top of the experts' bytes
     overhead_moe_s: float = 0.0
+    # the share of a prompt's MMQ tile traffic (weights once per column tile, activations once per row tile: core
+    # .speed.groups.mmq_traffic_bytes) that crosses memory, the most no fitted run of the group beats; 0: not timed
+    tile_traffic: float = 0.0
 
     @property
     def compute_unit(self) -> str:

@@ -297,6 +297,40 @@ def expert_columns(backend: str, fmt: str, tokens: int, routed: int) -> int:
     return tile * math.ceil(routed / tile)
 
 
+# ggml-cuda's MMQ computes a prompt pass's quantised matmul in tiles of MMQ_ROWS weight rows by J token columns
+# (mmq-config-ampere.cuh: I = 128 for every type and J on cards with int8 MMA), and each tile reads its weight rows
+# and its columns of the activations (quantised to block_q8_1_mmq, 144 bytes per 128 values) along the whole inner
+# dimension; the tiles of one block share a row tile and walk the column tiles (mul_mat_q's stream-k order, `it`
+# outermost). Where the L2 keeps nothing between tiles, a pass moves the weights through memory once per column tile
+# and the activations once per row tile. How much the L2 saves is not in the source: the share of that traffic a
+# prompt is timed by (Efficiency.tile_traffic) is the most that no fitted run beats (fit_corpus.tile_ceiling).
+MMQ_ROWS = 128
+Q8_1_MMQ_BYTES = 144 / 128
+
+
+def mmq_traffic(card: Card, backend: str, fmt: str, tokens: int) -> bool:
+    """Whether a prompt pass of `tokens` tokens runs its quantised matmuls through MMQ's int8-MMA tiles: CUDA on
+    Turing and later (Pascal's dp4a MMQ tiles otherwise, Volta's long batches go to cuBLAS), past the mat-vec path."""
+    return (
+        backend == "cuda"
+        and format_family(fmt) in MMQ_FAMILIES
+        and tokens > MATVEC_MAX_TOKENS
+        and card_class(card, backend) not in ("pascal", "volta")
+    )
+
+
+def mmq_traffic_bytes(dense_bytes: float, expert_bytes: float, flops: float, tokens: int, columns: int) -> float:
+    """Bytes a prompt's MMQ tiles move with no reuse between them: the dense weights once per column tile of the
+    pass's `tokens`, the routed experts' once per tile of the `columns` each computes (expert_columns), and the
+    activations (flops ÷ 2 weight-activation products) once per row tile."""
+    tile = mmq_tile(tokens)
+    return (
+        dense_bytes * math.ceil(tokens / tile)
+        + expert_bytes * math.ceil(columns / tile)
+        + flops / 2 * Q8_1_MMQ_BYTES / MMQ_ROWS
+    )
+
+
 def format_family(fmt: str) -> str:
     """The kernel family of a weight format name (llama.cpp type or ftype name, or a checkpoint format)."""
     key = fmt.strip().lower().replace("-", "_").removeprefix("gguf_")

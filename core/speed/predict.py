@@ -35,6 +35,8 @@ from core.speed.groups import (
     flash_attention_peak,
     format_family,
     matmul_peak,
+    mmq_traffic,
+    mmq_traffic_bytes,
     tiled_experts,
 )
 from core.speed.ram import ISA_NAMES
@@ -127,6 +129,8 @@ class DevicePart:
     routed_tokens: int = 1  # tokens each routed expert gets a pass (tokens × top-k ÷ experts)
     expert_columns: int = 1  # the columns each routed expert's prompt GEMM computes (groups.expert_columns)
     pass_tokens: int = 1  # tokens a pass (a prompt's chunk; a decode step's sequences)
+    tile_bytes: float = 0.0  # a prompt's MMQ tile traffic with no reuse between tiles (groups.mmq_traffic_bytes)
+    tile_s: float = 0.0  # tile_bytes × Efficiency.tile_traffic ÷ (bandwidth × eff): 0 where not timed
 
     @property
     def tile_note(self) -> str:
@@ -153,8 +157,13 @@ class DevicePart:
         return self.attention_flops / self.attention_s / 1e9 if self.attention_s else 0.0
 
     @property
+    def reads_s(self) -> float:
+        """The weight matmuls' memory side: their weights, or their MMQ tiles' traffic where that takes longer."""
+        return max(self.weights_s, self.tile_s)
+
+    @property
     def memory_s(self) -> float:
-        return self.weights_s + self.cache_s
+        return self.reads_s + self.cache_s
 
     @property
     def compute_s(self) -> float:
@@ -162,12 +171,12 @@ class DevicePart:
 
     @property
     def seconds(self) -> float:
-        return max(self.weights_s, self.matmul_s) + max(self.cache_s, self.attention_s)
+        return max(self.reads_s, self.matmul_s) + max(self.cache_s, self.attention_s)
 
     @property
     def waits(self) -> dict[str, float]:
         """Seconds waiting on memory and on compute: the larger side of each kernel's roofline."""
-        memory = (self.weights_s if self.weights_s >= self.matmul_s else 0.0) + (
+        memory = (self.reads_s if self.reads_s >= self.matmul_s else 0.0) + (
             self.cache_s if self.cache_s >= self.attention_s else 0.0
         )
         return {"memory": memory, "compute": self.seconds - memory}
@@ -438,13 +447,20 @@ def _part(
         attn_rate *= eff.flash_off
     attn_rate *= attention_limit.scale
     rate = bw * 1e9 * eff.bandwidth
+    tile_bytes = 0.0
+    mmq = device == "gpu" and prefill and isinstance(setup.engine, LlamaCppEngine)
+    if mmq and mmq_traffic(setup.card, backend_of(setup, hw), fmt, pass_tokens):
+        dense = sum(w.weight_bytes - w.expert_bytes for w in layers)  # the matmuls' own: no state, no head
+        flops = sum(w.matmul_flops - w.expert_flops for w in layers) + experts
+        tile_bytes = mmq_traffic_bytes(dense, expert_bytes, flops, pass_tokens, columns)
     return DevicePart(
         device, len(layers), weight_bytes, cache_bytes, matmul, attention, bw, peak, attention_peak,
         (weight_bytes - expert_bytes) / rate + expert_bytes / (rate * eff.expert_bandwidth),
         (matmul - experts) / (mm_rate * 1e9) + experts / (expert_rate * 1e9),
         cache_bytes / (stream * 1e9) if stream else cache_bytes / rate, attention / (attn_rate * 1e9), eff, experts,
         expert_bytes, stream, limit.why, family_note, cache_note, attention_limit.why, tiled if experts else "",
-        ram_note(hw) if device == "cpu" else "", routed, columns, pass_tokens,
+        ram_note(hw) if device == "cpu" else "", routed, columns, pass_tokens, tile_bytes,
+        tile_bytes * eff.tile_traffic / rate,
     )  # fmt: skip
 
 
@@ -563,7 +579,7 @@ def _add(a: Timing, b: Timing) -> Timing:
 
 # a DevicePart's fields that add up over the spans of one prefill (the rest describe the device and its kernels)
 ADDITIVE = ("weight_bytes", "cache_bytes", "matmul_flops", "attention_flops", "weights_s", "matmul_s", "cache_s",
-            "attention_s", "expert_flops", "expert_bytes")  # fmt: skip
+            "attention_s", "expert_flops", "expert_bytes", "tile_bytes", "tile_s")  # fmt: skip
 
 
 def _merge(t: Timing) -> Timing:

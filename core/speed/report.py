@@ -9,7 +9,7 @@ from decimal import Decimal
 from core.errors import InputError
 from core.fit import Fit, Setup
 from core.speed.efficiency import Efficiency
-from core.speed.groups import ErrorBar
+from core.speed.groups import MMQ_ROWS, ErrorBar, mmq_tile
 from core.speed.predict import DevicePart, Hardware, Speed, Timing, predict, setup_weights
 from core.units import format_bytes, format_tokens, plural
 
@@ -142,6 +142,17 @@ def overhead_text(t: Timing) -> str:
     return f"{t.passes} pass{'es' if t.passes > 1 else ''} × ({' + '.join(terms)}) = {_s(t.overhead_s)}"
 
 
+def tiles_text(p: DevicePart, bw: str) -> str:
+    """A prompt's MMQ tile traffic as timed (groups.mmq_traffic_bytes), or "" where it is not."""
+    if not p.tile_s:
+        return ""
+    return (
+        f"MMQ's tiles: {_n(p.tile_bytes)} B (the weights once per {mmq_tile(p.pass_tokens)}-column tile, the "
+        f"activations once per {MMQ_ROWS}-row tile) × {p.efficiency.tile_traffic:.3g} (the share of it no fitted run "
+        f"beat) ÷ ({bw}) = {_s(p.tile_s)}; "
+    )
+
+
 def part_lines(t: Timing, prefill: bool) -> list[str]:
     out = []
     for p in t.parts:
@@ -157,10 +168,10 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
             )
         out.append(
             f"- {p.device.upper()} ({p.layers} layers) — weights and state: {read} = "
-            f"{_s(p.weights_s)}; matmuls: {_n(p.matmul_flops)} FLOP ÷ ({mm}) = {_s(p.matmul_s)}; "
+            f"{_s(p.weights_s)}; {tiles_text(p, bw)}matmuls: {_n(p.matmul_flops)} FLOP ÷ ({mm}) = {_s(p.matmul_s)}; "
             f"cache: {_n(p.cache_bytes)} B ÷ ({cache}) = {_s(p.cache_s)}{streamed}; "
             f"attention: {_n(p.attention_flops)} FLOP ÷ ({at}) = {_s(p.attention_s)}; on this device: "
-            f"{_s(p.seconds)} (the slower of weights and matmuls plus "
+            f"{_s(p.seconds)} (the slower of weights{', their tiles' if p.tile_s else ''} and matmuls plus "
             "the slower of cache and attention)"
             + (
                 f"; the matmuls' peak is {p.peak_gflops / p.attention_peak_gflops:.2g}× the card's listed one: "
@@ -187,7 +198,8 @@ def speed_lines(s: Speed) -> list[str]:
     out = [
         f"### Speed at {format_tokens(s.context)} tokens, {s.batch} sequence{'s' if s.batch > 1 else ''}",
         "Each pass runs two kinds of kernel, each as fast as its slower side allows: the weight matmuls "
-        "(max of weights ÷ bandwidth, FLOPs ÷ rate) and the attention (max of cache ÷ bandwidth, FLOPs ÷ rate); "
+        "(max of weights ÷ bandwidth, FLOPs ÷ rate, and on CUDA prompts of quantised weights the traffic of "
+        "llama.cpp's MMQ tiles) and the attention (max of cache ÷ bandwidth, FLOPs ÷ rate); "
         "devices a pass crosses add up, and the engine's per-pass overhead comes on top.",
         f"**Decode step** ({format_bytes(round(s.bytes_per_step))} read, {s.decode.flops:,.0f} FLOP):",
     ]
@@ -228,6 +240,11 @@ def speed_lines(s: Speed) -> list[str]:
             + (f" + {e.overhead_recurrent_s * 1e3:.3g} ms per Gated DeltaNet layer" if e.overhead_recurrent_s else "")
             + (f" + {e.overhead_moe_s * 1e3:.3g} ms per MoE layer" if e.overhead_moe_s else "")
             + fill_text(e)
+            + (
+                f"; a CUDA prompt's MMQ tiles move {e.tile_traffic:.3g} × their weights and activations without reuse"
+                if e.tile_traffic
+                else ""
+            )
             + f". {e.provenance}"
             + (f" Fitted on {e.fitted_on}; checked on {e.checked_on}." if e.fitted_on else "")
         )

@@ -18,6 +18,8 @@ less than with squares):
    overhead per MoE layer and pass (overhead_moe_s) and, with MoE prompts among them, the experts' own fill curve
    (expert_half_tokens); the last two are not pulled toward a parent that never fitted them (UNPOOLED);
 3. per backend and card class with at least MIN_ROWS fit rows, pulled toward level 2.
+After the descents, levels 2 and 3 get the share of MMQ's tile traffic their CUDA prompts are timed by
+(tile_ceiling: a roofline ceiling, the most no fit run beats, at most 1), which no descent sees.
 Prompt passes of MATVEC_MAX_TOKENS tokens or fewer run llama.cpp's mat-vec kernels and are left out of both.
 AMD APU runs (ROCm, Vulkan) from builds before APU_CURRENT_BUILD are superseded and left out of the fit and the check,
 as is any run that a newer build of the same test ran faster at a deeper context (superseded).
@@ -337,8 +339,13 @@ class Terms:
     tiled: bool = False  # a decode step's routed experts run the tiled matmul (core.speed.groups.tiled_experts)
     moe: int = 0  # layers with routed experts (core.speed.predict.Timing.moe)
     expert_columns: int = 1  # the columns each expert's prompt GEMM computes (core.speed.groups.expert_columns)
+    tiles: float = 0.0  # a prompt's MMQ tile traffic with no reuse (core.speed.groups.mmq_traffic_bytes; unit seconds)
 
     def tok_s(self, p: dict) -> float:
+        return self.tokens / sum(self.sides(p))
+
+    def sides(self, p: dict) -> tuple[float, float]:
+        """(the weight matmuls' time, the rest: attention and overhead), as core.speed.predict times them."""
         pre = "prefill" if self.prefill else "decode"
         rate = p[f"{pre}_compute"] * p.get(f"{self.family}:{pre}", 1.0)
         dense, experts = self.matmul - self.experts, self.experts
@@ -352,11 +359,11 @@ class Terms:
             expert_rate = p["prefill_compute"] * p.get(f"{self.family}:prefill", 1.0)
         attn = p[f"{pre}_attention"] * (1.0 if self.flash else p["flash_off"])
         read = (self.weights - self.expert_weights + self.expert_weights / p["expert_bandwidth"]) / p["bandwidth"]
-        t = max(read, dense / rate + experts / expert_rate)
+        tiles = p.get("tile_traffic", 0.0) * self.tiles / p["bandwidth"]
+        matmuls = max(read, tiles, dense / rate + experts / expert_rate)
         overhead = p["overhead_step_s"] + p["overhead_recurrent_s"] * self.recurrent + p["overhead_moe_s"] * self.moe
         overhead += p.get("old_overhead_s", 0.0) if self.old else 0.0
-        t += max(self.cache / p["bandwidth"], self.attention / attn) + overhead * self.passes
-        return self.tokens / t
+        return matmuls, max(self.cache / p["bandwidth"], self.attention / attn) + overhead * self.passes
 
 
 def terms(row: Row) -> Terms:
@@ -372,6 +379,7 @@ def terms(row: Row) -> Terms:
         sum(p.expert_flops / (p.peak_gflops * 1e9) for p in t.parts), experts.routed_tokens, old_run(r, row.klass),
         sum(p.expert_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts), recurrent=chained_layers(row.setup),
         tiled=any(p.expert_note for p in t.parts), moe=t.moe, expert_columns=experts.expert_columns,
+        tiles=sum(p.tile_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts),
     )  # fmt: skip
 
 
@@ -429,6 +437,23 @@ def descend(rows: list[Terms], start: dict, keys: Iterable[str], parent: dict | 
     return coordinate_descent(lambda p: loss(rows, p, parent), start, keys, rounds, 2e-3, floored)[0]
 
 
+def tile_ceiling(rows: list[Terms], p: dict) -> float:
+    """The largest share of MMQ's no-reuse tile traffic (core.speed.groups.mmq_traffic_bytes) that none of these runs
+    beat, and at most all of it. A roofline's ceiling is the best any run attains, so it is set, not descended: each
+    run with tiles allows the share at which its tiles alone would take the time its measurement leaves beside the
+    rest of the pass (the other terms as fitted), and the least of them is kept. Timed at that share, a run is never
+    predicted slower than it measured, so the fit rows' loss can only fall. Above 1 the term would stand for more
+    traffic than the tiles can move, a correction of some other term's, so 1 caps it. 0 where no run has tiles."""
+    shares = [1.0] if any(t.tiles for t in rows) else []
+    for t in rows:
+        if t.tiles:
+            rest = t.sides(p | {"tile_traffic": 0.0})[1]
+            left = t.tokens / t.measured - rest
+            if left > 0:
+                shares.append(left * p["bandwidth"] / t.tiles)
+    return min(shares, default=0.0)
+
+
 def fit_keys(rows: list[Terms], pooled: bool = False) -> list[str]:
     """The parameters these rows can tell apart: bandwidth, matmul rates and overhead always; an attention rate (and
     the flash-attention-off factor) only where runs reaching DEEP tokens show it, and never pooled over backends (each
@@ -463,6 +488,7 @@ def start_params(prior: Efficiency) -> dict:
     p["overhead_step_s"] = max(p["overhead_step_s"], 1e-4)
     p["prefill_half_tokens"] = max(p["prefill_half_tokens"], 32.0)
     p["old_overhead_s"] = 1e-3
+    p["tile_traffic"] = prior.tile_traffic  # set by tile_ceiling after the descent, never descended
     return p | {f"{f}:{k}": 1.0 for f in FAMILIES if f != "float" for k in ("decode", "prefill")}
 
 
@@ -475,7 +501,7 @@ def as_entry(engine: str, backend: str, klass: str, p: dict, fit_rows: list[Row]
         "flash_off": p["flash_off"], "prefill_half_tokens": p["prefill_half_tokens"],
         "expert_bandwidth": p["expert_bandwidth"], "expert_half_tokens": p["expert_half_tokens"],
         "overhead_recurrent_s": p["overhead_recurrent_s"],
-        "overhead_moe_s": p["overhead_moe_s"],
+        "overhead_moe_s": p["overhead_moe_s"], "tile_traffic": p["tile_traffic"],
         "families": families,
         "status": "fitted",
         "provenance": f"fitted by tests/bench/fit_corpus.py to published llama-bench runs (measurements/speed/corpus) "
@@ -518,7 +544,7 @@ def fit_all(rows: list[Row]) -> list[dict]:
             bt = [t[id(r)] for r in brows]
             p1 = descend(bt, p0, fit_keys(bt), p0)
             check = [r for r in rows if r.held_out and r.backend == backend and r.setup.engine.name == engine]
-            entries.append(as_entry(engine, backend, "*", p1, brows, check))
+            entries.append(as_entry(engine, backend, "*", p1 | {"tile_traffic": tile_ceiling(bt, p1)}, brows, check))
             by_class: dict[str, list[Row]] = defaultdict(list)
             for r in all_rows:
                 if r.backend == backend:
@@ -528,6 +554,7 @@ def fit_all(rows: list[Row]) -> list[dict]:
                     continue
                 ct = [t[id(r)] for r in crows]
                 p2 = descend(ct, p1, fit_keys(ct), p1)
+                p2 |= {"tile_traffic": tile_ceiling(ct, p2)}
                 held = [r for r in check if r.klass == klass]
                 entries.append(as_entry(engine, backend, klass, p2, crows, held))
     return entries
