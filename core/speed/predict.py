@@ -374,19 +374,16 @@ def _part(
         )
 
     experts, expert_bytes = on_device("expert_flops"), on_device("expert_bytes")
+    # the dense matmuls' own weights and FLOPs (no recurrent state, no output head): MMQ's tiles move these
+    dense_bytes = sum(w.weight_bytes - w.expert_bytes for w in layers)
+    dense_flops = sum(w.matmul_flops - w.expert_flops for w in layers)
     weight_bytes = (
-        sum(w.weight_bytes + w.state_bytes - w.expert_bytes for w in layers)
-        + expert_bytes
-        + (work.head_bytes if share.head else 0.0)
+        dense_bytes + sum(w.state_bytes for w in layers) + expert_bytes + (work.head_bytes if share.head else 0.0)
     )
     cache_bytes = float(sum(w.cache_bytes for w in layers))
     if not flash_attn(setup):  # the score matrices' round trips through memory (KQ_BYTES)
         cache_bytes += KQ_BYTES * sum(w.scores for w in layers)
-    matmul = (
-        sum(w.matmul_flops + w.state_flops - w.expert_flops for w in layers)
-        + experts
-        + (work.head_flops if share.head else 0.0)
-    )
+    matmul = dense_flops + sum(w.state_flops for w in layers) + experts + (work.head_flops if share.head else 0.0)
     attention = float(sum(w.attention_flops for w in layers))
     n_experts, top_k = next((w.routing for w in work.layers if w.routing[0]), (1, 1))
     fmt = setup_format(setup)
@@ -411,8 +408,9 @@ def _part(
         tiled = ""
     family = format_family(fmt)
     routed = max(1, pass_tokens * top_k // n_experts)
-    padded = device == "gpu" and prefill and experts and isinstance(setup.engine, LlamaCppEngine)
-    columns = expert_columns(backend_of(setup, hw), fmt, pass_tokens, routed) if padded else routed
+    llama_prompt = device == "gpu" and prefill and isinstance(setup.engine, LlamaCppEngine)
+    backend = backend_of(setup, hw) if llama_prompt else ""
+    columns = expert_columns(backend, fmt, pass_tokens, routed) if llama_prompt and experts else routed
     measured = hw.calibration.rate(fmt, prefill, hw.threads) if hw.calibration and device == "cpu" else None
     family_note = ""
     if measured is not None:  # this host's own matmul rate for the format's kernels
@@ -448,11 +446,8 @@ def _part(
     attn_rate *= attention_limit.scale
     rate = bw * 1e9 * eff.bandwidth
     tile_bytes = 0.0
-    mmq = device == "gpu" and prefill and isinstance(setup.engine, LlamaCppEngine)
-    if mmq and mmq_traffic(setup.card, backend_of(setup, hw), fmt, pass_tokens):
-        dense = sum(w.weight_bytes - w.expert_bytes for w in layers)  # the matmuls' own: no state, no head
-        flops = sum(w.matmul_flops - w.expert_flops for w in layers) + experts
-        tile_bytes = mmq_traffic_bytes(dense, expert_bytes, flops, pass_tokens, columns)
+    if llama_prompt and mmq_traffic(setup.card, backend, fmt, pass_tokens):
+        tile_bytes = mmq_traffic_bytes(dense_bytes, expert_bytes, dense_flops + experts, pass_tokens, columns)
     return DevicePart(
         device, len(layers), weight_bytes, cache_bytes, matmul, attention, bw, peak, attention_peak,
         (weight_bytes - expert_bytes) / rate + expert_bytes / (rate * eff.expert_bandwidth),
