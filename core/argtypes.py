@@ -105,3 +105,8 @@ def byte_size(text: str) -> int:
     if value > MAX_MEMORY_BYTES:
         raise argparse.ArgumentTypeError(f"{_shown(text)} is more than kvscope takes (at most 1 PiB)")
     return value
+
+
+def add_json_flag(p: argparse.ArgumentParser) -> None:
+    """--json, which every command takes."""
+    p.add_argument("--json", action="store_true", help="print the result as JSON instead of the text report")

@@ -18,6 +18,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from core.argtypes import add_json_flag
 from core.engines import Engine, configured
 from core.engines.vllm_engine import VllmEngine
 from core.engines.vllm_pipeline import pipeline_capacity
@@ -714,7 +715,7 @@ def add_check_parser(sub: Any) -> None:
     p = sub.add_parser("check", help="fact-check the published figures kvscope knows, under their own settings")
     p.add_argument("--model", help="only figures whose model contains this text")
     p.add_argument("--metric", help="only this metric, e.g. kv_bytes_per_token")
-    p.add_argument("--verdict", choices=VERDICTS)
+    p.add_argument("--verdict", choices=VERDICTS, help="only figures with this verdict")
     p.add_argument("--id", help="one figure, by its id")
-    p.add_argument("--json", action="store_true")
+    add_json_flag(p)
     p.set_defaults(run=cmd_check, show=print_check)

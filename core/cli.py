@@ -12,6 +12,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from core.argtypes import (
+    add_json_flag,
     byte_count,
     byte_size,
     finite_float,
@@ -190,13 +191,28 @@ def add_card_options(p: argparse.ArgumentParser, gpu_help: str, split: bool) -> 
     p.add_argument("--gpu-mem-gib", type=gpu_gib, help="memory of one GPU in GiB, instead of --gpu")
     add_card_figures(p, "one GPU")
     if split:
-        p.add_argument("--gpus", type=positive_int, default=1)
+        p.add_argument(
+            "--gpus",
+            type=positive_int,
+            default=1,
+            help="GPUs of that card (default 1): vLLM shards heads over them, llama.cpp and transformers split layers",
+        )
         p.add_argument("--tp", type=positive_int, help="tensor parallel size (vLLM)")
         p.add_argument("--pp", type=positive_int, help="pipeline parallel size / layer split")
 
 
+def add_kv_dtype_flag(p: argparse.ArgumentParser) -> None:
+    kinds = "; ".join(f"{name}: {', '.join(configured(name).kv_dtypes[1:])}" for name in sorted(ENGINES))
+    p.add_argument("--kv-dtype", default="auto", help=f"KV cache dtype (default auto: the engine's own; {kinds})")
+
+
 def add_engine_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--engine", default="transformers", choices=sorted(ENGINES))
+    p.add_argument(
+        "--engine",
+        default="transformers",
+        choices=sorted(ENGINES),
+        help="the engine whose cache layout, defaults and overheads apply (default transformers)",
+    )
     vllm = p.add_argument_group("vLLM")
     vllm.add_argument("--platform", choices=("cuda", "cpu"), default="cuda", help="vLLM backend (default cuda)")
     vllm.add_argument(
@@ -529,10 +545,10 @@ def build_parser() -> argparse.ArgumentParser:
     size = sub.add_parser("size", help="per-layer cache account of a model")
     size.add_argument("model", help="Hugging Face repo id, bundled preset, or path to a config.json")
     add_engine_options(size)
-    size.add_argument("--kv-dtype", default="auto")
+    add_kv_dtype_flag(size)
     size.add_argument("--context", type=tokens, action="append", help="tokens, e.g. 32768 or 32k (repeatable)")
-    size.add_argument("--batch", type=positive_int, default=1)
-    size.add_argument("--json", action="store_true")
+    size.add_argument("--batch", type=positive_int, default=1, help="concurrent sequences (default 1)")
+    add_json_flag(size)
     size.set_defaults(run=cmd_size, show=print_size)
 
     fitp = sub.add_parser("fit", help="does a model fit a card: max context, concurrency, the context table")
@@ -545,7 +561,7 @@ def build_parser() -> argparse.ArgumentParser:
     fitp.add_argument(
         "--weights", help="weight format, e.g. bf16, fp8, int4-awq, mxfp4, Q4_K_M (default: the checkpoint's)"
     )
-    fitp.add_argument("--kv-dtype", default="auto")
+    add_kv_dtype_flag(fitp)
     fitp.add_argument(
         "--weights-file",
         help="exact sizes from a .gguf, .safetensors (file or folder), Hub repo id, or Hub GGUF name as llama.cpp's "
@@ -564,18 +580,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="llama.cpp: layers offloaded to the GPU (default: all)",
     )
     add_cpu_moe_options(fitp)
-    fitp.add_argument("--json", action="store_true")
+    add_json_flag(fitp)
     fitp.set_defaults(run=cmd_fit, show=print_fit)
 
     cardsp = sub.add_parser("cards", help="every card ranked for a model: fits?, max context, requests")
     cardsp.add_argument("model", help="Hugging Face repo id, bundled preset, or path to a config.json")
     cardsp.add_argument("--context", type=tokens, default=DEFAULT_CONTEXT, help="tokens per request (default 8K)")
     cardsp.add_argument("--weights", help="weight format (default: the checkpoint's)")
-    cardsp.add_argument("--kv-dtype", default="auto")
+    add_kv_dtype_flag(cardsp)
     cardsp.add_argument("--gpu-mem-gib", type=gpu_gib, help="also rank a card of this memory in GiB")
     add_card_figures(cardsp, "that card")
     add_engine_options(cardsp)
-    cardsp.add_argument("--json", action="store_true")
+    add_json_flag(cardsp)
     cardsp.set_defaults(run=cmd_cards, show=print_cards)
 
     modelsp = sub.add_parser("models", help="every bundled model ranked for a card, in the best format that fits")
@@ -583,7 +599,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_card_options(modelsp, "card name, e.g. 'RTX 4060', H100", split=False)
     modelsp.add_argument("--context", type=tokens, default=DEFAULT_CONTEXT, help="tokens per request (default 8K)")
     add_engine_options(modelsp)
-    modelsp.add_argument("--json", action="store_true")
+    add_json_flag(modelsp)
     modelsp.set_defaults(run=cmd_models, show=print_models)
 
     ollamap = sub.add_parser("ollama", help="Ollama's layer split and num_ctx per card, kvscope's account, the speed")
@@ -605,7 +621,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--ram-gbs", help=f"host RAM bandwidth in GB/s, or '{MEASURED}' (default: a typical DDR5-5600 desktop)"
     )
     ollamap.add_argument("--threads", type=thread_count, help="CPU threads for layers in RAM (default 8)")
-    ollamap.add_argument("--json", action="store_true")
+    add_json_flag(ollamap)
     ollamap.set_defaults(run=cmd_ollama, show=print_report)
 
     speed = sub.add_parser("speed", help="how fast: decode, aggregate and prefill tok/s, time to first token")
@@ -613,7 +629,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_card_options(speed, "card name, e.g. 'RTX 4090', H100 (needs a bandwidth and peak figure)", split=True)
     speed.add_argument("--device", choices=("gpu", "cpu"), default="gpu", help="cpu: no GPU, all in system RAM")
     speed.add_argument("--weights", help="weight format, e.g. bf16, fp8, Q4_K_M (default: the checkpoint's)")
-    speed.add_argument("--kv-dtype", default="auto")
+    add_kv_dtype_flag(speed)
     add_engine_options(speed)
     speed.add_argument("--context", type=tokens, action="append", help="tokens, e.g. 32k (repeatable)")
     speed.add_argument("--batch", type=positive_int, action="append", help="concurrent sequences (repeatable)")
@@ -627,7 +643,7 @@ def build_parser() -> argparse.ArgumentParser:
         "not known: the factors pooled over CPUs)",
     )  # fmt: skip
     add_speed_flags(speed)
-    speed.add_argument("--json", action="store_true")
+    add_json_flag(speed)
     speed.set_defaults(
         run=cmd_speed,
         show=print_speed,
@@ -644,7 +660,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_card_options(autofitp, "card name, e.g. 'RTX 4060 8GB'", split=False)
     autofitp.add_argument("--weights", default="q4_k_m", help="GGUF weight format (default q4_k_m)")
     autofitp.add_argument("--free", help="free GPU memory, e.g. 7.1GiB (default: the whole card)")
-    autofitp.add_argument("--kv-dtype", default="auto")
+    add_kv_dtype_flag(autofitp)
     autofitp.add_argument(
         "--frontend", choices=("llama-server", "llama-cli", "ollama"), default="llama-server", help="whose defaults"
     )
@@ -658,17 +674,17 @@ def build_parser() -> argparse.ArgumentParser:
     autofitp.add_argument("--fit-ctx", type=positive_int, default=4096, help="smallest context it sets (default 4096)")
     add_run_flags(autofitp)
     add_build_option(autofitp)
-    autofitp.add_argument("--json", action="store_true")
+    add_json_flag(autofitp)
     autofitp.set_defaults(run=cmd_autofit, show=print_autofit)
 
     clusterp = sub.add_parser("cluster", help="vLLM on nodes × GPUs: every TP × PP × DP (EP) plan, best first")
     clusterp.add_argument("model", help="Hugging Face repo id, bundled preset, or path to a config.json")
     add_card_options(clusterp, "card name, e.g. H100, H200", split=False)
-    clusterp.add_argument("--nodes", type=positive_int, default=1)
-    clusterp.add_argument("--gpus-per-node", type=positive_int, default=8)
+    clusterp.add_argument("--nodes", type=positive_int, default=1, help="nodes (default 1)")
+    clusterp.add_argument("--gpus-per-node", type=positive_int, default=8, help="GPUs in each node (default 8)")
     clusterp.add_argument("--context", type=tokens, default=DEFAULT_CONTEXT, help="tokens per request (default 8K)")
     clusterp.add_argument("--weights", help="weight format (default: the checkpoint's)")
-    clusterp.add_argument("--kv-dtype", default="auto")
+    add_kv_dtype_flag(clusterp)
     clusterp.add_argument(
         "--expert-parallel",
         action=argparse.BooleanOptionalAction,
@@ -678,7 +694,7 @@ def build_parser() -> argparse.ArgumentParser:
     clusterp.add_argument("--pp-inside-nodes", action="store_true", help="also plans with PP stages inside a node")
     clusterp.add_argument("--layout", help="one plan instead of the search: TP,PP,DP[,ep], e.g. 1,1,16,ep")
     clusterp.add_argument("--gpu-memory-utilization", type=finite_float, default=0.92, help="vLLM (default 0.92)")
-    clusterp.add_argument("--json", action="store_true")
+    add_json_flag(clusterp)
     clusterp.set_defaults(run=cmd_cluster, show=print_cluster)
 
     add_probe_parser(sub)

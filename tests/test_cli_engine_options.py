@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from core.engines.vllm_engine import VllmEngine
@@ -120,3 +121,22 @@ def test_autofit_takes_the_run_flags_llama_servers_fit_sizes_its_buffers_with():
         assert proc.returncode == 0, proc.stderr
         ctx.append(json.loads(proc.stdout)["n_ctx"])
     assert ctx[0] > ctx[1] > ctx[2]
+
+
+def test_every_flag_of_every_command_says_what_it_does():
+    """`python -m core <command> --help` explains each option: an option without help text prints as a bare name
+    (it did for --gpus, --json, --kv-dtype, --engine and a dozen more). The --kv-dtype help lists the dtypes each
+    engine takes, from the engines themselves."""
+    from core.cli import build_parser
+    from core.engines import configured
+
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    bare = [
+        f"{name} {action.option_strings or action.dest}"
+        for name, command in sub.choices.items()
+        for action in command._actions
+        if not action.help
+    ]
+    assert not bare
+    kv = next(a for a in sub.choices["size"]._actions if "--kv-dtype" in a.option_strings)
+    assert all(d in kv.help for engine in ("llama.cpp", "vllm") for d in configured(engine).kv_dtypes)

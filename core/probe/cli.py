@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from core.argtypes import positive_int, seconds, tokens
+from core.argtypes import add_json_flag, positive_int, seconds, tokens
 from core.errors import InputError
 from core.probe.request import BACKENDS, DEVICES, ProbeRequest
 from core.probe.runner import run_probe
@@ -99,10 +99,10 @@ def add_probe_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("probe", help="measure a model's real cache, memory and speed here, beside the prediction")
     p.add_argument("model", help="Hugging Face repo id, bundled preset, config.json path or checkpoint folder")
     p.add_argument("--name", default="", help="what the results file calls the model (default: its preset/repo id)")
-    p.add_argument("--backend", default="transformers", choices=BACKENDS)
-    p.add_argument("--device", default="auto", choices=DEVICES)
+    p.add_argument("--backend", default="transformers", choices=BACKENDS, help="what runs it (default transformers)")
+    p.add_argument("--device", default="auto", choices=DEVICES, help="auto: CUDA where torch sees a GPU, else CPU")
     p.add_argument("--context", type=tokens, action="append", help="tokens, e.g. 4096 or 32k (repeatable)")
-    p.add_argument("--decode-steps", type=positive_int, default=32)
+    p.add_argument("--decode-steps", type=positive_int, default=32, help="decode steps timed per context (default 32)")
     p.add_argument(
         "--scale-layers",
         type=positive_int,
@@ -116,10 +116,15 @@ def add_probe_parser(sub: Any) -> argparse.ArgumentParser:
         choices=("auto", "random"),
         help="auto: real weights if already on disk (never downloaded), else random",
     )
-    p.add_argument("--dtype", default="auto", choices=("auto", "bf16", "fp16", "fp32"))
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", "bf16", "fp16", "fp32"),
+        help="compute dtype, also transformers' KV dtype (default auto: the config's)",
+    )
     p.add_argument("--kv-dtype", default="auto", help="vLLM kv_cache_dtype (auto, fp8, ...)")
-    p.add_argument("--tensor-parallel-size", type=positive_int, default=1)
+    p.add_argument("--tensor-parallel-size", type=positive_int, default=1, help="vLLM: GPUs to shard over (default 1)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.add_argument("--json", action="store_true")
+    add_json_flag(p)
     p.set_defaults(run=cmd_probe, show=print_probe)
     return p

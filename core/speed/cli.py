@@ -7,7 +7,7 @@ import argparse
 import os
 from dataclasses import asdict, replace
 
-from core.argtypes import MAX_RAM_GB_S, positive_int
+from core.argtypes import MAX_RAM_GB_S, add_json_flag, positive_int
 from core.engines.llamacpp import LlamaCppEngine
 from core.errors import InputError
 from core.fit import Setup, Solver
@@ -196,7 +196,7 @@ def add_calibrate_parser(sub: argparse._SubParsersAction) -> None:
         "--with", dest="kernel", choices=("auto", "llama.cpp", "numpy"), default="auto",
         help="whose kernels to time (auto: llama.cpp when the engines' venv has it, else numpy)",
     )  # fmt: skip
-    p.add_argument("--json", action="store_true")
+    add_json_flag(p)
     p.set_defaults(run=cmd_calibrate, show=print_calibration)
 
 
