@@ -21,8 +21,9 @@ less than with squares):
 After the descents, levels 2 and 3 get the share of MMQ's tile traffic their CUDA prompts are timed by
 (tile_ceiling: a roofline ceiling, the most no fit run beats, at most 1), which no descent sees.
 Prompt passes of MATVEC_MAX_TOKENS tokens or fewer run llama.cpp's mat-vec kernels and are left out of both.
-AMD APU runs (ROCm, Vulkan) from builds before APU_CURRENT_BUILD are superseded and left out of the fit and the check,
-as is any run that a newer build of the same test ran faster at a deeper context (superseded).
+APU runs (the Strix Halo's ROCm and Vulkan, the DGX Spark's CUDA) from builds before APU_CURRENT_BUILD are superseded
+and left out of the fit and the check, as is any run that a newer build of the same test ran faster at a deeper
+context (superseded).
 The terms each row is fitted on are kvscope's own roofline at unit efficiencies (core.speed.predict with an
 all-ones table), so the fit and the prediction are one formula; the error table runs core.speed.predict itself.
 """
@@ -89,10 +90,11 @@ OVERHEAD_STARTS = (1e-4, 5e-4, 2e-3)  # seconds per pass
 OLD_BUILD = 3000
 # APUs' runs from builds before this are superseded: kyuz0's logs of one Strix Halo over a year show llama.cpp's
 # ROCm prefill of Llama 2 7B Q4_0 going 687 (b6182) → 1,105 (b6486) → 1,545 t/s (b9187) and RADV's 957 → 1,338,
-# and lhl's b6077 ran it at 322. kvscope predicts current builds; the older runs stay in the corpus, out of the fit
-# and the check (the count is printed with the skipped rows).
+# and lhl's b6077 ran it at 322; llama.cpp's own DGX Spark tables, rerun on the same machine, went from b6918 to
+# b7941 (benches/dgx-spark) 3,783 → 4,506 t/s for gpt-oss-20b's pp2048 and 3,668 → 5,023 for Gemma 3 4B's at depth
+# 32,768. kvscope predicts current builds; the older runs stay in the corpus, out of the fit and the check (the
+# count is printed with the skipped rows).
 APU_CURRENT_BUILD = 7000
-AMD_APU_BACKENDS = ("rocm", "vulkan")  # the backends that history is of (a DGX Spark's CUDA runs are not)
 # Until PR #8075 (merged 2024-06-24, after b3000) llama.cpp's CUDA backend multiplied quantised weights by a prompt
 # batch of more than 32 tokens on cards with tensor cores by dequantising them to FP16 for cuBLAS; since then it runs
 # its own int8 kernels (MMQ) there, on every NVIDIA card from Turing on. Such runs timed cuBLAS, a path current
@@ -211,7 +213,7 @@ def to_row(r: dict) -> Row:
         raise InputError(f"no bandwidth or peak for {card.name} in gpus.csv")
     backend = r["backend"]
     klass = card_class(card, backend)
-    if klass == "apu" and backend in AMD_APU_BACKENDS and (build_number(r.get("build")) or 0) < APU_CURRENT_BUILD:
+    if klass == "apu" and (build_number(r.get("build")) or 0) < APU_CURRENT_BUILD:
         raise InputError(f"an APU run from before b{APU_CURRENT_BUILD} (superseded)")
     fmt = kvscope_format(r["weights"], r["model_id"])
     if cublas_prefill(r, klass, format_family(fmt)):

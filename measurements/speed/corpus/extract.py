@@ -1388,6 +1388,57 @@ HAND += [
     for model, config, gib, billions, runs in DGX_SPARK
 ]
 
+# The same file's newest version: moved to benches/dgx-spark/dgx-spark.md and rerun on the same machine (spark-17ed,
+# system info of 2026-02-05) at build 11fb327bf (7941), with GLM-4.7-Flash added and llama-bench's -dio 1 column.
+# Upstream is too large to mirror here; the figures are read from a fork's verbatim copy (lzptouch/llama.cpp, which
+# prepends a comment header; AutoCookies/cheesecrab@35e64e5c holds the same figures). An intermediate version (build
+# eeee367de (6989), ppaleja/llama.cpp@1e41b119) ran within 2-8 % of b6918 and is not transcribed.
+DGX_SPARK_B7941_URL = (
+    "https://github.com/lzptouch/llama.cpp/blob/0b3d966f1855a273784983bae178fd22e4ead562/benches/dgx-spark/dgx-spark.md"
+)
+DGX_SPARK_B7941 = [
+    ("gpt-oss 20B MXFP4 MoE", "openai/gpt-oss-20b", 11.27, 20.91, [
+        (4505.82, 12.90), (83.43, 0.59), (4158.34, 18.84), (79.22, 0.60), (3993.81, 17.55), (75.22, 1.05),
+        (3449.98, 12.13), (70.36, 0.37), (2689.42, 18.89), (61.65, 0.30)]),
+    ("gpt-oss 120B MXFP4 MoE", "openai/gpt-oss-120b", 59.02, 116.83, [
+        (2443.91, 7.47), (58.72, 0.20), (2309.84, 3.63), (55.67, 0.35), (2216.68, 10.16), (52.87, 0.43),
+        (1956.31, 6.39), (49.45, 0.20), (1567.08, 11.79), (42.76, 0.14)]),
+    ("qwen3moe 30B.A3B Q8_0", "Qwen/Qwen3-30B-A3B", 30.25, 30.53, [
+        (2986.97, 18.87), (61.06, 0.23), (2633.45, 6.26), (54.77, 0.28), (2354.14, 3.84), (48.02, 0.40),
+        (1908.86, 4.25), (40.23, 0.10), (1348.17, 2.00), (30.21, 0.04)]),
+    ("qwen2 7B Q8_0", "Qwen/Qwen2.5-Coder-7B-Instruct", 7.54, 7.62, [
+        (2250.28, 6.41), (29.43, 0.02), (2100.19, 8.96), (28.61, 0.02), (2007.56, 4.16), (27.38, 0.09),
+        (1779.11, 6.42), (25.72, 0.03), (1471.23, 1.71), (22.51, 0.02)]),
+    ("gemma3 4B Q4_0", "google/gemma-3-4b-it", 2.35, 3.88, [
+        (5948.74, 10.61), (81.05, 0.20), (5652.69, 34.29), (76.37, 0.58), (5509.57, 40.69), (71.61, 0.80),
+        (5340.86, 36.92), (70.89, 0.34), (5023.30, 13.52), (62.28, 0.30)]),
+    ("deepseek2 30B.A3B Q8_0", None, 29.65, 29.94, [
+        (2364.18, 11.43), (48.68, 0.12), (1684.13, 1.24), (44.62, 0.22), (1314.68, 1.41), (42.59, 0.11),
+        (914.05, 3.32), (38.72, 0.13), (567.20, 0.90), (32.65, 0.09)]),
+]  # fmt: skip
+DGX_SPARK_NOTES[None] = "ggml-org/GLM-4.7-Flash-GGUF (GLM-4.7-Flash: no config of it here)"
+HAND += [
+    dict(
+        slug="llamacpp-benches-dgx-spark",
+        url=DGX_SPARK_B7941_URL,
+        backend="cuda",
+        card="DGX Spark (GB10) 128GB",
+        model=model,
+        model_id=config,
+        size_bytes=round(gib * GIB),
+        params=round(billions * 1e9),
+        build="b7941 (11fb327bf)",
+        ngl=99,
+        n_batch=2048,
+        n_ubatch=2048,
+        flash_attn=True,
+        notes=f"llama.cpp benches/dgx-spark/dgx-spark.md at build b7941 (a fork's verbatim copy), "
+        f"{DGX_SPARK_NOTES[config]}; -dio 1; size and parameters as llama-bench prints them (GiB, B)",
+        rows=[(test, v, sd, {}) for test, (v, sd) in zip(DGX_SPARK_TESTS, runs, strict=True)],
+    )
+    for model, config, gib, billions, runs in DGX_SPARK_B7941
+]
+
 # mlx-lm on an M3 Max 64GB (the 64 GB M3 Max is the 40-core GPU part): prompt of N tokens, then M generated.
 MLX_1029 = [
     (260, 75.871, 309, 9.351),
