@@ -1365,28 +1365,35 @@ DGX_SPARK_NOTES = {  # the repo names the GGUF; the config kvscope counts it wit
     "Qwen/Qwen2.5-Coder-7B-Instruct": "ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF; the base model has the Instruct "
     "config's shapes (config in corpus/configs/, copied from measurements/gpu_logs/configs/)",
     "google/gemma-3-4b-it": "ggml-org/gemma-3-4b-it-qat-GGUF (QAT weights in Q4_0)",
+    None: "ggml-org/GLM-4.7-Flash-GGUF (GLM-4.7-Flash: no config of it here)",
 }
-HAND += [
-    dict(
-        slug="llamacpp-benches-dgx-spark",
-        url=DGX_SPARK_URL,
-        backend="cuda",
-        card="DGX Spark (GB10) 128GB",
-        model=model,
-        model_id=config,
-        size_bytes=round(gib * GIB),
-        params=round(billions * 1e9),
-        build="b6918 (2f68ce7cf)",
-        ngl=99,
-        n_batch=2048,
-        n_ubatch=2048,
-        flash_attn=True,
-        notes=f"llama.cpp benches/dgx-spark.md, {DGX_SPARK_NOTES[config]}; size and parameters as llama-bench "
-        "prints them (GiB, B)",
-        rows=[(test, v, sd, {}) for test, (v, sd) in zip(DGX_SPARK_TESTS, runs, strict=True)],
-    )
-    for model, config, gib, billions, runs in DGX_SPARK
-]
+
+
+def dgx_spark_tables(url: str, build: str, where: str, tables: list) -> list[dict]:
+    """HAND tables of one version of llama.cpp's DGX Spark file: `where` names the file (and the version)."""
+    return [
+        dict(
+            slug="llamacpp-benches-dgx-spark",
+            url=url,
+            backend="cuda",
+            card="DGX Spark (GB10) 128GB",
+            model=model,
+            model_id=config,
+            size_bytes=round(gib * GIB),
+            params=round(billions * 1e9),
+            build=build,
+            ngl=99,
+            n_batch=2048,
+            n_ubatch=2048,
+            flash_attn=True,
+            notes=f"{where}, {DGX_SPARK_NOTES[config]}; size and parameters as llama-bench prints them (GiB, B)",
+            rows=[(test, v, sd, {}) for test, (v, sd) in zip(DGX_SPARK_TESTS, runs, strict=True)],
+        )
+        for model, config, gib, billions, runs in tables
+    ]
+
+
+HAND += dgx_spark_tables(DGX_SPARK_URL, "b6918 (2f68ce7cf)", "llama.cpp benches/dgx-spark.md", DGX_SPARK)
 
 # The same file's newest version: moved to benches/dgx-spark/dgx-spark.md and rerun on the same machine (spark-17ed,
 # system info of 2026-02-05) at build 11fb327bf (7941), with GLM-4.7-Flash added and llama-bench's -dio 1 column.
@@ -1416,28 +1423,12 @@ DGX_SPARK_B7941 = [
         (2364.18, 11.43), (48.68, 0.12), (1684.13, 1.24), (44.62, 0.22), (1314.68, 1.41), (42.59, 0.11),
         (914.05, 3.32), (38.72, 0.13), (567.20, 0.90), (32.65, 0.09)]),
 ]  # fmt: skip
-DGX_SPARK_NOTES[None] = "ggml-org/GLM-4.7-Flash-GGUF (GLM-4.7-Flash: no config of it here)"
-HAND += [
-    dict(
-        slug="llamacpp-benches-dgx-spark",
-        url=DGX_SPARK_B7941_URL,
-        backend="cuda",
-        card="DGX Spark (GB10) 128GB",
-        model=model,
-        model_id=config,
-        size_bytes=round(gib * GIB),
-        params=round(billions * 1e9),
-        build="b7941 (11fb327bf)",
-        ngl=99,
-        n_batch=2048,
-        n_ubatch=2048,
-        flash_attn=True,
-        notes=f"llama.cpp benches/dgx-spark/dgx-spark.md at build b7941 (a fork's verbatim copy), "
-        f"{DGX_SPARK_NOTES[config]}; -dio 1; size and parameters as llama-bench prints them (GiB, B)",
-        rows=[(test, v, sd, {}) for test, (v, sd) in zip(DGX_SPARK_TESTS, runs, strict=True)],
-    )
-    for model, config, gib, billions, runs in DGX_SPARK_B7941
-]
+HAND += dgx_spark_tables(
+    DGX_SPARK_B7941_URL,
+    "b7941 (11fb327bf)",
+    "llama.cpp benches/dgx-spark/dgx-spark.md at build b7941 (a fork's verbatim copy); -dio 1",
+    DGX_SPARK_B7941,
+)
 
 # mlx-lm on an M3 Max 64GB (the 64 GB M3 Max is the 40-core GPU part): prompt of N tokens, then M generated.
 MLX_1029 = [
