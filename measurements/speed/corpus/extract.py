@@ -1122,6 +1122,184 @@ HAND += [
 GEERLING_CMD = "llama-bench -n 128 -p 512,4096 -pg 4096,128 -ngl 99 -r 2"
 TINYLLAMA_ID = {"model_id": "TinyLlama/TinyLlama-1.1B-Chat-v1.0"}
 LLAMA32_3B_ID = {"model_id": "meta-llama/Llama-3.2-3B-Instruct"}
+# The same PR's first table (turn 1, JohannesGaessler): llama 8B in ~20 weight types, pp2048 at micro-batches of 16 to
+# 2,048 tokens on five cards, build 1b2cf9551 (the PR column). The search index holds the thread in passages and
+# shows only each passage's first rows, so these are the llama 8B rows of the passages it showed (none picked by
+# how they check); the rest of the table is not here. The granitemoe 3B rows have no config here.
+PR_22298_CARDS = {
+    "Tesla P40 24GB": [
+        ("IQ3_S - 3.4375 bpw", 2048, 811.23),
+        *[
+            ("IQ3_S mix - 3.66 bpw", u, v)
+            for u, v in [
+                (16, 346.77),
+                (32, 505.82),
+                (64, 619.16),
+                (128, 711.20),
+                (256, 774.08),
+                (512, 793.16),
+                (1024, 807.82),
+                (2048, 815.64),
+            ]
+        ],
+        *[
+            ("Q2_K_M", u, v)
+            for u, v in [
+                (16, 334.54),
+                (32, 466.49),
+                (64, 602.04),
+                (128, 674.66),
+                (256, 726.21),
+                (512, 746.11),
+                (1024, 763.38),
+                (2048, 768.56),
+            ]
+        ],
+        ("Q3_K_S", 16, 352.71),
+    ],
+    "GeForce RTX 3090 24GB": [
+        *[
+            ("IQ1_S - 1.5625 bpw", u, v)
+            for u, v in [
+                (64, 2835.08),
+                (128, 3266.44),
+                (256, 3765.01),
+                (512, 3958.04),
+                (1024, 4074.99),
+                (2048, 4042.52),
+            ]
+        ],
+        *[("IQ2_S - 2.5 bpw", u, v) for u, v in [(16, 1178.22), (32, 1811.11), (64, 2593.26)]],
+        *[("Q5_0", u, v) for u, v in [(512, 4128.28), (1024, 4180.06), (2048, 4112.45)]],
+        *[
+            ("Q5_1", u, v)
+            for u, v in [(16, 1209.10), (32, 1968.98), (64, 2722.52), (128, 3208.91), (256, 3676.80), (512, 3866.58)]
+        ],
+    ],
+    "GeForce RTX 4090 24GB": [
+        ("IQ3_S mix - 3.66 bpw", 2048, 9770.41),
+        *[
+            ("IQ3_XS - 3.3 bpw", u, v)
+            for u, v in [
+                (16, 1886.35),
+                (32, 3297.22),
+                (64, 5936.03),
+                (128, 7886.36),
+                (256, 10431.51),
+                (512, 11638.58),
+                (1024, 11140.86),
+                (2048, 9848.80),
+            ]
+        ],
+        *[
+            ("Q3_K_S", u, v)
+            for u, v in [
+                (16, 2165.35),
+                (32, 3656.20),
+                (64, 5901.24),
+                (128, 7840.05),
+                (256, 9716.96),
+                (512, 10603.18),
+                (1024, 10698.36),
+                (2048, 10260.99),
+            ]
+        ],
+        ("Q4_0", 16, 2149.02),
+        *[
+            ("Q5_1", u, v)
+            for u, v in [
+                (32, 3385.18),
+                (64, 5730.07),
+                (128, 7891.63),
+                (256, 10224.32),
+                (512, 11330.23),
+                (1024, 11498.30),
+                (2048, 10806.31),
+            ]
+        ],
+        *[("Q5_K_S", u, v) for u, v in [(16, 1881.09), (32, 3488.51)]],
+    ],
+    "GeForce RTX 5090 32GB": [
+        *[
+            ("IQ2_S - 2.5 bpw", u, v)
+            for u, v in [
+                (64, 5535.29),
+                (128, 6843.69),
+                (256, 8878.40),
+                (512, 10589.79),
+                (1024, 10810.38),
+                (2048, 9874.24),
+            ]
+        ],
+        *[("IQ2_XS - 2.3125 bpw", u, v) for u, v in [(16, 2481.68), (32, 3800.38), (64, 5490.09)]],
+        *[
+            ("IQ3_XS - 3.3 bpw", u, v)
+            for u, v in [(128, 7679.79), (256, 10185.14), (512, 12526.99), (1024, 12824.45), (2048, 11560.94)]
+        ],
+        *[("IQ3_XXS - 3.0625 bpw", u, v) for u, v in [(16, 2426.41), (32, 3865.49), (64, 5857.38), (128, 7518.44)]],
+    ],
+    "V100 32GB PCIe": [
+        ("IQ3_XS - 3.3 bpw", 2048, 3486.46),
+        *[
+            ("IQ3_XXS - 3.0625 bpw", u, v)
+            for u, v in [
+                (16, 617.23),
+                (32, 945.98),
+                (64, 470.41),
+                (128, 854.71),
+                (256, 1529.67),
+                (512, 2303.91),
+                (1024, 3029.16),
+                (2048, 3446.84),
+            ]
+        ],
+        *[
+            ("Q4_0", u, v)
+            for u, v in [
+                (16, 785.83),
+                (32, 1164.31),
+                (64, 640.84),
+                (128, 1173.07),
+                (256, 2002.62),
+                (512, 3001.87),
+                (1024, 3633.81),
+                (2048, 4012.23),
+            ]
+        ],
+        ("Q4_1", 16, 797.66),
+        *[
+            ("Q5_K_S", u, v)
+            for u, v in [
+                (32, 997.36),
+                (64, 619.31),
+                (128, 1183.14),
+                (256, 2075.26),
+                (512, 2939.96),
+                (1024, 3634.38),
+                (2048, 3997.54),
+            ]
+        ],
+        *[("Q6_K", u, v) for u, v in [(16, 646.12), (32, 947.05)]],
+    ],
+}
+HAND += [
+    dict(
+        slug="llamacpp-pr-22298-mmq-stream-k",
+        url="https://github.com/ggml-org/llama.cpp/pull/22298",
+        backend="cuda",
+        card=card,
+        model="llama 8B Q4_0",
+        model_id="meta-llama/Llama-3.1-8B-Instruct",
+        build="1b2cf9551",
+        ngl=99,
+        flash_attn=True,
+        notes="PR column (1b2cf9551) of the first compare table; n_ubatch = the table's microbatch size; FA at "
+        "llama-bench's default (auto: on); rows of the passages the search index showed",
+        rows=[("pp2048", v, None, {"model": f"llama 8B {t}", "n_ubatch": u}) for t, u, v in runs],
+    )
+    for card, runs in PR_22298_CARDS.items()
+]
+
 HAND += [
     dict(
         slug="geerlingguy-ai-benchmarks-43-rtx-4090",
