@@ -782,6 +782,28 @@ def test_the_dgx_spark_is_a_unified_memory_cuda_card_whose_published_runs_check_
     assert bars["decode"]["rows"] == bars["prefill"]["rows"] == 25 and bars["prefill"]["median"] <= 0.35
 
 
+def test_pr_22298s_micro_batch_sweeps_land_whole_and_give_volta_a_fit_of_its_own():
+    """llama.cpp PR #22298's first table: llama 8B, pp2048 at micro-batches of 16 to 2,048 on five cards (build
+    1b2cf9551), the rows of the passages the search index shows. Landed whole as rows of the PR's source, so each card
+    is its own held-out unit: the RTX 4090's are held out, the others fitted. Volta, with two TITAN V runs before,
+    now has a class of its own, and the V100's prompts at llama.cpp's default micro-batch (512) come within a fifth,
+    where the pooled CUDA constants read them 1.7-2.6x fast. The P40's sweeps, which read 0.64-1.34x along the
+    micro-batch, now fit within a tenth at every size."""
+    from tests.bench.fit_corpus import corpus_lines, load_rows, predicted_tok_s
+
+    slug = "llamacpp-pr-22298-mmq-stream-k"
+    published = [r for r in corpus_lines() if r["source_id"] == slug and r["build"] == "1b2cf9551"]
+    assert len(published) == 108 and {r["model_id"] for r in published} == {"meta-llama/Llama-3.1-8B-Instruct"}
+    rows = [r for r in load_rows()[0] if r.raw["source_id"] == slug and r.raw["build"] == "1b2cf9551"]
+    assert len(rows) == len(published)  # every run is one kvscope takes
+    assert {r.raw["card"] for r in rows if r.held_out} == {"GeForce RTX 4090 24GB"}
+    assert ("llama.cpp", "cuda", "volta") in fitted_groups()
+    v100 = [r for r in rows if r.raw["card"] == "V100 32GB PCIe" and r.raw["n_ubatch"] == 512]
+    assert len(v100) == 3 and all(0.8 <= predicted_tok_s(r) / r.raw["tok_s"] <= 1.2 for r in v100)
+    p40 = [r for r in rows if r.raw["card"] == "Tesla P40 24GB"]
+    assert len(p40) == 18 and all(0.9 <= predicted_tok_s(r) / r.raw["tok_s"] <= 1.1 for r in p40)
+
+
 def test_the_fp32_shader_rule_brings_the_published_vulkan_bf16_prompts_closer():
     """kyuz0's held-out BF16 runs on the Strix Halo's Vulkan backend (no BF16 run is in the fit): at the listed peak
     their prefill read 1.1-5.0x fast; at the FP32 shader rate, which the rule takes from the hardware and not from
