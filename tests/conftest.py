@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ.setdefault("KVSCOPE_CACHE", tempfile.mkdtemp(prefix="kvscope-test-cache-"))
-os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="kvscope-test-hf-"))
+for _var, _prefix in (("KVSCOPE_CACHE", "kvscope-test-cache-"), ("HF_HOME", "kvscope-test-hf-")):
+    if _var not in os.environ:  # a folder of this run's own, gone when it ends
+        os.environ[_var] = tempfile.mkdtemp(prefix=_prefix)
+        atexit.register(shutil.rmtree, os.environ[_var], ignore_errors=True)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

@@ -7,9 +7,9 @@ Reads JSON from the file named by its argument (or stdin): {"models": {name: ggu
 
 "wide" models have realistic widths (a 128K vocabulary, 4096 hidden) and a layer or two: they are written straight
 to GGUF with the tree's gguf-py, every matrix q4_0 zeros (the compute buffer holds f32 activations whatever the
-weights' type), since converting such a checkpoint from safetensors would take gigabytes. Each model is loaded once;
-each case creates a context and frees it. Prints one JSON line: {"cases": [{"id", "compute": {buffer type name:
-bytes}, "log": [...]}]}.
+weights' type), since converting such a checkpoint from safetensors would take gigabytes. Each is written just
+before its cases and deleted after (together they take 11 GB of disk). Each model is loaded once; each case creates
+a context and frees it. Prints one JSON line: {"cases": [{"id", "compute": {buffer type name: bytes}, "log": [...]}]}.
 
 The bytes are libllama's own, exact: `llama_get_memory_breakdown(ctx)` (src/llama-ext.h, exported as a C++ symbol)
 sums `ggml_backend_sched_get_buffer_size` per buffer type into `.compute` (llama-context.cpp, memory_breakdown). It
@@ -215,13 +215,17 @@ def read_compute(ctx) -> dict:
 
 def main() -> None:
     job = json.loads(Path(sys.argv[1]).read_text() if len(sys.argv) > 1 else sys.stdin.read())
-    if job.get("wide"):
-        sys.path[:0] = [str(Path(job["tree"]) / "gguf-py")]  # the same gguf-py the converter uses
-        out_dir = Path(job["out_dir"])
-        job["models"] |= {name: write_wide(name, cfg, out_dir) for name, cfg in job["wide"].items()}
     llama_cpp.llama_log_set(capture, ctypes.c_void_p(0))
     llama_cpp.llama_backend_init()
-    print(json.dumps({"cases": run_models(job, read_compute, LOG)}))
+    results = run_models(job, read_compute, LOG)
+    sys.path[:0] = [str(Path(job["tree"]) / "gguf-py")]  # the same gguf-py the converter uses
+    for name, cfg in job.get("wide", {}).items():
+        path = Path(write_wide(name, cfg, Path(job["out_dir"])))
+        try:
+            results += run_models({**job, "models": {name: str(path)}}, read_compute, LOG)
+        finally:
+            path.unlink()
+    print(json.dumps({"cases": results}))
 
 
 if __name__ == "__main__":
