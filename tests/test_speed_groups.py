@@ -383,16 +383,18 @@ def test_an_error_bar_says_which_of_the_models_layers_its_held_out_runs_never_ha
         assert caveat in bar.label if caveat else "among them" not in bar.label
 
 
-def test_the_moe_overhead_brings_rocms_published_moe_decodes_closer():
-    """kyuz0's and lhl's MoE decodes on the Strix Halo's ROCm backend (fit and held-out alike): the fitted
+@pytest.mark.parametrize(("backend", "klass"), [("rocm", "apu"), ("cuda", "consumer"), ("metal", "apple")])
+def test_the_moe_overhead_brings_the_published_moe_decodes_closer(backend, klass):
+    """kyuz0's and lhl's MoE decodes on the Strix Halo's ROCm backend (fit and held-out alike), the RTX 4090's
+    gpt-oss-20b and Qwen3-30B-A3B decodes (llama.cpp PRs #16834, #16649) and the M2 Ultra's: the fitted
     per-MoE-layer overhead (tens of µs, a step's chain of router and expert kernels) lowers their median error."""
     from tests.bench.fit_corpus import load_rows, predicted_tok_s, terms
 
-    eff = efficiency_for("llama.cpp", "gpu", "rocm", "apu")
-    assert 1e-5 < eff.overhead_moe_s < 1e-4
-    rows = [r for r in load_rows()[0] if r.kind == "decode" and r.backend == "rocm" and r.klass == "apu"]
+    eff = efficiency_for("llama.cpp", "gpu", backend, klass)
+    assert 1e-5 < eff.overhead_moe_s < 3e-4
+    rows = [r for r in load_rows()[0] if r.kind == "decode" and r.backend == backend and r.klass == klass]
     rows = [r for r in rows if terms(r).moe]
-    assert len(rows) >= 10
+    assert len(rows) >= 4
 
     def median_error(table) -> float:
         return statistics.median(abs(predicted_tok_s(r, table) / r.raw["tok_s"] - 1) for r in rows)
@@ -804,6 +806,57 @@ def test_pr_22298s_micro_batch_sweeps_land_whole_and_give_volta_a_fit_of_its_own
     assert len(p40) == 18 and all(0.9 <= predicted_tok_s(r) / r.raw["tok_s"] <= 1.1 for r in p40)
 
 
+@pytest.mark.parametrize(
+    ("card", "backend", "fmt", "tokens", "dequant", "scale"),
+    [
+        ("V100 32GB PCIe", "cuda", "q4_0", 63, False, 4 * 14 / 112),  # dp4a MMQ: 4 × the FP32 peak
+        ("V100 32GB PCIe", "cuda", "q4_0", 64, True, 1.0),  # MMQ_DP4A_MAX_BATCH_SIZE: FP16 and cuBLAS
+        ("V100 32GB PCIe", "cuda", "iq3_xxs", 2048, True, 1.0),
+        ("V100 32GB PCIe", "cuda", "q4_0", 1, False, 4 * 14 / 112),  # a decode step's mat-vec: dp4a too
+        ("TITAN V 12GB", "cuda", "q4_k_m", 512, True, 1.0),
+        ("V100 32GB PCIe", "cuda", "gguf_f16", 512, False, 1.0),  # float weights go to cuBLAS as they are
+        ("V100 32GB PCIe", "vulkan", "q4_0", 512, False, 4 * 14 / 112),  # Vulkan's integer-dot shaders: no cuBLAS
+        ("GeForce RTX 3090 24GB", "cuda", "q4_0", 512, False, 1.0),  # INT8 MMA: MMQ at every size
+    ],
+)
+def test_volta_runs_dp4a_mmq_for_short_passes_and_fp16_cublas_for_long_ones(card, backend, fmt, tokens, dequant, scale):
+    """ggml_cuda_should_use_mmq on a card with FP16 tensor cores and no INT8 MMA: MMQ (dp4a) below 64 tokens a pass,
+    the weights dequantised to FP16 for cuBLAS from 64 on."""
+    from core.speed.groups import fp16_dequant, matmul_peak
+
+    c = card_named(card)
+    assert bool(fp16_dequant(c, backend, fmt, tokens)) == dequant
+    assert math.isclose(matmul_peak(c, backend, fmt, tokens).scale, scale)
+
+
+def test_the_v100s_prompts_dip_at_64_tokens_a_pass_as_llama_cpp_runs_them():
+    """PR #22298's V100 sweep: pp2048 ran at 64 tokens a pass at about half its rate at 32 (Q4_0: 641 against 1,164
+    t/s), the first size llama.cpp converts the weights to FP16 for cuBLAS, every matrix of every pass. kvscope times
+    the conversion (FP16 conversion in the formula) and its sweep dips there too; with one rate and a fill curve
+    rising with the tokens it could not, and read the 64-token runs 2.5-3.2x fast. The fit's own formula gives the
+    same figures as core.speed.predict. The sweep's runs read 0.9-1.5x (0.71-3.17x before), Q4_0's within 0.9-1.15x;
+    the slowest to convert, IQ3_XXS (a grid lookup per weight), reads 1.4-1.5x at 64-128 tokens."""
+    from core.speed.report import speed_lines
+    from tests.bench.fit_corpus import load_rows, predicted_tok_s, start_params, terms
+
+    rows = [r for r in load_rows()[0] if r.raw["card"] == "V100 32GB PCIe"]
+    assert len(rows) == 27 and any(terms(r).dequant for r in rows) and not all(terms(r).dequant for r in rows)
+    eff = efficiency_for("llama.cpp", "gpu", "cuda", "volta")
+    assert 0 < eff.dequant_bandwidth < 1  # fitted: the conversion reaches a share of the bandwidth
+    for r in rows:
+        p = start_params(eff) | {f"{r.family}:prefill": eff.family_factor(r.family, True, "")}
+        assert math.isclose(terms(r).tok_s(p), predicted_tok_s(r), rel_tol=1e-9)
+        assert bool(terms(r).dequant) == (r.raw["n_ubatch"] >= 64)
+    assert all(0.85 <= predicted_tok_s(r) / r.raw["tok_s"] <= 1.55 for r in rows)
+    assert all(0.9 <= predicted_tok_s(r) / r.raw["tok_s"] <= 1.15 for r in rows if r.raw["weights"] == "Q4_0")
+    q4 = {r.raw["n_ubatch"]: predicted_tok_s(r) for r in rows if r.raw["weights"] == "Q4_0"}
+    assert q4[64] < 0.7 * min(q4[32], q4[128])  # measured: 641 at 64, 1,164 at 32 and 1,173 at 128
+    setup = Setup(load_model("meta-llama/Llama-3.1-8B-Instruct"), configured("llama.cpp", n_ubatch=64),
+                  card_named("V100 32GB PCIe"), weights="q4_0")  # fmt: skip
+    text = "\n".join(speed_lines(predict(setup, Hardware(50.0, 8), 2048)))
+    assert "FP16 conversion" in text and "cuBLAS" in text
+
+
 def test_the_fp32_shader_rule_brings_the_published_vulkan_bf16_prompts_closer():
     """kyuz0's held-out BF16 runs on the Strix Halo's Vulkan backend (no BF16 run is in the fit): at the listed peak
     their prefill read 1.1-5.0x fast; at the FP32 shader rate, which the rule takes from the hardware and not from
@@ -972,8 +1025,8 @@ def test_float_experts_past_mmfs_batch_limit_take_ggml_cudas_per_expert_loop(bac
 
 def test_a_float_moe_prompt_in_the_per_expert_loop_carries_that_paths_own_error():
     """The Strix Halo's ROCm BF16 prompts of Qwen3-30B-A3B and Qwen3.5-35B-A3B (held out; no such run is in the fit)
-    go through ggml-cuda's per-expert loop: they read 0.9-3.6x, where the group's other MoE prompts read within a
-    third typically. Such a prompt carries those runs' error; the same model quantised keeps the MoE prompts' bar; a
+    go through ggml-cuda's per-expert loop: they read 0.9-2.6x, where the group's other MoE prompts read within a
+    quarter typically. Such a prompt carries those runs' error; the same model quantised keeps the MoE prompts' bar; a
     prompt short enough for MMF does too; a CUDA card, with no held-out run on the path, says "not checked"."""
     from tests.bench.fit_corpus import load_rows, path_of, ratios
 
@@ -981,7 +1034,7 @@ def test_a_float_moe_prompt_in_the_per_expert_loop_carries_that_paths_own_error(
     looped = [(r, x) for r, x in held if path_of(r) == EXPERT_LOOP]
     assert {(r.backend, r.klass, r.raw["weights"]) for r, _ in looped} == {("rocm", "apu", "BF16")}
     ratio = statistics.median(x for _, x in looped)
-    assert len(looped) == 4 and ratio > 2
+    assert len(looped) == 4 and ratio > 1.5
     moe = [x for r, x in held if path_of(r) == MOE_PROMPT and (r.backend, r.klass) == ("rocm", "apu")]
 
     def prefill_bar(weights: str, context: int = 4096, card: str = STRIX, backend: str = "rocm"):

@@ -69,6 +69,9 @@ class Efficiency:
     # the share of a prompt's MMQ tile traffic (weights once per column tile, activations once per row tile: core
     # .speed.groups.mmq_traffic_bytes) that crosses memory, the most no fitted run of the group beats; 0: not timed
     tile_traffic: float = 0.0
+    # the weights' conversion to FP16 for cuBLAS (core.speed.groups.fp16_dequant: Volta's long passes) moves its
+    # bytes at this × `bandwidth`
+    dequant_bandwidth: float = 1.0
 
     @property
     def compute_unit(self) -> str:

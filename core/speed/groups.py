@@ -173,11 +173,12 @@ def flash_attention_peak(card: Card, backend: str, prefill: bool, flash: bool) -
     )
 
 
-def matmul_peak(card: Card, backend: str, fmt: str) -> MatmulPeak:
-    """llama.cpp's matmul peak on a card: the listed one, except quantised weights on CUDA on Hopper
-    (HOPPER_MMA_SYNC_SHARE), BF16 on Vulkan on AMD's RDNA3/3.5 (VULKAN_BF16_SCALAR_SHARE), quantised weights
-    on CUDA on a card timed by its FP32 peak (DP4A_PER_FP32: ggml-cuda runs them as dp4a MMQ at every batch size
-    where fp16_mma_hardware_available is false, mmq.cu ggml_cuda_should_use_mmq), and legacy quants on Vulkan on a
+def matmul_peak(card: Card, backend: str, fmt: str, tokens: int = 1) -> MatmulPeak:
+    """llama.cpp's matmul peak on a card for a pass of `tokens` tokens: the listed one, except quantised weights on
+    CUDA on Hopper (HOPPER_MMA_SYNC_SHARE), BF16 on Vulkan on AMD's RDNA3/3.5 (VULKAN_BF16_SCALAR_SHARE), quantised
+    weights on CUDA on a card timed by its FP32 peak (DP4A_PER_FP32: ggml-cuda runs them as dp4a MMQ at every batch size
+    where fp16_mma_hardware_available is false, mmq.cu ggml_cuda_should_use_mmq) or on Volta in passes too short for
+    its cuBLAS path (fp16_dequant; DP4A_PER_FP32 times its FP32 peak), and legacy quants on Vulkan on a
     card without a cooperative-matrix path whose vector FP32 peak is listed: DP4A_PER_FP32 times that (ggml-vulkan's
     integer-dot MMQ shaders for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, llama.cpp PR #12135, 2025-03; there it doubled pp512 over
     the FP16 shaders on an RX 6800 XT and tripled it on an RTX 3090 run without coopmat). Every such card listed has
@@ -188,6 +189,15 @@ def matmul_peak(card: Card, backend: str, fmt: str) -> MatmulPeak:
             DP4A_PER_FP32,
             "llama.cpp's CUDA backend multiplies quantised weights with dp4a int8 dot products on this card (no "
             "tensor cores): 4 multiply-adds per FP32 lane and clock",
+        )
+    if (
+        backend == "cuda" and card_class(card, backend) == "volta" and format_family(fmt) in MMQ_FAMILIES
+        and card.fp32_tflops and card.dense_tflops and not fp16_dequant(card, backend, fmt, tokens)
+    ):  # fmt: skip
+        return MatmulPeak(
+            DP4A_PER_FP32 * card.fp32_tflops / card.dense_tflops,
+            f"llama.cpp's CUDA backend multiplies quantised weights with dp4a int8 dot products on Volta in passes of "
+            f"fewer than {MMQ_DP4A_MAX_BATCH_SIZE} tokens (no INT8 MMA): 4 multiply-adds per FP32 lane and clock",
         )
     if backend == "cuda" and card.hopper and format_family(fmt) != "float":  # int8 MMQ on mma.sync
         return MatmulPeak(HOPPER_MMA_SYNC_SHARE, _HOPPER_WHY)
@@ -295,6 +305,30 @@ def expert_columns(backend: str, fmt: str, tokens: int, routed: int) -> int:
         return routed
     tile = mmq_tile(tokens)
     return tile * math.ceil(routed / tile)
+
+
+# Volta (cc 7.0) has FP16 tensor cores but no INT8 MMA: ggml_cuda_should_use_mmq (mmq.cu) runs its quantised
+# matmuls as dp4a MMQ only in passes of fewer than MMQ_DP4A_MAX_BATCH_SIZE tokens (mmq.cuh) and otherwise dequantises
+# each weight matrix to FP16 (to_fp16_cuda into a pool buffer, every matmul of every pass) for a cuBLAS GEMM on the
+# tensor cores (ggml_cuda_op_mul_mat_cublas). On a V100, llama.cpp PR #22298's llama 8B pp2048 ran at micro-batch 64
+# at about half its rate at 32 (Q4_0: 641 and 1,164 t/s): each pass pays for the conversion whatever its tokens.
+# Routed experts (mul_mat_id) are left on MMQ's timing.
+MMQ_DP4A_MAX_BATCH_SIZE = 64
+
+
+def fp16_dequant(card: Card, backend: str, fmt: str, tokens: int) -> str:
+    """Why llama.cpp dequantises a pass's quantised weights to FP16 for cuBLAS instead of running its MMQ kernels
+    (Volta, MMQ_DP4A_MAX_BATCH_SIZE tokens a pass or more), or ""."""
+    if (
+        backend != "cuda" or tokens < MMQ_DP4A_MAX_BATCH_SIZE or format_family(fmt) not in MMQ_FAMILIES
+        or card_class(card, backend) != "volta"
+    ):  # fmt: skip
+        return ""
+    return (
+        "llama.cpp's CUDA backend dequantises these weights to FP16 for a cuBLAS GEMM on Volta's tensor cores in "
+        f"passes of {MMQ_DP4A_MAX_BATCH_SIZE} tokens or more (no INT8 MMA for its MMQ kernels: "
+        "ggml_cuda_should_use_mmq), once per matrix and pass"
+    )
 
 
 # ggml-cuda's MMQ computes a prompt pass's quantised matmul in tiles of MMQ_ROWS weight rows by J token columns

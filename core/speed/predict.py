@@ -34,6 +34,7 @@ from core.speed.groups import (
     expert_loop,
     flash_attention_peak,
     format_family,
+    fp16_dequant,
     matmul_peak,
     mmq_traffic,
     mmq_traffic_bytes,
@@ -131,6 +132,11 @@ class DevicePart:
     pass_tokens: int = 1  # tokens a pass (a prompt's chunk; a decode step's sequences)
     tile_bytes: float = 0.0  # a prompt's MMQ tile traffic with no reuse between tiles (groups.mmq_traffic_bytes)
     tile_s: float = 0.0  # tile_bytes × Efficiency.tile_traffic ÷ (bandwidth × eff): 0 where not timed
+    # the weights' conversion to FP16 for cuBLAS (groups.fp16_dequant): the quantised bytes read and the FP16 bytes
+    # written, a kernel of its own before the GEMM (which then reads the FP16 weights: weight_bytes)
+    dequant_bytes: float = 0.0
+    dequant_s: float = 0.0  # dequant_bytes ÷ (bandwidth × eff × Efficiency.dequant_bandwidth)
+    dequant_note: str = ""
 
     @property
     def tile_note(self) -> str:
@@ -145,7 +151,7 @@ class DevicePart:
 
     @property
     def bytes(self) -> float:
-        return self.weight_bytes + self.cache_bytes
+        return self.weight_bytes + self.cache_bytes + self.dequant_bytes
 
     @property
     def matmul_gflops(self) -> float:
@@ -163,7 +169,7 @@ class DevicePart:
 
     @property
     def memory_s(self) -> float:
-        return self.reads_s + self.cache_s
+        return self.dequant_s + self.reads_s + self.cache_s
 
     @property
     def compute_s(self) -> float:
@@ -171,13 +177,16 @@ class DevicePart:
 
     @property
     def seconds(self) -> float:
-        return max(self.reads_s, self.matmul_s) + max(self.cache_s, self.attention_s)
+        return self.dequant_s + max(self.reads_s, self.matmul_s) + max(self.cache_s, self.attention_s)
 
     @property
     def waits(self) -> dict[str, float]:
-        """Seconds waiting on memory and on compute: the larger side of each kernel's roofline."""
-        memory = (self.reads_s if self.reads_s >= self.matmul_s else 0.0) + (
-            self.cache_s if self.cache_s >= self.attention_s else 0.0
+        """Seconds waiting on memory and on compute: the larger side of each kernel's roofline (the FP16
+        conversion's on memory)."""
+        memory = (
+            self.dequant_s
+            + (self.reads_s if self.reads_s >= self.matmul_s else 0.0)
+            + (self.cache_s if self.cache_s >= self.attention_s else 0.0)
         )
         return {"memory": memory, "compute": self.seconds - memory}
 
@@ -387,6 +396,13 @@ def _part(
     attention = float(sum(w.attention_flops for w in layers))
     n_experts, top_k = next((w.routing for w in work.layers if w.routing[0]), (1, 1))
     fmt = setup_format(setup)
+    llama_gpu = device == "gpu" and isinstance(setup.engine, LlamaCppEngine)
+    dequant = fp16_dequant(setup.card, backend_of(setup, hw), fmt, pass_tokens) if llama_gpu else ""
+    dequant_bytes = 0.0
+    if dequant:  # the GEMM reads FP16 weights, 2 bytes a parameter, converted from the quantised ones every pass
+        fp16_bytes = dense_flops / work.tokens * math.ceil(work.tokens / pass_tokens)
+        dequant_bytes = dense_bytes + fp16_bytes
+        weight_bytes += fp16_bytes - dense_bytes
     if device == "gpu":
         card = setup.card
         refused = untimed(setup)
@@ -398,7 +414,7 @@ def _part(
         # FP8 checkpoints run their matmuls on FP8 tensor cores where the card has them (vLLM's W8A8 path)
         fp8 = setup.weights in FP8_FORMATS and card.fp8_tflops and isinstance(setup.engine, VllmEngine)
         attention_peak = dense_tflops * 1e3 * share
-        limit, attention_limit = kernel_peaks(setup, hw, fmt, prefill)
+        limit, attention_limit = kernel_peaks(setup, hw, fmt, prefill, pass_tokens)
         tiled = "" if prefill else expert_kernel(setup, hw, fmt, pass_tokens)
         peak = (card.fp8_tflops * 1e3 * share if fp8 else attention_peak) * limit.scale
     else:
@@ -408,7 +424,7 @@ def _part(
         tiled = ""
     family = format_family(fmt)
     routed = max(1, pass_tokens * top_k // n_experts)
-    llama_prompt = device == "gpu" and prefill and isinstance(setup.engine, LlamaCppEngine)
+    llama_prompt = llama_gpu and prefill
     backend = backend_of(setup, hw) if llama_prompt else ""
     columns = expert_columns(backend, fmt, pass_tokens, routed) if llama_prompt and experts else routed
     measured = hw.calibration.rate(fmt, prefill, hw.threads) if hw.calibration and device == "cpu" else None
@@ -455,7 +471,7 @@ def _part(
         cache_bytes / (stream * 1e9) if stream else cache_bytes / rate, attention / (attn_rate * 1e9), eff, experts,
         expert_bytes, stream, limit.why, family_note, cache_note, attention_limit.why, tiled if experts else "",
         ram_note(hw) if device == "cpu" else "", routed, columns, pass_tokens, tile_bytes,
-        tile_bytes * eff.tile_traffic / rate,
+        tile_bytes * eff.tile_traffic / rate, dequant_bytes, dequant_bytes / (rate * eff.dequant_bandwidth), dequant,
     )  # fmt: skip
 
 
@@ -469,13 +485,15 @@ def ram_note(hw: Hardware) -> str:
     )
 
 
-def kernel_peaks(setup: Setup, hw: Hardware, fmt: str, prefill: bool) -> tuple[MatmulPeak, MatmulPeak]:
-    """The matmuls' and the attention's peaks as shares of the card's listed one where llama.cpp's own kernels
-    cannot reach it (groups.matmul_peak, groups.flash_attention_peak); other engines run the vendor's libraries."""
+def kernel_peaks(setup: Setup, hw: Hardware, fmt: str, prefill: bool, tokens: int = 1) -> tuple[MatmulPeak, MatmulPeak]:
+    """The matmuls' and the attention's peaks, for a pass of `tokens` tokens, as shares of the card's listed one where
+    llama.cpp's own kernels cannot reach it (groups.matmul_peak, groups.flash_attention_peak); other engines run the
+    vendor's libraries."""
     if not isinstance(setup.engine, LlamaCppEngine):
         return MatmulPeak(), MatmulPeak()
     backend = backend_of(setup, hw)
-    return matmul_peak(setup.card, backend, fmt), flash_attention_peak(setup.card, backend, prefill, flash_attn(setup))
+    attention = flash_attention_peak(setup.card, backend, prefill, flash_attn(setup))
+    return matmul_peak(setup.card, backend, fmt, tokens), attention
 
 
 def expert_kernel(setup: Setup, hw: Hardware, fmt: str, tokens: int) -> str:
@@ -574,7 +592,8 @@ def _add(a: Timing, b: Timing) -> Timing:
 
 # a DevicePart's fields that add up over the spans of one prefill (the rest describe the device and its kernels)
 ADDITIVE = ("weight_bytes", "cache_bytes", "matmul_flops", "attention_flops", "weights_s", "matmul_s", "cache_s",
-            "attention_s", "expert_flops", "expert_bytes", "tile_bytes", "tile_s")  # fmt: skip
+            "attention_s", "expert_flops", "expert_bytes", "tile_bytes", "tile_s", "dequant_bytes",
+            "dequant_s")  # fmt: skip
 
 
 def _merge(t: Timing) -> Timing:

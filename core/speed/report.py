@@ -153,6 +153,16 @@ def tiles_text(p: DevicePart, bw: str) -> str:
     )
 
 
+def dequant_text(p: DevicePart, bw: str) -> str:
+    """The weights' conversion to FP16 for cuBLAS as timed (groups.fp16_dequant), or "" where there is none."""
+    if not p.dequant_s:
+        return ""
+    return (
+        f"FP16 conversion: {_n(p.dequant_bytes)} B (the quantised weights read, FP16 written) ÷ ({bw} × "
+        f"{p.efficiency.dequant_bandwidth:.4g}) = {_s(p.dequant_s)} ({p.dequant_note}); "
+    )
+
+
 def part_lines(t: Timing, prefill: bool) -> list[str]:
     out = []
     for p in t.parts:
@@ -167,11 +177,12 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
                 f"({bw} × {p.efficiency.expert_bandwidth:.4g})"
             )
         out.append(
-            f"- {p.device.upper()} ({p.layers} layers) — weights and state: {read} = "
+            f"- {p.device.upper()} ({p.layers} layers) — {dequant_text(p, bw)}weights and state: {read} = "
             f"{_s(p.weights_s)}; {tiles_text(p, bw)}matmuls: {_n(p.matmul_flops)} FLOP ÷ ({mm}) = {_s(p.matmul_s)}; "
             f"cache: {_n(p.cache_bytes)} B ÷ ({cache}) = {_s(p.cache_s)}{streamed}; "
             f"attention: {_n(p.attention_flops)} FLOP ÷ ({at}) = {_s(p.attention_s)}; on this device: "
-            f"{_s(p.seconds)} (the slower of weights{', their tiles' if p.tile_s else ''} and matmuls plus "
+            f"{_s(p.seconds)} ({'the FP16 conversion plus ' if p.dequant_s else ''}the slower of "
+            f"weights{', their tiles' if p.tile_s else ''} and matmuls plus "
             "the slower of cache and attention)"
             + (
                 f"; the matmuls' peak is {p.peak_gflops / p.attention_peak_gflops:.2g}× the card's listed one: "
@@ -243,6 +254,11 @@ def speed_lines(s: Speed) -> list[str]:
             + (
                 f"; a CUDA prompt's MMQ tiles move {e.tile_traffic:.3g} × their weights and activations without reuse"
                 if e.tile_traffic
+                else ""
+            )
+            + (
+                f"; weights converted to FP16 for cuBLAS move at {e.dequant_bandwidth:.3g} × the bandwidth"
+                if e.dequant_bandwidth != 1
                 else ""
             )
             + f". {e.provenance}"

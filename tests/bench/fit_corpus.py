@@ -12,12 +12,17 @@ Fit, in three levels, each a coordinate descent on the sum of |log(predicted ÷ 
 less than with squares):
 1. all fit rows of an engine, each backend weighing alike (backend_weighted): bandwidth, matmul and attention
    rates (decode, prefill), per-pass overhead, the flash-attention-off factor and one matmul factor per
-   weight-format family (k-quant, legacy, i-quant, mxfp4 against float), starting from efficiencies.json's priors;
+   weight-format family (k-quant, legacy, i-quant, mxfp4 against float), starting from efficiencies.json's priors,
+   the family factors pulled toward 1 by LAMBDA × |log(factor)|;
 2. per backend, pulled toward level 1 by a penalty of LAMBDA × |log(value ÷ parent)| per parameter; here, and only
    where a backend has MoE rows beside dense ones, the routed experts' share of the bandwidth (expert_bandwidth), an
    overhead per MoE layer and pass (overhead_moe_s) and, with MoE prompts among them, the experts' own fill curve
    (expert_half_tokens); the last two are not pulled toward a parent that never fitted them (UNPOOLED);
 3. per backend and card class with at least MIN_ROWS fit rows, pulled toward level 2.
+Levels 2 and 3 fit, where their runs convert the weights to FP16 for cuBLAS (Volta), that conversion's share of the
+bandwidth (dequant_bandwidth).
+Each level descends from its parent's values and from each of HALF_STARTS for the prompts' fill curve, and keeps the
+least loss (best_descent): the curve has two basins a single descent does not leave.
 After the descents, levels 2 and 3 get the share of MMQ's tile traffic their CUDA prompts are timed by
 (tile_ceiling: a roofline ceiling, the most no fit run beats, at most 1), which no descent sees.
 Prompt passes of MATVEC_MAX_TOKENS tokens or fewer run llama.cpp's mat-vec kernels and are left out of both.
@@ -87,6 +92,9 @@ CONFIGS = (ROOT.parent / "shared" / "reference",)  # the project's shared config
 LAMBDA = 2.0
 MIN_ROWS = 8
 OVERHEAD_STARTS = (1e-4, 5e-4, 2e-3)  # seconds per pass
+# tokens: the prompt GEMMs' fill curve had a basin near each end (about 11 and 140 tokens pooled over backends): a
+# descent from one start stays in its basin, so each level descends from its parent's value and from each of these
+HALF_STARTS = (8.0, 32.0, 128.0)
 OLD_BUILD = 3000
 # APUs' runs from builds before this are superseded: kyuz0's logs of one Strix Halo over a year show llama.cpp's
 # ROCm prefill of Llama 2 7B Q4_0 going 687 (b6182) → 1,105 (b6486) → 1,545 t/s (b9187) and RADV's 957 → 1,338,
@@ -119,7 +127,7 @@ RATE_KEYS = ("bandwidth", "decode_compute", "decode_attention", "prefill_compute
 UNPOOLED = ("overhead_moe_s", "expert_half_tokens")
 KEYS = (
     *RATE_KEYS, "overhead_step_s", "flash_off", "prefill_half_tokens", "expert_bandwidth", "overhead_recurrent_s",
-    "overhead_moe_s", "expert_half_tokens",
+    "overhead_moe_s", "expert_half_tokens", "dequant_bandwidth",
 )  # fmt: skip
 UNIT = Efficiency("unit", "gpu", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, "unit", "")
 # a family's stand-in where kvscope does not know the exact llama.cpp type (bytes come from size_bytes anyway)
@@ -342,6 +350,7 @@ class Terms:
     moe: int = 0  # layers with routed experts (core.speed.predict.Timing.moe)
     expert_columns: int = 1  # the columns each expert's prompt GEMM computes (core.speed.groups.expert_columns)
     tiles: float = 0.0  # a prompt's MMQ tile traffic with no reuse (core.speed.groups.mmq_traffic_bytes; unit seconds)
+    dequant: float = 0.0  # the weights' conversion to FP16 for cuBLAS (core.speed.groups.fp16_dequant; unit seconds)
 
     def tok_s(self, p: dict) -> float:
         return self.tokens / sum(self.sides(p))
@@ -363,6 +372,7 @@ class Terms:
         read = (self.weights - self.expert_weights + self.expert_weights / p["expert_bandwidth"]) / p["bandwidth"]
         tiles = p.get("tile_traffic", 0.0) * self.tiles / p["bandwidth"]
         matmuls = max(read, tiles, dense / rate + experts / expert_rate)
+        matmuls += self.dequant / (p["bandwidth"] * p["dequant_bandwidth"]) if self.dequant else 0.0
         overhead = p["overhead_step_s"] + p["overhead_recurrent_s"] * self.recurrent + p["overhead_moe_s"] * self.moe
         overhead += p.get("old_overhead_s", 0.0) if self.old else 0.0
         return matmuls, max(self.cache / p["bandwidth"], self.attention / attn) + overhead * self.passes
@@ -382,6 +392,7 @@ def terms(row: Row) -> Terms:
         sum(p.expert_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts), recurrent=chained_layers(row.setup),
         tiled=any(p.expert_note for p in t.parts), moe=t.moe, expert_columns=experts.expert_columns,
         tiles=sum(p.tile_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts),
+        dequant=sum(p.dequant_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts),
     )  # fmt: skip
 
 
@@ -430,6 +441,14 @@ def loss(rows: list[Terms], p: dict, parent: dict | None) -> float:
 def floored(key: str, value: float) -> float:
     """The smallest value a multiplicative step starts from (a parameter at 0 could never leave it)."""
     return max(value, FLOORS.get(key, 1e-9))
+
+
+def best_descent(rows: list[Terms], starts: list[dict], keys: list[str], parent: dict | None) -> dict:
+    """The least-loss fit of `descend` from each start, and from each with the fill curve at each of HALF_STARTS."""
+    halves = HALF_STARTS if "prefill_half_tokens" in keys else ()
+    tried = [s | {"prefill_half_tokens": h} for s in starts for h in halves]
+    fits = [descend(rows, s, keys, parent) for s in [*starts, *tried]]
+    return min(fits, key=lambda p: loss(rows, p, parent))
 
 
 def descend(rows: list[Terms], start: dict, keys: Iterable[str], parent: dict | None, rounds: int = 400) -> dict:
@@ -481,6 +500,8 @@ def fit_keys(rows: list[Terms], pooled: bool = False) -> list[str]:
         keys.remove("expert_half_tokens")
     if not any(t.recurrent for t in rows):  # only models with such layers show their kernels' overhead
         keys.remove("overhead_recurrent_s")
+    if pooled or not any(t.dequant for t in rows):  # only runs converting their weights to FP16 show its rate
+        keys.remove("dequant_bandwidth")
     fams = {f"{t.family}:{'prefill' if t.prefill else 'decode'}" for t in rows if t.family != "float"}
     return keys + sorted(fams)
 
@@ -488,7 +509,6 @@ def fit_keys(rows: list[Terms], pooled: bool = False) -> list[str]:
 def start_params(prior: Efficiency) -> dict:
     p = {k: getattr(prior, k) for k in KEYS}
     p["overhead_step_s"] = max(p["overhead_step_s"], 1e-4)
-    p["prefill_half_tokens"] = max(p["prefill_half_tokens"], 32.0)
     p["old_overhead_s"] = 1e-3
     p["tile_traffic"] = prior.tile_traffic  # set by tile_ceiling after the descent, never descended
     return p | {f"{f}:{k}": 1.0 for f in FAMILIES if f != "float" for k in ("decode", "prefill")}
@@ -504,6 +524,7 @@ def as_entry(engine: str, backend: str, klass: str, p: dict, fit_rows: list[Row]
         "expert_bandwidth": p["expert_bandwidth"], "expert_half_tokens": p["expert_half_tokens"],
         "overhead_recurrent_s": p["overhead_recurrent_s"],
         "overhead_moe_s": p["overhead_moe_s"], "tile_traffic": p["tile_traffic"],
+        "dequant_bandwidth": p["dequant_bandwidth"],
         "families": families,
         "status": "fitted",
         "provenance": f"fitted by tests/bench/fit_corpus.py to published llama-bench runs (measurements/speed/corpus) "
@@ -527,9 +548,10 @@ def fit_all(rows: list[Row]) -> list[dict]:
     for r in fit_rows:
         by_engine[r.setup.engine.name].append(r)
     for engine, all_rows in by_engine.items():
-        # runs on cards timed by their FP32 peak (Pascal: dp4a int8, no tensor cores) inform only their own class:
-        # their kernels' share of that peak says nothing of the tensor-core kernels' share on every other card
-        erows = [r for r in all_rows if not r.setup.card.fp32_only]
+        # runs on cards timed by their FP32 peak (Pascal: dp4a int8, no tensor cores) or on Volta (dp4a int8 in short
+        # passes, FP16 conversion and cuBLAS in long ones: groups.fp16_dequant) inform only their own class: their
+        # kernels' share of a peak says nothing of the int8 tensor-core kernels' share on every other card
+        erows = [r for r in all_rows if not (r.setup.card.fp32_only or r.klass == "volta")]
         # pooled over backends: runs without a deep cache only (deep runs time each backend's own attention kernels,
         # whose slowdowns would otherwise land in the shared overhead)
         base = backend_weighted([r for r in erows if reach(r.raw) < DEEP], t)
@@ -537,14 +559,17 @@ def fit_all(rows: list[Row]) -> list[dict]:
         # coordinate descent): the start whose fit has the least loss on the fit rows wins
         prior = start_params(efficiency_for(engine, "gpu"))
         keys = fit_keys(base, pooled=True)
-        fits = [descend(base, prior | {"overhead_step_s": o}, keys, None) for o in OVERHEAD_STARTS]
-        p0 = min(fits, key=lambda p: loss(base, p, None))
+        # the family factors pulled toward 1 (a family's kernels as fast as the float ones), the one pull at this
+        # level: with the base rates and the fill curve they trade off along flat valleys of the loss, where an
+        # unpulled descent took CUDA's MXFP4 prompts to 0.39 and the fill curve to either of two minima
+        neutral = {k: 1.0 for k in keys if ":" in k}
+        p0 = best_descent(base, [prior | {"overhead_step_s": o} for o in OVERHEAD_STARTS], keys, neutral)
         by_backend: dict[str, list[Row]] = defaultdict(list)
         for r in erows:
             by_backend[r.backend].append(r)
         for backend, brows in sorted(by_backend.items()):
             bt = [t[id(r)] for r in brows]
-            p1 = descend(bt, p0, fit_keys(bt), p0)
+            p1 = best_descent(bt, [p0], fit_keys(bt), p0)
             check = [r for r in rows if r.held_out and r.backend == backend and r.setup.engine.name == engine]
             entries.append(as_entry(engine, backend, "*", p1 | {"tile_traffic": tile_ceiling(bt, p1)}, brows, check))
             by_class: dict[str, list[Row]] = defaultdict(list)
@@ -555,7 +580,7 @@ def fit_all(rows: list[Row]) -> list[dict]:
                 if len(crows) < MIN_ROWS:
                     continue
                 ct = [t[id(r)] for r in crows]
-                p2 = descend(ct, p1, fit_keys(ct), p1)
+                p2 = best_descent(ct, [p1], fit_keys(ct), p1)
                 p2 |= {"tile_traffic": tile_ceiling(ct, p2)}
                 held = [r for r in check if r.klass == klass]
                 entries.append(as_entry(engine, backend, klass, p2, crows, held))
