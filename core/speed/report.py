@@ -142,24 +142,27 @@ def overhead_text(t: Timing) -> str:
     return f"{t.passes} pass{'es' if t.passes > 1 else ''} × ({' + '.join(terms)}) = {_s(t.overhead_s)}"
 
 
+def _timed(seconds: float, text: str) -> str:
+    """A term of a device's line, "text = seconds; ", or "" where the term is not timed (0 s)."""
+    return f"{text} = {_s(seconds)}; " if seconds else ""
+
+
 def tiles_text(p: DevicePart, bw: str) -> str:
     """A prompt's MMQ tile traffic as timed (groups.mmq_traffic_bytes), or "" where it is not."""
-    if not p.tile_s:
-        return ""
-    return (
+    return _timed(
+        p.tile_s,
         f"MMQ's tiles: {_n(p.tile_bytes)} B (the weights once per {mmq_tile(p.pass_tokens)}-column tile, the "
         f"activations once per {MMQ_ROWS}-row tile) × {p.efficiency.tile_traffic:.3g} (the share of it no fitted run "
-        f"beat) ÷ ({bw}) = {_s(p.tile_s)}; "
+        f"beat) ÷ ({bw})",
     )
 
 
 def dequant_text(p: DevicePart, bw: str) -> str:
     """The weights' conversion to FP16 for cuBLAS as timed (groups.fp16_dequant), or "" where there is none."""
-    if not p.dequant_s:
-        return ""
-    return (
-        f"FP16 conversion: {_n(p.dequant_bytes)} B (the quantised weights read, FP16 written) ÷ ({bw} × "
-        f"{p.efficiency.dequant_bandwidth:.4g}) = {_s(p.dequant_s)} ({p.dequant_note}); "
+    return _timed(
+        p.dequant_s,
+        f"FP16 conversion ({p.dequant_note}): {_n(p.dequant_bytes)} B (the quantised weights read, FP16 written) ÷ "
+        f"({bw} × {p.efficiency.dequant_bandwidth:.4g})",
     )
 
 
