@@ -192,7 +192,7 @@ def matmul_peak(card: Card, backend: str, fmt: str, tokens: int = 1) -> MatmulPe
         )
     if (
         backend == "cuda" and card_class(card, backend) == "volta" and format_family(fmt) in MMQ_FAMILIES
-        and card.fp32_tflops and card.dense_tflops and not fp16_dequant(card, backend, fmt, tokens)
+        and card.fp32_tflops and card.dense_tflops and tokens < MMQ_DP4A_MAX_BATCH_SIZE  # fp16_dequant's MMQ side
     ):  # fmt: skip
         return MatmulPeak(
             DP4A_PER_FP32 * card.fp32_tflops / card.dense_tflops,

@@ -397,7 +397,8 @@ def _part(
     n_experts, top_k = next((w.routing for w in work.layers if w.routing[0]), (1, 1))
     fmt = setup_format(setup)
     llama_gpu = device == "gpu" and isinstance(setup.engine, LlamaCppEngine)
-    dequant = fp16_dequant(setup.card, backend_of(setup, hw), fmt, pass_tokens) if llama_gpu else ""
+    backend = backend_of(setup, hw) if llama_gpu else ""
+    dequant = fp16_dequant(setup.card, backend, fmt, pass_tokens)  # "" off llama.cpp on CUDA
     dequant_bytes = 0.0
     if dequant:  # the GEMM reads FP16 weights, 2 bytes a parameter, converted from the quantised ones every pass
         fp16_bytes = dense_flops / work.tokens * math.ceil(work.tokens / pass_tokens)
@@ -425,7 +426,6 @@ def _part(
     family = format_family(fmt)
     routed = max(1, pass_tokens * top_k // n_experts)
     llama_prompt = llama_gpu and prefill
-    backend = backend_of(setup, hw) if llama_prompt else ""
     columns = expert_columns(backend, fmt, pass_tokens, routed) if llama_prompt and experts else routed
     measured = hw.calibration.rate(fmt, prefill, hw.threads) if hw.calibration and device == "cpu" else None
     family_note = ""
