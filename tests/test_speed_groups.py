@@ -25,6 +25,7 @@ from core.speed import calibration as cal_mod
 from core.speed.calibration import Calibration, host_key
 from core.speed.efficiency import efficiency_for, fitted, fitted_groups
 from core.speed.groups import (
+    CALIBRATED_CHECK,
     EXPERT_LOOP,
     GA102_FA_SHARE,
     HOPPER_MMA_SYNC_SHARE,
@@ -1540,6 +1541,15 @@ def test_bench_speed_corpus_section_runs():
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "held-out error" in out.stdout and "decode within ±20 %" in out.stdout
+    # the CPU target read both ways: the uncalibrated defaults, and calibrated figures on every recorded host but
+    # the one the calibration's choices were made on
+    hosts = json.loads(CALIBRATED_CHECK.read_text(encoding="utf-8"))["hosts"]
+    others = [h for h in hosts if "family" in h["cpu"]]  # CPUs named by family and model came after those choices
+    assert 0 < len(others) < len(hosts)
+    within, figures = sum(h["within"] for h in others), sum(h["figures"] for h in others)
+    assert "% uncalibrated — " in out.stdout
+    assert f"on {len(others)} CPUs the calibration was not built on: " in out.stdout
+    assert f"({within} of {figures} figures of models it never ran" in out.stdout
 
 
 def test_without_flash_attention_the_scores_go_through_memory():
