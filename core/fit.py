@@ -16,7 +16,7 @@ from core.errors import InputError
 from core.memory.gpus import Card
 from core.memory.llamacpp_compute import llamacpp_overhead
 from core.memory.overhead import Item, transformers_overhead, vllm_overhead
-from core.memory.quant import as_gguf, default_format
+from core.memory.quant import STORED_FTYPE, as_gguf, default_format, format_named, stored_type
 from core.memory.weightfiles import WeightFile
 from core.model.params import ParamCount, count_params
 from core.model.spec import ModelSpec
@@ -363,6 +363,13 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
             in_ram = f"the routed experts of layers {moe.start}-{moe.stop - 1} and the token embedding "
             in_ram += "table stay in system RAM"
         notes.append(f"llama.cpp: {placed} on the GPU; {in_ram}")
+    stored = stored_type(count_params(setup.model))
+    if stored and format_named(solver.format).gguf and solver.format != STORED_FTYPE[stored]:
+        notes.append(
+            f"llama.cpp: the routed experts stay {stored} in every GGUF type, as the checkpoint ships them (the "
+            f"converter writes them as they are; llama-quantize does not requantize them); the {solver.format} "
+            "type applies to the other tensors"
+        )
     if solver.kernel is not None and solver.relaid:
         notes.append(
             f"vLLM re-lays the MXFP4 experts for its {solver.kernel.name} MoE kernel (padding, bias dtype): "

@@ -1359,15 +1359,18 @@ def test_held_out_split_is_by_source_and_card():
     assert held_out("a", "b") == held_out("a", "b")
     assert {held_out(f"s{i}", "card") for i in range(30)} == {True, False}
     assert all(held_out(f"kvscope-device-s{i}", "card") for i in range(30))  # this project's own runs: never fitted
-    assert kvscope_format("Q4_K - Medium", "meta-llama/Llama-3.1-8B-Instruct") == "q4_k_m"
-    assert kvscope_format("MXFP4 MoE", "openai/gpt-oss-20b") == "mxfp4_moe"
+    assert kvscope_format("Q4_K - Medium") == "q4_k_m"
+    assert kvscope_format("MXFP4 MoE") == "mxfp4_moe"
+    assert kvscope_format("F16") == "gguf_f16"
 
 
 def test_each_gpt_oss_gguf_is_read_as_the_format_its_published_file_size_says():
     """llama-bench prints 'MXFP4 MoE' for llama.cpp's mxfp4_moe file type (experts MXFP4, every other tensor Q8_0)
-    and 'F16' for a GGUF that keeps the experts MXFP4 and the rest 16-bit. The format the corpus fit reads each as
-    must size the model to the file llama-bench reported (size_bytes), within 1 %: the two differ by 12-14 %, and a
-    swap misplaces the bytes a decode step reads (read 27 % too many per token for gpt-oss-20b's MXFP4 MoE file)."""
+    and 'F16' for a GGUF that keeps the experts MXFP4 and the rest 16-bit: gpt-oss ships its experts as MXFP4, which
+    the converter writes as they are in every type. kvscope's GGUF of each must be the file llama-bench reported
+    (size_bytes), within 1 %: the two differ by 12-14 %, and a swap misplaces the bytes a decode step reads (27 %
+    too many per token for gpt-oss-20b's MXFP4 MoE file); an F16 that widened the experts was 3.0× the real file.
+    The F16 files of both models come out to the byte of what llama-bench printed (its size is the tensors' bytes)."""
     sys.path.insert(0, str(ROOT))
     from core.dtypes import dtype_named
     from core.engines.base import sized_tensors
@@ -1380,12 +1383,15 @@ def test_each_gpt_oss_gguf_is_read_as_the_format_its_published_file_size_says():
         if (r.get("model_id") or "").startswith("openai/gpt-oss") and r.get("size_bytes")
     }
     assert {w for _, w, _ in files} == {"MXFP4 MoE", "F16"} and len({m for m, _, _ in files}) == 2
+    exact = set()
     for model_id, weights, size in files:
         model = model_of(model_id)
-        tensors = sized_tensors(
-            count_params(model), kvscope_format(weights, model_id), dtype_named(model.dtype).block_bytes
-        )
-        assert abs(sum(b for _, b in tensors) / size - 1) < 0.01, (model_id, weights)
+        tensors = sized_tensors(count_params(model), kvscope_format(weights), dtype_named(model.dtype).block_bytes)
+        total = sum(b for _, b in tensors)
+        assert abs(total / size - 1) < 0.01, (model_id, weights)
+        if total == size:
+            exact.add((model_id, weights))
+    assert exact == {("openai/gpt-oss-20b", "F16"), ("openai/gpt-oss-120b", "F16")}
 
 
 def test_old_builds_are_build_numbers_not_commit_hashes():

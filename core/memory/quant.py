@@ -371,8 +371,13 @@ def _gguf_type(s: _GgufState, t: Tensor) -> str:
         return "F32"  # tensor_allows_quantization is false: the converter's type stays, F32 for these
     default = FTYPES[s.ftype].default
     if default in _UNQUANTISED:
-        return default
-    new = _mix_type(s, t, _category(t.role), default)
+        return t.stored or default
+    new = _mix_type(s, t, _category(t.role), default)  # the counters advance for a stored tensor too
+    if t.stored:
+        # the converter writes a tensor the checkpoint ships quantised in that type (conversion/gpt_oss.py
+        # repack_mxfp4, whatever --outtype), and llama-quantize will not requantize it ("requantizing from type mxfp4
+        # is disabled" without --allow-requantize): gpt-oss's published GGUFs keep MXFP4 experts in every type
+        return t.stored
     if t.cols % GGML[new][1]:
         if new == "Q1_0":
             raise InputError(
@@ -529,6 +534,15 @@ def gguf_tensors(count: ParamCount, ftype: str) -> list[tuple[int, Tensor, str, 
         for k in sorted(range(len(written)), key=lambda k: _gguf_order(written[k][1]))
     }
     return [(i, t, chosen[k], _gguf_bytes(t, chosen[k])) for k, (i, t) in enumerate(written)]
+
+
+# the llama.cpp ftype that gives routed experts the type a checkpoint ships them in (Tensor.stored)
+STORED_FTYPE = {"MXFP4": "mxfp4_moe"}
+
+
+def stored_type(count: ParamCount) -> str:
+    """The ggml type the checkpoint ships its routed experts in, which every GGUF of it keeps; "" if none."""
+    return next((t.stored for t in count.tensors if t.stored), "")
 
 
 def tensor_bytes(count: ParamCount, fmt_name: str, model_dtype_bytes: int) -> list[tuple[Tensor, int]]:

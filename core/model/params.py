@@ -39,6 +39,7 @@ class Tensor:
     count: int = 1
     active: int | None = None
     layer: int | None = None  # decoder layer index; None for embeddings, lm_head and the final norm
+    stored: str = ""  # the ggml type the checkpoint already ships this tensor in ("MXFP4": gpt-oss's experts)
 
     @property
     def numel(self) -> int:
@@ -91,6 +92,9 @@ class _Model:
         self.h = c.int("hidden_size")
         self.tensors: list[Tensor] = []
         self.layer: int | None = None
+        # gpt-oss ships its routed experts as MXFP4 blocks (quantization_config, every other module unconverted)
+        qc = c.data.get("quantization_config")
+        self.stored_experts = "MXFP4" if isinstance(qc, dict) and qc.get("quant_method") == "mxfp4" else ""
 
     def blocks(self) -> Iterator[tuple[int, str]]:
         """(index, layer type) of each decoder layer; tensors added meanwhile are tagged with the index."""
@@ -99,8 +103,11 @@ class _Model:
             yield i, kind
         self.layer = None
 
-    def add(self, role: str, category: str, rows: int, cols: int, count: int = 1, active: int | None = None) -> None:
-        self.tensors.append(Tensor(role, category, rows, cols, count, active, self.layer))
+    def add(
+        self, role: str, category: str, rows: int, cols: int, count: int = 1, active: int | None = None,
+        stored: str = "",
+    ) -> None:  # fmt: skip
+        self.tensors.append(Tensor(role, category, rows, cols, count, active, self.layer, stored))
 
     def mat(self, role: str, rows: int, cols: int, bias: bool = False, category: str = "linear") -> None:
         self.add(role, category, rows, cols)
@@ -116,7 +123,7 @@ class _Model:
             self.vec(role + "_bias", n or self.h)
 
     def experts(self, role: str, rows: int, cols: int, n: int, top_k: int, bias: bool = False) -> None:
-        self.add(role, "experts", rows, cols, n, top_k)
+        self.add(role, "experts", rows, cols, n, top_k, self.stored_experts)
         if bias:
             self.vec(role + "_bias", rows, n, top_k)
 

@@ -17,6 +17,7 @@ from core.engines.llamacpp import LlamaCppEngine, Offload
 from core.engines.vllm_engine import NEEDS_CC, VllmEngine
 from core.errors import InputError
 from core.fit import Setup, setup_format
+from core.memory.quant import STORED_FTYPE, format_named, stored_type
 from core.model.layers import FullAttention
 from core.model.params import count_params
 from core.speed.calibration import Calibration
@@ -300,6 +301,16 @@ def untimed(setup: Setup) -> str | None:
     return None
 
 
+def kernel_format(setup: Setup) -> str:
+    """The format whose kernels time the matmuls: the setup's, except a GGUF of a model whose routed experts keep the
+    type the checkpoint ships them in (gpt-oss: MXFP4 in every GGUF type, core.memory.quant._gguf_type), timed as
+    llama.cpp's MXFP4 MoE type, whose experts carry most of the FLOPs. The bytes stay the GGUF's own."""
+    fmt = setup_format(setup)
+    if not format_named(fmt).gguf:
+        return fmt
+    return STORED_FTYPE.get(stored_type(count_params(setup.model)), fmt)
+
+
 def setup_weights(setup: Setup) -> Weights:
     model = setup.model
     count = count_params(model)
@@ -395,7 +406,7 @@ def _part(
     matmul = dense_flops + sum(w.state_flops for w in layers) + experts + (work.head_flops if share.head else 0.0)
     attention = float(sum(w.attention_flops for w in layers))
     n_experts, top_k = next((w.routing for w in work.layers if w.routing[0]), (1, 1))
-    fmt = setup_format(setup)
+    fmt = kernel_format(setup)
     llama_gpu = device == "gpu" and isinstance(setup.engine, LlamaCppEngine)
     backend = backend_of(setup, hw) if llama_gpu else ""
     dequant = fp16_dequant(setup.card, backend, fmt, pass_tokens)  # "" off llama.cpp on CUDA
@@ -553,7 +564,7 @@ def prompt_path(setup: Setup, hw: Hardware, chunk: int, moe: int) -> str:
     if not moe:
         return ""
     on_gpu = isinstance(setup.engine, LlamaCppEngine) and driver(setup, hw) == "gpu"
-    looped = on_gpu and expert_loop(backend_of(setup, hw), setup_format(setup), chunk, setup.model.hidden_size)
+    looped = on_gpu and expert_loop(backend_of(setup, hw), kernel_format(setup), chunk, setup.model.hidden_size)
     return EXPERT_LOOP if looped else MOE_PROMPT
 
 

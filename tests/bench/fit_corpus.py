@@ -140,14 +140,12 @@ def held_out(source_id: str, card: str) -> bool:
     return int(hashlib.sha256(f"{source_id}|{card}".encode()).hexdigest(), 16) % 3 == 0
 
 
-def kvscope_format(printed: str, model_id: str) -> str:
+def kvscope_format(printed: str) -> str:
     """llama-bench's type description ('Q4_K - Medium', 'IQ3_S mix - 3.66 bpw', 'F16') as a kvscope format."""
     text = re.sub(r"\(.*?\)", "", printed).strip()
     base, _, size = text.partition(" - ")
     base = base.replace(" mix", "").strip().lower().replace(" ", "_")  # 'MXFP4 MoE': llama.cpp's mxfp4_moe
     name = base + {"Medium": "_m", "Small": "_s", "Large": "_l"}.get(size.strip(), "") if "_k" in base else base
-    if model_id.startswith("openai/gpt-oss") and name in ("f16", "bf16"):
-        name = "mxfp4"  # gpt-oss GGUFs labelled F16 keep the experts MXFP4 and the rest 16-bit (size_bytes says so)
     name = {"f16": "gguf_f16", "bf16": "gguf_bf16", "f32": "gguf_f32"}.get(name, name)
     try:
         return format_named(name).name
@@ -223,7 +221,7 @@ def to_row(r: dict) -> Row:
     klass = card_class(card, backend)
     if klass == "apu" and (build_number(r.get("build")) or 0) < APU_CURRENT_BUILD:
         raise InputError(f"an APU run from before b{APU_CURRENT_BUILD} (superseded)")
-    fmt = kvscope_format(r["weights"], r["model_id"])
+    fmt = kvscope_format(r["weights"])
     if cublas_prefill(r, klass, format_family(fmt)):
         raise InputError(f"quantised prefill on CUDA before b{MMQ_DEFAULT_BUILD} (cuBLAS, not MMQ: superseded)")
     ub = r.get("n_ubatch") or 512

@@ -198,7 +198,7 @@ def published_rows() -> list[dict]:
         engine = configured("llama.cpp", n_ubatch=ub, n_batch=max(ub, r.get("n_batch") or 2048),
                             flash_attn=bool(r.get("flash_attn")))  # fmt: skip
         wfile = WeightFile("llama-bench size", "gguf", int(r["size_bytes"]), (), 0, 0) if r.get("size_bytes") else None
-        fmt = kvscope_format(r["weights"], r["model_id"])
+        fmt = kvscope_format(r["weights"])
         setup = Setup(model_of(r["model_id"]), engine, Card.custom(1), weights=fmt, weights_file=wfile)
         isa = r.get("isa") or PUBLISHED_ISA.get(r["card"], "")  # recorded with the run, or known for the CPU
         # a row with every core's copy too (tests/bench/device_llamacpp.py since 2026-12-05): its threads stream
