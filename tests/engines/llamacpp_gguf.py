@@ -19,7 +19,7 @@ def build_checkpoint(raw: dict, folder: Path) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    fields = {k: v for k, v in raw.items() if k != "model_type"}
+    fields = {k: v for k, v in raw.items() if k not in ("model_type", "quantization_config")}
     config = AutoConfig.for_model(raw["model_type"], **fields)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -29,10 +29,31 @@ def build_checkpoint(raw: dict, folder: Path) -> None:
     # config's own fields go back on top.
     saved = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps(saved | raw, indent=1))
+    if (raw.get("quantization_config") or {}).get("quant_method") == "mxfp4":
+        as_mxfp4_experts(folder)
     # Gemma 3's converter trims the embedding to the tokenizer's vocabulary (conversion/gemma.py): give it one of the
     # model's own size, so nothing is trimmed.
     vocab = {f"t{i}": i for i in range(config.vocab_size)}
     (folder / "tokenizer.json").write_text(json.dumps({"model": {"vocab": vocab}, "added_tokens": []}))
+
+
+def as_mxfp4_experts(folder: Path) -> None:
+    """The routed experts as gpt-oss's checkpoints ship them: each matrix, output rows first, as `_blocks` (16 bytes of
+    FP4 pairs per 32 inputs) and `_scales` (one E8M0 byte per 32), uint8, which conversion/gpt_oss.py repacks into
+    ggml's MXFP4 as they are. The bytes are random: only the layout is under test."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    tensors = load_file(path)
+    gen = torch.Generator().manual_seed(0)
+    for name in [n for n in tensors if n.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj"))]:
+        weight = tensors.pop(name).transpose(-1, -2)  # transformers keeps [experts, in, out]
+        experts, rows, cols = weight.shape
+        blocks = torch.randint(0, 256, (experts, rows, cols // 32, 16), generator=gen)
+        scales = torch.randint(120, 128, (experts, rows, cols // 32), generator=gen)  # E8M0: 2^-7 .. 1
+        tensors[f"{name}_blocks"], tensors[f"{name}_scales"] = blocks.to(torch.uint8), scales.to(torch.uint8)
+    save_file(tensors, path, metadata={"format": "pt"})
 
 
 def without_vocab(model_class: type) -> type:

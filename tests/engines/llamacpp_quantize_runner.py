@@ -3,7 +3,7 @@
 Reads JSON from the file named by its argument: {"tree": LLAMACPP_TREE, "out_dir": str, "models": {name: gguf path},
 "ftypes": {model: {name: llama_ftype number}}, "imatrix": [ftype names that need an importance matrix]}; prints, on
 its last line, {model: {ftype: {tensor name: [ggml type name, bytes]}}} as gguf-py's GGUFReader reads the written
-file, or null for an ftype llama_model_quantize refused for that model.
+file, or null for an ftype llama_model_quantize refused for that model; under "source", the converter's own file.
 
 llama-quantize refuses the IQ1/IQ2/IQ3_XXS tensors and Q2_K_S's Q2_K ones without an importance matrix
 (llama-quant.cpp tensor_requires_imatrix). For those ftypes this passes one through llama_model_quantize_params'
@@ -50,6 +50,11 @@ def quantize(src: str, dst: Path, ftype: int, imatrix) -> bool:
     return llama_cpp.llama_model_quantize(src.encode(), str(dst).encode(), ctypes.byref(params)) == 0
 
 
+def table(reader_class, path: Path) -> dict[str, list]:
+    reader = reader_class(path)
+    return {t.name: [t.tensor_type.name, int(t.n_bytes)] for t in reader.tensors}
+
+
 def main() -> None:
     job = json.loads(Path(sys.argv[1]).read_text())
     sys.path[:0] = [str(Path(job["tree"]) / "gguf-py")]
@@ -67,10 +72,9 @@ def main() -> None:
                 result[model][name] = None  # llama-quantize refused (its reason is on stderr)
                 continue
             print(f"{model} {name}: {time.monotonic() - started:.1f} s", file=sys.stderr)
-            reader = GGUFReader(dst)
-            result[model][name] = {t.name: [t.tensor_type.name, int(t.n_bytes)] for t in reader.tensors}
-            del reader
+            result[model][name] = table(GGUFReader, dst)
             dst.unlink()
+        result[model]["source"] = table(GGUFReader, Path(src))
     print("\n" + json.dumps(result))
 
 

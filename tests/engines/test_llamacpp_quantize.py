@@ -104,7 +104,10 @@ MODELS = {
 }
 # Where the converter names a tensor otherwise than kvscope's role (conversion/gpt_oss.py, qwen.py map the norm after
 # attention to post_attention_norm), and tensors it stores without a ".weight" suffix.
-_RENAMED = {"gpt_oss": {"ffn_norm": "post_attention_norm"}, "qwen3_5": {"ffn_norm": "post_attention_norm"}}
+_RENAMED = {
+    "gpt_oss": {"ffn_norm": "post_attention_norm"}, "gpt_oss_mxfp4": {"ffn_norm": "post_attention_norm"},
+    "qwen3_5": {"ffn_norm": "post_attention_norm"},
+}  # fmt: skip
 _BARE = ("ssm_a", "ssm_d")
 _BUFFERS = ("exp_probs_b.bias",)  # DeepSeek-V3's e_score_correction_bias: a buffer, not a parameter (core.model.params)
 _SPLIT = {  # the experts' gate_up_proj (and gpt-oss's bias)
@@ -156,6 +159,11 @@ LLAMA_FTYPE = {
 # these are compared as bytes per ggml type; the types, the never-quantised tensors and MLA's split still must agree.
 EVERY = {f"every_{m}": raw for m, raw in LLAMACPP_MODELS.items()}
 CONFIGS = MODELS | EVERY
+# gpt-oss as its checkpoints ship it: routed experts as MXFP4 blocks (llamacpp_gguf.as_mxfp4_experts), the rest float
+MXFP4_CHECKPOINT = "gpt_oss_mxfp4"
+MXFP4_FTYPES = ("mxfp4_moe", "q4_k_m", "q8_0", "gguf_f16")
+_MXFP4 = {"quant_method": "mxfp4", "modules_to_not_convert": []}
+CHECKPOINTS = CONFIGS | {MXFP4_CHECKPOINT: MODELS["gpt_oss"] | {"quantization_config": _MXFP4}}
 _FEW = ("q4_k_m", "q3_k_l", "q2_k", "iq2_xxs", "iq3_xs", "iq4_xs", "mxfp4_moe", "q6_k", "gguf_bf16")
 FTYPES_OF = {m: ("q4_k_m", "q3_k_s", "q2_k", "iq4_xs") if m == "llama_80" else tuple(LLAMA_FTYPE) for m in MODELS}
 FTYPES_OF |= dict.fromkeys(EVERY, _FEW)
@@ -173,7 +181,7 @@ def gguf_name(model: str, t: Tensor) -> str:
 def kvscope_tensors(model: str, ftype: str) -> dict[str, tuple[str, int]]:
     """kvscope's ggml type and bytes per GGUF tensor name. A matrix HF fuses and the converter splits in two halves
     (_SPLIT) is compared as its halves: llama.cpp types them alike (its ffn_gate and ffn_up rules are the same)."""
-    count = count_params(model_from_config(CONFIGS[model], model))
+    count = count_params(model_from_config(CHECKPOINTS[model], model))
     split = _SPLIT | _SPLIT_IN.get(model, {})
     out = {}
     for _, t, ggml, size in gguf_tensors(count, ftype):
@@ -194,12 +202,13 @@ def llamacpp_tensors(results: dict, model: str, ftype: str) -> dict[str, tuple[s
 def referee(tmp_path_factory) -> dict[str, dict[str, dict[str, list]]]:
     started = time.monotonic()
     folder = tmp_path_factory.mktemp("llamacpp-quantize")
-    ggufs = convert_tiny(folder, CONFIGS, timeout=300)
+    ggufs = convert_tiny(folder, CHECKPOINTS, timeout=300)
+    ftypes = FTYPES_OF | {MXFP4_CHECKPOINT: MXFP4_FTYPES}
     job = {
         "tree": str(LLAMACPP_TREE),
         "out_dir": str(folder),
         "models": ggufs,
-        "ftypes": {m: {f: LLAMA_FTYPE[f] for f in FTYPES_OF[m]} for m in CONFIGS},
+        "ftypes": {m: {f: LLAMA_FTYPE[f] for f in ftypes[m]} for m in CHECKPOINTS},
         "imatrix": [name for name, f in FTYPES.items() if f.imatrix],
     }
     (folder / "quantize.json").write_text(json.dumps(job))
@@ -265,7 +274,7 @@ def test_every_tensor_type_and_byte_equals_llama_quantize(referee, model, ftype)
         differ = {name: (ours[name], real[name]) for name in real if ours[name] != real[name]}
         assert not differ, f"(kvscope, llama.cpp) per tensor: {differ}"
     # what the rest of kvscope reads: tensor_bytes, per kvscope tensor
-    count = count_params(model_from_config(CONFIGS[model], model))
+    count = count_params(model_from_config(CHECKPOINTS[model], model))
     assert sum(size for _, size in tensor_bytes(count, ftype, 2)) == sum(size for _, size in real.values())
 
 
@@ -281,3 +290,19 @@ def test_every_ftype_and_every_ggml_type_is_refereed(referee):
     # every block size kvscope knows was written by llama.cpp somewhere above, and no other type was
     seen = {kind for files in referee.values() for f in files.values() if f for kind, _ in f.values()}
     assert seen == set(GGML)
+
+
+def test_a_gguf_of_gpt_oss_keeps_the_checkpoints_mxfp4_experts(referee):
+    """gpt-oss ships its routed experts as MXFP4. llama.cpp's converter writes them as they are at --outtype f16, the
+    rest F16 (kvscope's gguf_f16, to the tensor); llama-quantize copies them into mxfp4_moe and refuses any ftype
+    that would retype them ("requantizing from type mxfp4 is disabled": no --allow-requantize), F16 included. So
+    kvscope keeps them MXFP4 in every GGUF type, as the published gpt-oss GGUFs do."""
+    source = llamacpp_tensors(referee, MXFP4_CHECKPOINT, "source")
+    assert source is not None and kvscope_tensors(MXFP4_CHECKPOINT, "gguf_f16") == source
+    experts = {kind for name, (kind, _) in source.items() if "_exps.weight" in name}
+    assert experts == {"MXFP4"}
+    assert kvscope_tensors(MXFP4_CHECKPOINT, "mxfp4_moe") == llamacpp_tensors(referee, MXFP4_CHECKPOINT, "mxfp4_moe")
+    refused = [f for f in MXFP4_FTYPES if llamacpp_tensors(referee, MXFP4_CHECKPOINT, f) is None]
+    assert refused == ["q4_k_m", "q8_0", "gguf_f16"]
+    ours = kvscope_tensors(MXFP4_CHECKPOINT, "q4_k_m")
+    assert {kind for name, (kind, _) in ours.items() if "_exps.weight" in name} == {"MXFP4"}
