@@ -84,23 +84,22 @@ def _why_not(result: Fit, context: int) -> str:
 
 
 def card_answer(setup: Setup, context: int) -> CardAnswer:
-    """`fit` for one card at `context` (capped at the model's limit), or why the engine cannot run it there."""
+    """`fit` for one card at `context`, or why the engine cannot run it there."""
     try:
-        n = min(context, context_limit(setup))
-        result = fit(setup, [n])
+        result = fit(setup, [context])
     except InputError as err:
         return CardAnswer(setup.card, context, False, 0, 0.0, "", 0, setup.card.memory_bytes, str(err), None)
     row = result.rows[0]
     return CardAnswer(
         card=setup.card,
-        context=n,
+        context=context,
         fits=row.fits,
         max_context=result.max_context,
         requests=row.max_concurrency,
         weights_format=result.weights_format,
         weights_bytes=result.weights_bytes,
         usable_bytes=result.usable_bytes,
-        why_not=None if row.fits else _why_not(result, n),
+        why_not=None if row.fits else _why_not(result, context),
         result=result,
     )
 
@@ -122,10 +121,17 @@ def rank_cards(
     """Every card (one GPU each), fitting ones first and smallest first, then the closest misses."""
     if context <= 0:
         raise InputError(f"context must be positive, got {context}")
-    answers = [
-        card_answer(Setup(model=model, engine=engine, card=card, weights=weights, kv_dtype=kv_dtype), context)
+    setups = [
+        Setup(model=model, engine=engine, card=card, weights=weights, kv_dtype=kv_dtype)
         for card in (table or cards()).values()
     ]
+    limit = context_limit(setups[0]) if setups else context
+    if context > limit:  # the same on every card: one error, not a column of them
+        raise InputError(
+            f"context {format_tokens(context)} is above {model.name}'s limit of {format_tokens(limit)} tokens; "
+            f"ask for {format_tokens(limit)} or less"
+        )
+    answers = [card_answer(setup, context) for setup in setups]
     return sorted(answers, key=card_order)
 
 
@@ -137,10 +143,10 @@ class ModelAnswer:
     model: ModelSpec
     params: int  # total parameters
     fits: bool
-    weights_format: str  # the best that fits, or the smallest tried when none does
+    weights_format: str  # the best that fits, the smallest tried when none does, the checkpoint's past its limit
     kv_dtype: str
     max_context: int
-    requests: float  # at the asked context (capped at the model's limit)
+    requests: float  # at the asked context
     context: int
     why_not: str | None
     result: Fit | None
@@ -171,8 +177,17 @@ def best_model_answer(model: ModelSpec, engine: Engine, card: Card, context: int
     """The first (weights, KV dtype) on the ladders that fits `context` on the card."""
     base = Setup(model=model, engine=engine, card=card)
     params = count_params(model).total
-    n = min(context, context_limit(base))
+    n, limit = context, context_limit(base)
     tried = [(w, kv) for w in weight_ladder(model, engine) for kv in kv_ladder(engine)]
+    if context > limit:  # what the card holds of it at its limit, in the checkpoint's format, is still told
+        why = f"its limit is {format_tokens(limit)} tokens, under the {format_tokens(context)} asked"
+        try:
+            at_limit = fit(replace(base, weights=tried[0][0], kv_dtype=tried[0][1]), [limit])
+        except InputError:
+            at_limit = None
+        return ModelAnswer(
+            model, params, False, *tried[0], at_limit.max_context if at_limit else 0, 0.0, n, why, at_limit
+        )
     last_error = ""
     for weights, kv in tried:
         setup = replace(base, weights=weights, kv_dtype=kv)

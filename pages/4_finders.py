@@ -46,9 +46,9 @@ view = st.segmented_control(
 )
 if view == "models":
     st.caption(
-        f"Every bundled model on one {setup.card.name} with {setup.engine.name} at up to {format_tokens(inputs.ctx)} "
-        "tokens (a model's own limit when lower: the context column). Each is shown in the largest weight format and "
-        "KV dtype that fit; models that fit come first, the largest first." + SPEED_NOTE
+        f"Every bundled model on one {setup.card.name} with {setup.engine.name} at {format_tokens(inputs.ctx)} "
+        "tokens per request (a model whose own limit is lower does not fit, and says so). Each is shown in the "
+        "largest weight format and KV dtype that fit; models that fit come first, the largest first." + SPEED_NOTE
     )
     try:
         st.dataframe(
@@ -58,10 +58,11 @@ if view == "models":
         st.error(str(err))
 else:
     context = min(inputs.ctx, context_limit(setup))
+    capped = f" ({model.name}'s limit: {format_tokens(inputs.ctx)} was asked)" if context < inputs.ctx else ""
     st.caption(
         f"One GPU of each card, {setup.engine.name}, weights {setup.weights or 'as the checkpoint'}, "
-        f"{format_tokens(context)} tokens per request. Cards that fit come first, ranked by {COST_BASIS}; the rest "
-        "follow, closest first, with the reason each falls short." + SPEED_NOTE
+        f"{format_tokens(context)} tokens per request{capped}. Cards that fit come first, ranked by {COST_BASIS}; "
+        "the rest follow, closest first, with the reason each falls short." + SPEED_NOTE
     )
     try:
         st.dataframe(cards_frame(setup, context, repr(setup) + str(context)), hide_index=True, key="cards_table")
