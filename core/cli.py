@@ -44,7 +44,7 @@ from core.model.config import MAX_CONFIG_BYTES, parse_json, resolve
 from core.model.loading import load_model, presets
 from core.ollama_report import DEFAULT_CARDS, MEASURED, free_card, host, parse_free, print_report, report
 from core.probe import add_probe_parser
-from core.report import table_records
+from core.report import engine_format_warning, table_records
 from core.speed.cli import add_calibrate_parser, add_speed_flags, print_speed, speed_report
 from core.units import MIB, format_bytes, format_tokens
 
@@ -323,6 +323,8 @@ def _gguf_model(model: str) -> str | None:
 def cmd_fit(args: argparse.Namespace) -> dict:
     result = fit(build_setup(args), args.context)
     setup = result.setup
+    asked = args.weights and not setup.weights_file
+    warning = engine_format_warning(setup.engine, args.weights, setup.model) if asked else None
     out = {
         "model": setup.model.name,
         "engine": setup.engine.name,
@@ -341,7 +343,7 @@ def cmd_fit(args: argparse.Namespace) -> dict:
         "kv_budget_bytes": result.kv_budget_bytes,
         "max_context": result.max_context,
         "context_limit": result.context_limit,
-        "notes": list(result.notes),
+        "notes": [*([warning] if warning else []), *result.notes],
         "contexts": table_records(result),
     }
     if result.vllm is not None:

@@ -13,7 +13,9 @@ from core.engines.llamacpp import LlamaCppEngine
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
 from core.fit import Fit, Row, Setup, Solver, default_split
-from core.memory.quant import FORMATS
+from core.memory.quant import FORMATS, format_named
+from core.model.params import count_params
+from core.model.spec import ModelSpec
 from core.units import GIB, format_bytes, format_tokens, plural, tokens_phrase
 
 
@@ -106,11 +108,21 @@ def cache_kind(row: Row) -> str:
     return "no KV cache, fixed state only" if row.account.fixed_bytes else "no cache"
 
 
-def engine_format_warning(engine: Engine, weights: str) -> str | None:
-    """A weight format the engine does not load as such (GGUF k-quants are llama.cpp's; AWQ/GPTQ/FP8/NVFP4 are not)."""
+def engine_format_warning(engine: Engine, weights: str, model: ModelSpec | None = None) -> str | None:
+    """A weight format the engine does not load as such (GGUF k-quants are llama.cpp's; AWQ/GPTQ/FP8/NVFP4 are not),
+    or, given the model, one that quantises only what the model lacks (MXFP4: routed experts)."""
+    weights = format_named(weights).name  # as typed: Q4_K_M, F16
     gguf = FORMATS[weights].gguf is not None
+    if isinstance(engine, LlamaCppEngine) and weights == "mxfp4":
+        return "llama.cpp runs GGUF files; its type for MXFP4 experts is mxfp4_moe (experts MXFP4, the rest Q8_0)."
     if isinstance(engine, LlamaCppEngine) and weights in ("fp8", "fp8_block", "int8", "awq", "gptq", "nvfp4"):
         return f"llama.cpp runs GGUF files; {weights} checkpoints need converting first (e.g. to q8_0 or q4_k_m)."
+    if model is not None and weights in ("mxfp4", "mxfp4_moe") and not count_params(model).experts:
+        rest = "Q8_0" if weights == "mxfp4_moe" else "16-bit"
+        return (
+            f"{weights} quantises only routed experts (gpt-oss's format), and {model.name} has none: every weight "
+            f"stays {rest}, so this is the {rest} size; pick a format that quantises every layer."
+        )
     if isinstance(engine, VllmEngine) and gguf:
         return (
             f"vLLM serves GGUF ({weights}) only experimentally and dequantises some tensors; "

@@ -468,7 +468,7 @@ def sidebar(*, model_only: bool = False, context: bool | None = None) -> tuple[I
     setup = setup_for(inputs, model, weights_file)
     if not model_only:
         _check_setup(setup)
-        warning = None if weights_file else engine_format_warning(setup.engine, inputs.weights)
+        warning = None if weights_file else engine_format_warning(setup.engine, inputs.weights, setup.model)
         if warning:
             st.warning(warning)
     return inputs, setup.model, setup

@@ -1,0 +1,53 @@
+"""`python -m core fit` says when the weight format asked for is not what the engine loads, or quantises nothing of
+the model; and gpt-oss's GGUFs keep their MXFP4 experts (core.memory.quant._gguf_type), which fit says too."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.engines import configured
+from core.model.loading import load_model
+from core.model.params import count_params
+from core.report import engine_format_warning
+from tests.test_cli import run_cli
+
+
+def fit_json(*args: str) -> dict:
+    proc = run_cli("fit", *args, "--gpu", "RTX 3060", "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize(
+    ("model", "engine", "weights", "says"),
+    [
+        ("meta-llama/Llama-3.1-8B-Instruct", "vllm", "mxfp4", "has none: every weight stays 16-bit"),
+        ("meta-llama/Llama-3.1-8B-Instruct", "llama.cpp", "MXFP4_MOE", "has none: every weight stays Q8_0"),
+        ("Qwen/Qwen3-8B", "llama.cpp", "mxfp4", "its type for MXFP4 experts is mxfp4_moe"),
+        ("Qwen/Qwen3-8B", "llama.cpp", "awq", "awq checkpoints need converting first"),
+        ("Qwen/Qwen3-8B", "transformers", "Q4_K_M", "transformers dequantises GGUF (q4_k_m)"),  # as typed
+    ],
+)
+def test_fit_notes_a_format_the_engine_does_not_load_or_the_model_does_not_use(model, engine, weights, says):
+    notes = fit_json(model, "--engine", engine, "--weights", weights)["notes"]
+    assert any(says in note for note in notes), notes
+
+
+def test_a_format_that_suits_the_engine_and_model_brings_no_warning():
+    notes = fit_json("openai/gpt-oss-20b", "--engine", "vllm", "--weights", "mxfp4")["notes"]
+    assert not any("quantises only routed experts" in note for note in notes)
+    assert engine_format_warning(configured("llama.cpp"), "Q4_K_M", load_model("Qwen/Qwen3-8B")) is None
+
+
+def test_gpt_oss_weights_as_a_gguf_keep_the_experts_mxfp4_and_say_so():
+    """The experts are most of gpt-oss's bytes: in F16 they stay MXFP4, so the file is 4.25 bits a weight there, not
+    16 (tests/test_speed_groups.py checks the sizes against llama-bench's files, tests/engines against llama.cpp)."""
+    experts = count_params(load_model("openai/gpt-oss-20b")).experts
+    f16 = fit_json("openai/gpt-oss-20b", "--engine", "llama.cpp", "--weights", "F16", "--context", "4k")
+    moe = fit_json("openai/gpt-oss-20b", "--engine", "llama.cpp", "--weights", "MXFP4_MOE", "--context", "4k")
+    assert any("routed experts stay MXFP4 in every GGUF type" in note for note in f16["notes"])
+    assert not any("routed experts stay MXFP4" in note for note in moe["notes"])  # that type makes them so itself
+    widened = experts * (2 - 17 / 32)  # bytes the experts would add at 16 bits instead of MXFP4's 17 per 32
+    assert 0 < f16["weights_bytes"] - moe["weights_bytes"] < widened / 4
