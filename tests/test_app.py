@@ -220,6 +220,15 @@ def test_tampered_link_opens_with_defaults_and_names_what_was_ignored():
     assert not at.exception
 
 
+def test_a_link_naming_an_unknown_preset_says_so_instead_of_showing_the_default_silently():
+    at = app({"model": "Qwen/Qwen3-14B", "source": "Preset"})  # repo-shaped, but not bundled: the Hub is not asked
+    (warning,) = [w.value for w in at.warning if "link parameters were ignored" in w.value]
+    assert "model='Qwen/Qwen3-14B' (not a bundled preset" in warning and "source=Hub" in warning
+    assert at.selectbox(key="in_model").value == DEFAULTS.model
+    assert from_query({"model": "Qwen/Qwen3-8B", "source": "Preset"})[1] == []  # a bundled one stays as it is
+    assert not at.exception
+
+
 def test_unknown_hub_model_offline_shows_a_message_and_the_default():
     at = app({"model": "nobody/not-a-model"})
     assert any("nobody/not-a-model" in e.value for e in at.error)

@@ -287,6 +287,9 @@ def from_query(params: dict[str, str]) -> tuple[Inputs, list[str]]:
     if inputs.engine in ENGINES and inputs.kv not in ENGINES[inputs.engine].kv_dtypes:
         ignored.append(f"kv={inputs.kv!r} (not available on {inputs.engine})")
         inputs = replace(inputs, kv="auto")
+    if params.get("source") == "Preset" and inputs.model not in presets():  # a Hub id is read only with source=Hub
+        ignored.append(f"model={inputs.model[:40]!r} (not a bundled preset; a link to a Hub model says source=Hub)")
+        inputs = replace(inputs, model=DEFAULT_MODEL)
     return inputs, ignored
 
 
