@@ -101,6 +101,7 @@ if start:
             decode_steps=int(steps),
             scale_layers=int(scale) or None,
         )
+        request.check_limit(model.max_context)
         mine = ProbeJob(request, timeout=float(timeout))
     except ProbeBusy as err:
         st.warning(str(err))
@@ -141,8 +142,9 @@ if result is not None:
         st.info(f"Probe cancelled after {result.elapsed_s:.0f} s: its process was killed and its memory freed.")
     else:
         st.error(f"Probe {result.status}: {result.error}")
-        if result.log_tail:
-            st.code(result.log_tail, language=None)
+        if result.log_tail:  # the child's own output, for a bug report: folded, the error above says what happened
+            with st.expander("The probe process's last output"):
+                st.code(result.log_tail, language=None)
     if result.contexts:
         st.subheader("Predicted vs measured")
         st.write(

@@ -206,3 +206,20 @@ def test_calibrate_button_runs_in_the_background_and_later_figures_use_it(monkey
     table = next(d.value for d in at.dataframe if "format" in d.value.columns).set_index("format")
     assert table.loc["Q4_0", "decode GFLOP/s per thread"] == 3.0
     assert table.loc["Q4_0, 1 thread", "decode GFLOP/s per thread"] == 5.0
+
+
+@pytest.mark.parametrize(
+    ("contexts", "says"),
+    [("99999999k", "is above the model's limit of 512 tokens"), (" , ", "give at least one token count")],
+)
+def test_contexts_past_the_limit_or_none_are_refused_before_any_process_starts(monkeypatch, tmp_path, contexts, says):
+    """A context past the model's limit would have the child allocate its cache (a 100M-token one is terabytes and
+    ended in the child's traceback); none at all was once reported as an empty Python tuple."""
+    at = open_page(monkeypatch, tmp_path, tiny_raw("qwen3_5_text"))  # max_position_embeddings 512
+    next(t for t in at.text_input if t.label == "Contexts").input(contexts)
+    button(at, "Run probe").click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert active_job() is None
+    assert any(says in e.value for e in at.error), [e.value for e in at.error]
+    assert not any("()" in e.value for e in at.error)

@@ -278,3 +278,12 @@ def test_a_probed_config_file_is_named_after_its_model_not_its_file(tmp_path):
         assert result.ok, (result.error, result.log_tail)
         assert result.model == expected
     assert [r["model"] for r in load_results(tmp_path / RESULTS_NAME)[0]] == ["org/tiny-llama", "tmpq0x9 (llama)"]
+
+
+def test_probe_cli_refuses_a_context_past_the_models_limit_before_starting():
+    from tests.test_cli import run_cli
+
+    proc = run_cli("probe", "LiquidAI/LFM2-1.2B", "--context", "99999999k", "--timeout", "5")
+    assert proc.returncode != 0
+    assert "context 99999999K is above the model's limit of 125K tokens" in proc.stderr
+    assert "Traceback" not in proc.stderr and "probe:" not in proc.stderr  # no process was started

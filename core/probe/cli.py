@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from core.argtypes import add_json_flag, positive_int, seconds, tokens
 from core.errors import InputError
+from core.model.loading import load_model
 from core.probe.request import BACKENDS, DEVICES, ProbeRequest
 from core.probe.runner import run_probe
 from core.units import format_bytes, format_tokens
@@ -34,6 +36,8 @@ def cmd_probe(args: argparse.Namespace) -> dict[str, Any]:
         kv_dtype=args.kv_dtype,
         tensor_parallel_size=args.tensor_parallel_size,
     )
+    if not Path(args.model).is_dir():  # a checkpoint folder is read by the probe itself
+        request.check_limit(load_model(args.model).max_context)
     result = run_probe(request, on_progress=None if args.quiet else _progress, timeout=args.timeout)
     if not result.ok:
         tail = f"\n{result.log_tail}" if result.log_tail and result.status == "error" else ""

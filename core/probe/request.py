@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from core.errors import InputError
+from core.units import format_tokens
 
 BACKENDS = ("transformers", "vllm")
 DEVICES = ("auto", "cpu", "cuda")
@@ -40,13 +41,25 @@ class ProbeRequest:
             raise InputError(f"unknown device {self.device!r}; choose one of: {', '.join(DEVICES)}")
         if self.weights not in WEIGHTS:
             raise InputError(f"weights must be one of {', '.join(WEIGHTS)}, got {self.weights!r}")
-        if not self.contexts or any(int(c) <= 0 for c in self.contexts):
-            raise InputError(f"contexts must be positive token counts, got {self.contexts!r}")
+        if not self.contexts:
+            raise InputError("contexts: give at least one token count, e.g. 512, 2k")
+        if any(int(c) <= 0 for c in self.contexts):
+            raise InputError(f"contexts must be positive token counts, got {', '.join(map(str, self.contexts))}")
         if self.decode_steps < 2 or self.batch <= 0 or self.tensor_parallel_size <= 0:
             raise InputError("decode steps must be ≥ 2; batch and tensor parallel size positive")
         if self.scale_layers is not None and self.scale_layers <= 0:
             raise InputError(f"--scale-layers must be positive, got {self.scale_layers}")
         object.__setattr__(self, "contexts", tuple(int(c) for c in self.contexts))
+
+    def check_limit(self, limit: int | None) -> None:
+        """Refuse a context past the model's own limit before a process allocates its cache (a 100M-token cache
+        is terabytes)."""
+        over = [c for c in self.contexts if limit and c > limit]
+        if over:
+            raise InputError(
+                f"context {format_tokens(max(over))} is above the model's limit of {format_tokens(limit or 0)} "
+                "tokens; probe at or below it"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -82,6 +95,16 @@ class ContextResult:
             return None
         return self.measured_cache_bytes / self.predicted_cache_bytes
 
+    def check_limit(self, limit: int | None) -> None:
+        """Refuse a context past the model's own limit before a process allocates its cache (a 100M-token cache
+        is terabytes)."""
+        over = [c for c in self.contexts if limit and c > limit]
+        if over:
+            raise InputError(
+                f"context {format_tokens(max(over))} is above the model's limit of {format_tokens(limit or 0)} "
+                "tokens; probe at or below it"
+            )
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"ratio": self.ratio}
 
@@ -112,6 +135,16 @@ class ProbeResult:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    def check_limit(self, limit: int | None) -> None:
+        """Refuse a context past the model's own limit before a process allocates its cache (a 100M-token cache
+        is terabytes)."""
+        over = [c for c in self.contexts if limit and c > limit]
+        if over:
+            raise InputError(
+                f"context {format_tokens(max(over))} is above the model's limit of {format_tokens(limit or 0)} "
+                "tokens; probe at or below it"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
