@@ -27,6 +27,7 @@ from ui.arrow import arrow_table
 from ui.figures import figure_row
 from ui.inputs import downloads, sidebar
 from ui.layout import mobile_css, opened, page_config, painted
+from ui.state import BOUNDS
 from ui.table import markdown_table
 
 page_config("fit a card")
@@ -128,10 +129,13 @@ def speeds(_result, ram: float, threads: int, isa: str, backend: str | None, key
 in_ram = (setup.gpu_layers is not None and setup.gpu_layers <= len(model.layers)) or bool(setup.cpu_experts)
 ram_measured = ram_gb_s()[0] if in_ram else 0.0
 ram, threads, isa = ram_measured, 8, ""
-if in_ram:
+if in_ram:  # the three are in the link (ram, thr, isa); an empty RAM box is this server's measured figure
     r1, r2, r3 = st.columns(3)
-    ram = r1.number_input("System RAM bandwidth (GB/s)", min_value=1.0, value=round(ram_measured, 1), key="in_ram")
-    threads = int(r2.number_input("CPU threads", min_value=1, max_value=1024, value=8, key="in_threads"))
+    ram = r1.number_input(
+        "System RAM bandwidth (GB/s)", *BOUNDS["ram"], value=None, key="in_ram",
+        placeholder=f"measured here: {ram_measured:.1f}",
+    ) or ram_measured  # fmt: skip
+    threads = int(r2.number_input("CPU threads", *BOUNDS["thr"], key="in_thr"))
     # the visitor's CPU, not this server's: llama.cpp's quantised prefill on it differs 2.5x with AVX-512
     isa = r3.selectbox(
         "CPU vector ISA", ("", *ISA_NAMES), format_func=lambda i: ISA_NAMES.get(i, "not known"), key="in_isa",

@@ -103,7 +103,31 @@ def test_the_sidebar_input_reaches_the_solver_and_the_link():
     shown = {m.label: m.value for m in at.metric}
     assert shown["Fits?"] == "yes" and moved.rows[0].fits  # 17 GiB of weights, but only ~1 GiB of it on the GPU
     assert shown["Max context, one sequence"] == max_context_text(moved)
-    assert at.number_input(key="in_ram").value > 0  # the RAM bandwidth box appears: the experts are read from RAM
+    ram = at.number_input(key="in_ram")  # the RAM bandwidth box appears: the experts are read from RAM
+    assert ram.value is None and ram.placeholder.startswith("measured here: ")  # empty: this server's own figure
     at.number_input(key="in_ncmoe").set_value(0).run()
     assert {m.label: m.value for m in at.metric}["Fits?"] == "no"
     assert not any("routed experts of layers 0-47 and the token embedding" in i.value for i in at.info)
+
+
+def test_the_hosts_ram_threads_and_isa_for_layers_in_ram_travel_in_the_link():
+    """Fit a card's three host inputs for layers left in RAM are in the link, so the receiver sees the sender's speed;
+    an empty RAM box is this server's measured figure and stays out of the link."""
+    from tests.test_app import app
+    from tests.test_app_gguf_and_card import _frame
+
+    query = {"model": "Qwen/Qwen3-8B", "card": "GeForce RTX 4060 8GB", "ngl": "20"}
+    at = app(query)
+    assert "ram" not in at.query_params and "thr" not in at.query_params
+    measured = list(_frame(at)["decode tok/s"])
+    at.number_input(key="in_ram").set_value(20.0).run()
+    at.number_input(key="in_thr").set_value(4).run()
+    at.selectbox(key="in_isa").set_value("avx2").run()
+    assert not at.exception, [e.value for e in at.exception]
+    sent = {k: at.query_params[k] for k in ("ram", "thr", "isa")}
+    assert sent == {"ram": "20", "thr": "4", "isa": "avx2"}
+    shown = list(_frame(at)["decode tok/s"])
+    assert shown != measured
+    received = app(query | sent)
+    assert list(_frame(received)["decode tok/s"]) == shown
+    assert received.number_input(key="in_ram").value == 20.0 and received.selectbox(key="in_isa").value == "avx2"

@@ -25,6 +25,7 @@ from core.model.config import parse_json
 from core.model.loading import DEFAULT_MODEL, presets
 from core.ollama_report import DEFAULT_CARDS, MEASURED, parse_free
 from core.speed.groups import AUTO_BACKEND, BACKEND_CHOICES
+from core.speed.ram import ISA_NAMES
 from core.units import format_tokens, parse_tokens
 
 CUSTOM_CARD = "custom"
@@ -50,6 +51,8 @@ BOUNDS = {
     "oover": (0, 1 << 20),
     "ogbs": (1.0, 2000.0),
     "othr": (1, 1024),
+    "ram": (1.0, 2000.0),
+    "thr": (1, 1024),
 }
 SWITCH = {"auto": None, "on": True, "off": False}  # an engine option: its default, or forced on/off
 PLATFORMS = ("cuda", "cpu")
@@ -73,6 +76,7 @@ CHOICES = {
     "ofa": OLLAMA_FLASH,
     "ow": OLLAMA_WEIGHTS,
     "oram": OLLAMA_RAM,
+    "isa": ("", *ISA_NAMES),
 }
 SOURCES = ("Preset", "Hub", "Upload")
 # org/name; never a path on the server (no "..", no "x.json" that core.model.loading would read as a file)
@@ -104,6 +108,11 @@ class Inputs:
     vver: str = VllmOptions.version  # vLLM release whose start-up log line is reproduced
     fe: str = DEFAULT_FRONTEND  # llama.cpp front end whose defaults apply
     backend: str = AUTO_BACKEND  # llama.cpp's ggml backend (speed only); auto: the card's vendor's
+    # Fit a card's host for layers left in RAM: its RAM bandwidth (GB/s; None = measured on this server), CPU threads
+    # and vector ISA ("" = not known)
+    ram: float | None = None
+    thr: int = 8
+    isa: str = ""
     util: float = 0.92  # vLLM gpu_memory_utilization (vLLM 0.33's default)
     layers: int = 0  # what-if edits; 0 = as the config says
     kvh: int = 0
