@@ -73,11 +73,13 @@ def csv_text(records: list[dict], leading: dict) -> str:
 
 
 def constant_table(fit: Fit) -> bool:
-    """Every row the same but the context: a pure state-space model, whose cache does not grow."""
+    """Every row the same but the context: a pure state-space model, whose cache does not grow. (With every layer
+    in system RAM, -ngl 0, the GPU holds no cache either: not this.)"""
     first = fit.rows[0]
-    return len(fit.rows) > 1 and all(
-        (r.total_bytes, r.max_concurrency) == (first.total_bytes, first.max_concurrency) for r in fit.rows
-    )
+    return (
+        len(fit.rows) > 1 and bool(first.account.lines)
+        and all((r.total_bytes, r.max_concurrency) == (first.total_bytes, first.max_concurrency) for r in fit.rows)
+    )  # fmt: skip
 
 
 def unlimited(fit: Fit) -> bool:
@@ -95,7 +97,8 @@ def requests_text(fit: Fit, row: Row) -> str:
     """Requests of this length at once; vLLM's fractional count only when at least one fits."""
     n = row.max_concurrency
     if n == float("inf"):
-        return "unlimited"
+        # no cache on the GPU: every layer's is in system RAM (-ngl 0), which kvscope does not size
+        return "unlimited" if row.account.lines else "— (cache in system RAM)"
     if not row.fits:
         return f"none ({n:.2f} of one)" if fit.vllm is not None and n > 0 else "none"
     return f"{n:,.2f}" if fit.vllm is not None else f"{int(n):,}"

@@ -309,3 +309,15 @@ def test_hub_mode_offline_falls_back_to_the_bundled_copy_and_says_so():
     assert "bundled preset" in warning and "Hub cannot be reached" in warning
     result, _ = expected(Inputs(model="Qwen/Qwen3-8B"))
     assert metrics(at)["Max context, one sequence"] == format_tokens(result.max_context)
+
+
+def test_every_layer_in_ram_is_not_shown_as_a_fixed_state_model():
+    """-ngl 0 on a dense model leaves the GPU no cache: its table still runs every context (the cache grows, in
+    system RAM), and the requests say where the cache is, not 'unlimited' as for a fixed-state model."""
+    at = app({"model": "Qwen/Qwen3-8B", "card": "GeForce RTX 4090 24GB", "ngl": "0"})
+    assert not at.exception
+    assert metrics(at)["Requests at 32K"] == "— (cache in system RAM)"
+    assert not any("fixed state that does not grow" in c.value for c in at.caption)
+    assert len(at.dataframe[0].value) > 1
+    mamba = app({"model": "state-spaces/mamba2-2.7b", "card": "GeForce RTX 4090 24GB", "engine": "vllm"})
+    assert any("fixed state that does not grow" in c.value for c in mamba.caption)  # a real one still says so
