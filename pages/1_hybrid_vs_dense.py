@@ -227,8 +227,16 @@ else:
         "overhead; the engine efficiencies are fitted to published llama.cpp runs and this project's CPU runs, or "
         "assumed (see *Fit a card*, "
         "'How is the speed computed?'). ✕ marks published figures for this card and engine "
-        "(measurements/speed/published_speed.jsonl), with their caveats in the hover; they are never fitted to. "
-        f"Decode error bar: {next(iter(timed.values()))[0]['decode_error'] if any(timed.values()) else 'not checked'}."
+        "(measurements/speed/published_speed.jsonl), with their caveats in the hover; they are never fitted to."
+    )
+    st.caption(  # each model's own: its groups differ (a hybrid's state layers, a MoE's experts)
+        "Error bars at the longest context drawn: "
+        + "; ".join(
+            f"**{name}**: decode {rows[-1]['decode_error']}; time to first token {rows[-1]['prefill_error']}"
+            for name, rows in timed.items()
+            if rows
+        )
+        + "."
     )
 
 if how := opened("How is this computed?", "kv_how_hybrid"):  # drawn only while open (ui.layout.opened)

@@ -226,3 +226,16 @@ def test_the_ggml_backend_picks_the_speed_group_and_travels_in_the_link():
     assert any("timed on ROCm instead" in w.value for w in hybrid.warning)
     other = app({**params, "engine": "vllm", "weights": "bf16", "backend": "vulkan"})
     assert not other.exception and "in_backend" not in [s.key for s in other.selectbox]  # llama.cpp's choice only
+
+
+def test_the_hybrid_pages_speed_charts_carry_each_models_decode_and_prefill_error_bars():
+    """Both charts (decode tok/s and time to first token) carry an error bar, per model: a hybrid's and a dense
+    comparator's groups differ."""
+    from tests.test_app import open_page
+
+    page = open_page("pages/1_hybrid_vs_dense.py", {"model": "Qwen/Qwen3.5-9B", "card": "GeForce RTX 4090 24GB"})
+    assert not page.exception, [e.value for e in page.exception]
+    (bars,) = [c.value for c in page.caption if c.value.startswith("Error bars at the longest context drawn")]
+    for name in ("Qwen/Qwen3.5-9B", "Qwen/Qwen3-8B"):
+        assert f"**{name}**: decode ±" in bars or f"**{name}**: decode not checked" in bars, bars
+    assert bars.count("time to first token ") >= 2, bars
