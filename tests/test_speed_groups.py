@@ -1932,3 +1932,23 @@ def test_the_fit_times_a_deep_moe_prompt_as_the_prediction_does():
         assert t.moe == 48
         p = start_params(eff) | {f"{r.family}:prefill": eff.family_factor(r.family, True, "")}
         assert math.isclose(t.tok_s(p), predicted_tok_s(r), rel_tol=1e-9), r.raw
+
+
+def test_a_step_split_with_the_cpu_says_its_cpu_part_is_not_checked():
+    """Every held-out GPU run had the whole model on the card: a figure with layers (-ngl) or experts (--n-cpu-moe)
+    in system RAM carries its GPU group's error and says that the CPU's part of it is not covered."""
+    setup = setup_on("GeForce RTX 4060 8GB")
+    whole = predict(setup, Hardware(60.0, 8), 8192)
+    split = predict(replace(setup, gpu_layers=20), Hardware(60.0, 8), 8192)
+    layers = len(setup.model.layers)
+    assert "not checked here" not in whole.decode_error.label.split("no held-out run split")[0]
+    for bar in (split.decode_error, split.prefill_error):
+        assert bar.group == whole.decode_error.group
+        # -ngl 20: the output layer and the last 19 decoder layers on the GPU (llama.cpp counts the output as one)
+        assert f"{layers - 19} of {layers} layers run on the CPU from system RAM (-ngl)" in bar.label
+        assert "no held-out run split a model so" in bar.label
+    moe = Setup(load_model("Qwen/Qwen3-30B-A3B"), configured("llama.cpp"), card_named("GeForce RTX 4060 8GB"),
+                weights="q4_k_m", cpu_experts=range(30))  # fmt: skip
+    label = predict(moe, Hardware(60.0, 8), 8192).decode_error.label
+    assert "the routed experts of 30 layers run on the CPU (--n-cpu-moe)" in label
+    assert "no held-out run split" not in predict(setup, Hardware(60.0, 8, cpu_only=True), 8192).decode_error.label

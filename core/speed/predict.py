@@ -578,10 +578,29 @@ def error_bars(setup: Setup, hw: Hardware, decode: Timing | None = None, chunk: 
     engine, chained = setup.engine.name, chained_layers(setup)
     moe = decode.moe if decode else moe_layers(setup)
     path = TILED_EXPERTS if decode and any(p.expert_note for p in decode.parts) else ""
-    return (
-        error_bar(engine, backend, klass, "decode", cal, chained, path, moe),
-        error_bar(engine, backend, klass, "prefill", cal, chained, prompt_path(setup, hw, chunk, moe), moe),
-    )
+    decode_bar = error_bar(engine, backend, klass, "decode", cal, chained, path, moe)
+    prefill_bar = error_bar(engine, backend, klass, "prefill", cal, chained, prompt_path(setup, hw, chunk, moe), moe)
+    split = split_caveat(setup, hw) if device == "gpu" else ""
+
+    def also(bar: ErrorBar) -> ErrorBar:
+        return replace(bar, caveat="; ".join(filter(None, (bar.caveat, split))))
+
+    return (also(decode_bar), also(prefill_bar)) if split else (decode_bar, prefill_bar)
+
+
+def split_caveat(setup: Setup, hw: Hardware) -> str:
+    """What a GPU group's error does not cover of a step llama.cpp splits with the CPU: every held-out run had the
+    whole model on the card (-ngl 99)."""
+    where = placement(setup, hw)
+    n = len(setup.model.layers)
+    parts = []
+    if where.on_cpu:
+        parts.append(f"{len(where.on_cpu)} of {n} layers run on the CPU from system RAM (-ngl)")
+    if where.cpu_experts and count_params(setup.model).experts:
+        parts.append(f"the routed experts of {len(where.cpu_experts)} layers run on the CPU (--n-cpu-moe)")
+    if not parts:
+        return ""
+    return " and ".join(parts) + ": no held-out run split a model so, and that part is not checked here"
 
 
 def prefill_chunk(setup: Setup, context: int) -> int:
