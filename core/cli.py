@@ -145,21 +145,27 @@ def build_engine(args: argparse.Namespace) -> Engine:
 
 
 def with_run_flags(engine: Engine, args: argparse.Namespace) -> Engine:
-    """-fa and -ub (add_run_flags) on a llama.cpp engine; other engines have neither knob."""
+    """-fa, -ub and -b (add_run_flags) on a llama.cpp engine; other engines have none of these knobs."""
     if not isinstance(engine, LlamaCppEngine):
         return engine
     if args.flash_attn is not None:
         engine = engine.with_options(flash_attn=args.flash_attn == "on")
-    return engine if args.ubatch is None else engine.with_ubatch(args.ubatch)
+    if args.ubatch is None and args.batch_size is None:
+        return engine
+    return engine.with_ubatch(args.ubatch, args.batch_size)
 
 
 def add_run_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """llama.cpp's -fa and -ub: they size its compute buffers (and set its prompt speed)."""
+    """llama.cpp's -fa, -ub and -b: they size its compute buffers (and set its prompt speed)."""
     p.add_argument(
         "--flash-attn", "-fa", choices=("on", "off"), help="llama.cpp: flash attention (default on/auto; off stores V "
         "transposed and refuses a quantised V)",
     )  # fmt: skip
     p.add_argument("--ubatch", "-ub", type=tokens, help="llama.cpp: n_ubatch, prompt tokens per pass (512; 2k = 2048)")
+    p.add_argument(
+        "--batch-size", "-b", type=tokens,
+        help="llama.cpp: n_batch (the front end's: 2048 for llama-server and llama-cli); a pass runs min(-b, -ub)",
+    )  # fmt: skip
 
 
 def engine_options(engine: Engine) -> dict:

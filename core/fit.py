@@ -338,6 +338,8 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
             )
     rows = tuple(solver.row(c) for c in wanted)
     notes = list(setup.model.notes)
+    if isinstance(solver.engine, LlamaCppEngine) and solver.engine.ubatch_note():
+        notes.append(solver.engine.ubatch_note())
     vllm = None
     if isinstance(solver.engine, VllmEngine):
         vllm = solver.vllm_capacity(solver.limit)

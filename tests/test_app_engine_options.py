@@ -87,7 +87,7 @@ def test_flash_attention_and_ubatch_from_the_sidebar_reach_llamacpp_memory():
     at.number_input(key="in_ub").set_value(4096).run()
     assert not at.exception, [e.value for e in at.exception]
     assert (at.query_params["fa"], at.query_params["ub"]) == ("off", "4096")
-    engine = configured("llama.cpp", flash_attn=False).with_ubatch(4096)
+    engine = configured("llama.cpp", flash_attn=False).with_ubatch(4096, 4096)  # the app's one knob: -b N -ub N
     setup = Setup(load_model("Qwen/Qwen3-8B"), engine, card_named("GeForce RTX 4090 24GB"), weights="q4_k_m")
     result = fit(setup, sorted(set(table_contexts(context_limit(setup))) | {16384}))
     assert metrics(at)["Max context, one sequence"] == max_context_text(result) != default

@@ -76,7 +76,7 @@ def _fit(*args: str) -> dict:
 
 def test_flash_attention_and_ubatch_reach_llamacpp_memory_on_every_command():
     """-fa and -ub change llama.cpp's compute buffers (one micro-batch's graph; without flash attention its KQ
-    scores too), so `fit` takes them as `speed` does; -ub alone grows the batch with it, as llama.cpp's tools do."""
+    scores too), so `fit` takes them as `speed` does."""
     from core.engines import configured
     from core.fit import Setup, fit
     from core.memory.gpus import card_named
@@ -140,3 +140,17 @@ def test_every_flag_of_every_command_says_what_it_does():
     assert not bare
     kv = next(a for a in sub.choices["size"]._actions if "--kv-dtype" in a.option_strings)
     assert all(d in kv.help for engine in ("llama.cpp", "vllm") for d in configured(engine).kv_dtypes)
+
+
+def test_an_ubatch_past_the_batch_runs_as_the_batch_unless_b_is_raised_with_it():
+    """llama.cpp runs min(n_batch, n_ubatch) tokens a pass (llama-context.cpp): -ub 4096 under llama-cli's -b 2048
+    sizes what -ub 2048 does, and says so; -b 4096 with it sizes a 4,096-token pass."""
+    base = ("Qwen/Qwen3-8B", "--gpu", "GeForce RTX 4090 24GB", "--engine", "llama.cpp", "--context", "16k")
+    two, four, raised = _fit(*base, "-ub", "2k"), _fit(*base, "-ub", "4k"), _fit(*base, "-ub", "4k", "-b", "4k")
+    assert four["overhead_bytes"] == two["overhead_bytes"] < raised["overhead_bytes"]
+    assert any("-ub 4,096 with -b 2,048 runs 2,048; raise -b (--batch-size)" in n for n in four["notes"])
+    assert not any("min(-b, -ub)" in n for n in two["notes"] + raised["notes"])
+    assert (raised["engine_options"]["n_ubatch"], raised["engine_options"]["n_batch"]) == (4096, 4096)
+    proc = run_cli("speed", *base, "-ub", "4k", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["n_ubatch"] == 2048  # the pass it times

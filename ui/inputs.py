@@ -340,8 +340,8 @@ def _hardware_inputs(w: Any, gguf_caption: str | None) -> list[str]:
             *BOUNDS["ub"],
             step=256,
             key="in_ub",
-            help="Prompt tokens per pass (n_ubatch, 512 by default; the batch -b grows with it): larger prompt "
-            "passes run faster and need larger compute buffers",
+            help="Prompt tokens per pass (n_ubatch, 512 by default): larger prompt passes run faster and need larger "
+            "compute buffers. llama.cpp runs min(-b, -ub), so past the front end's -b this sizes `-b N -ub N`",
         )
         w.number_input(
             "GPU layers (-ngl; -1 = all)",
@@ -506,8 +506,8 @@ def setup_for(inputs: Inputs, model: ModelSpec, weights_file: WeightFile | None 
         kv_unified=SWITCH[inputs.kvu],
         flash_attn=SWITCH[inputs.fa],
     )
-    if inputs.ub and isinstance(engine, LlamaCppEngine):
-        engine = engine.with_ubatch(inputs.ub)
+    if inputs.ub and isinstance(engine, LlamaCppEngine):  # one knob: -b raised with it where it must be
+        engine = engine.with_ubatch(inputs.ub, max(inputs.ub, engine.options.n_batch))
     card = Card.custom(inputs.gib, inputs.gbs, inputs.tflops) if inputs.card == CUSTOM_CARD else card_named(inputs.card)
     tp, pp = default_split(engine, inputs.gpus)
     offload = inputs.ngl if inputs.engine == "llama.cpp" and inputs.ngl >= 0 else None

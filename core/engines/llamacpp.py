@@ -318,13 +318,25 @@ class LlamaCppEngine(Engine):
     def with_options(self, **changes) -> LlamaCppEngine:
         return replace(self, options=replace(self.options, **changes))
 
-    def with_ubatch(self, n_ubatch: int) -> LlamaCppEngine:
-        """-ub N as llama.cpp's tools take it alone: llama.cpp caps n_ubatch by n_batch (llama-context.cpp:
-        n_ubatch = min(n_batch, n_ubatch)), so -ub alone (llama-bench's usual spelling) means that ubatch and the
-        batch grows with it."""
-        if n_ubatch <= 0:
-            raise InputError(f"n_ubatch must be positive, got {n_ubatch}")
-        return self.with_options(n_ubatch=n_ubatch, n_batch=max(self.options.n_batch, n_ubatch))
+    def with_ubatch(self, n_ubatch: int | None, n_batch: int | None = None) -> LlamaCppEngine:
+        """-ub N and -b M as given (None: the front end's). llama.cpp runs min(n_batch, n_ubatch) tokens a pass
+        (llama-context.cpp: cparams.n_ubatch = min(n_batch, n_ubatch)), as kvscope reads them everywhere, so -ub
+        past the front end's n_batch (2048 for llama-server and llama-cli) changes nothing unless -b is raised too
+        (ubatch_note says so)."""
+        for flag, value in (("n_ubatch", n_ubatch), ("n_batch", n_batch)):
+            if value is not None and value <= 0:
+                raise InputError(f"{flag} must be positive, got {value}")
+        return self.with_options(n_ubatch=n_ubatch or self.options.n_ubatch, n_batch=n_batch or self.options.n_batch)
+
+    def ubatch_note(self) -> str:
+        """What llama.cpp makes of an -ub past -b; "" when it runs as given."""
+        o = self.options
+        if o.n_ubatch <= o.n_batch:
+            return ""
+        return (
+            f"llama.cpp runs min(-b, -ub) prompt tokens a pass: -ub {o.n_ubatch:,} with -b {o.n_batch:,} runs "
+            f"{o.n_batch:,}; raise -b (--batch-size) with it"
+        )
 
     def offload(self, gpu_layers: int | None, n_layers: int, cpu_experts: range = range(0)) -> Offload:
         """Offload.of under this engine's build's -ngl convention."""

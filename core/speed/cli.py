@@ -13,7 +13,16 @@ from core.errors import InputError
 from core.fit import Setup, Solver
 from core.speed import calibration
 from core.speed.groups import BACKENDS, ErrorBar, checked_backend
-from core.speed.predict import Hardware, Speed, backend_of, flash_attn, placement, predict, setup_weights
+from core.speed.predict import (
+    Hardware,
+    Speed,
+    backend_of,
+    flash_attn,
+    placement,
+    predict,
+    prefill_chunk,
+    setup_weights,
+)
 from core.speed.ram import ISA_NAMES, host_isa, ram_bandwidth
 from core.units import format_bytes, format_tokens, plural
 
@@ -138,7 +147,7 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
         "kv_dtype": setup.kv_dtype,
         "backend": backend_of(setup, hw),
         "flash_attn": flash_attn(setup),
-        "n_ubatch": setup.engine.options.n_ubatch if isinstance(setup.engine, LlamaCppEngine) else None,
+        "n_ubatch": prefill_chunk(setup, 1 << 30) if isinstance(setup.engine, LlamaCppEngine) else None,
         "calibration": cal.record() if cal is not None else None,
         "efficiencies": effs,
         "rows": rows,
