@@ -9,7 +9,7 @@ from core.engines import Engine
 from core.engines.base import CacheAccount, per_count, sized_tensors, sized_weights
 from core.engines.hf_transformers import TransformersEngine
 from core.engines.llamacpp import LlamaCppEngine, Offload
-from core.engines.vllm_engine import NEEDS_CC, Capacity, VllmEngine, serve_defaults
+from core.engines.vllm_engine import NEEDS_CC, ON_APPLE, Capacity, VllmEngine, serve_defaults
 from core.engines.vllm_mxfp4 import Kernel, kernel_for, loading_growth
 from core.engines.vllm_pipeline import fullest_stage_fraction, pipeline_capacity
 from core.errors import InputError
@@ -348,6 +348,8 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
                 f"{NEEDS_CC} (its installation guide); {setup.card.name} is a Pascal "
                 "card (6.x): these are the bytes vLLM would need, but its builds do not run on this card"
             )
+        if setup.card.vendor == "Apple":
+            notes.append(f"{ON_APPLE}: these are the bytes of vLLM's CUDA layout, not checked there")
     if isinstance(solver.engine, LlamaCppEngine):
         n, where = len(setup.model.layers), solver.offload
         assert where is not None  # set for every llama.cpp setup

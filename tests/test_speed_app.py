@@ -239,3 +239,19 @@ def test_the_hybrid_pages_speed_charts_carry_each_models_decode_and_prefill_erro
     for name in ("Qwen/Qwen3.5-9B", "Qwen/Qwen3-8B"):
         assert f"**{name}**: decode ±" in bars or f"**{name}**: decode not checked" in bars, bars
     assert bars.count("time to first token ") >= 2, bars
+
+
+def test_vllm_on_an_apple_gpu_is_not_timed_and_its_bytes_say_what_they_are():
+    """Upstream vLLM runs on Apple silicon's CPU; its GPU only through the vllm-metal plugin (MLX), which kvscope
+    does not model: no speed, and fit says the bytes are vLLM's CUDA layout."""
+    from core.engines import configured
+    from core.fit import Setup, fit
+    from core.memory.gpus import card_named
+    from core.model.loading import load_model
+    from core.speed import untimed
+
+    setup = Setup(load_model("Qwen/Qwen3-8B"), configured("vllm"), card_named("Apple M3 Max 36GB"))
+    assert "vllm-metal plugin" in (untimed(setup) or "")
+    assert any("vllm-metal plugin" in note for note in fit(setup, [4096]).notes)
+    llama = Setup(setup.model, configured("llama.cpp"), setup.card)
+    assert untimed(llama) is None and not any("vllm-metal" in note for note in fit(llama, [4096]).notes)

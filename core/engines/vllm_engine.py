@@ -62,6 +62,12 @@ DEFAULT_MAX_NUM_SEQS = 256  # `vllm serve` on cards under 70 GiB and on A100s (s
 MLA_KERNEL_BLOCK = 128  # TRT-LLM/FlashInfer MLA decode kernels need 128-token alignment in hybrid models
 # its CUDA builds' floor (the installation guide): Pascal cards (6.x) are sized, never run
 NEEDS_CC = "vLLM needs compute capability 7.0 or newer"
+# vLLM's own builds run on Apple silicon's CPU only; its GPU through the community vllm-metal plugin (MLX kernels, its
+# own KV cache), whose layout and speed kvscope has not modelled (docs/getting_started/installation/gpu.apple.inc.md)
+ON_APPLE = (
+    "vLLM reaches an Apple GPU only through the vllm-metal plugin (MLX kernels and its own KV cache), which kvscope "
+    "does not model"
+)
 GDN_CHECKPOINT_ALIGNMENT = 64  # FLASHINFER_GDN_CHECKPOINT_ALIGNMENT in vllm/v1/attention/backends/gdn_attn.py
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from core.dtypes import dtype_named
 from core.engines.base import per_count, sized_tensors
 from core.engines.llamacpp import LlamaCppEngine, Offload
-from core.engines.vllm_engine import NEEDS_CC, VllmEngine
+from core.engines.vllm_engine import NEEDS_CC, ON_APPLE, VllmEngine
 from core.errors import InputError
 from core.fit import Setup, setup_format
 from core.memory.quant import STORED_FTYPE, format_named, stored_type
@@ -282,12 +282,14 @@ def device_kind(setup: Setup, hw: Hardware) -> str:
 
 
 def untimed(setup: Setup) -> str | None:
-    """Why the setup's card cannot be timed, or None: no bandwidth or peak figure, or a Pascal card (timed by its
-    FP32 peak) under an engine other than llama.cpp."""
+    """Why the setup's card cannot be timed, or None: no bandwidth or peak figure, a Pascal card (timed by its
+    FP32 peak) under an engine other than llama.cpp, or vLLM on an Apple GPU."""
     try:
         setup.card.timing_figures()
     except InputError as err:
         return str(err)
+    if setup.card.vendor == "Apple" and isinstance(setup.engine, VllmEngine):
+        return f"{ON_APPLE}; choose llama.cpp (Metal) for a speed on {setup.card.name}"
     if setup.card.fp32_only and not isinstance(setup.engine, LlamaCppEngine):
         why = (
             NEEDS_CC
