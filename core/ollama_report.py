@@ -169,7 +169,7 @@ def free_card(card: Card, free: int | None) -> Card:
     if not 0 < free <= card.memory_bytes:
         raise InputError(
             f"free GPU memory {format_bytes(free)} must be positive and at most the card's "
-            f"{format_bytes(card.memory_bytes)}; give it as Ollama logs it, e.g. --free 7.1GiB"
+            f"{format_bytes(card.memory_bytes)}; give it as Ollama logs it, e.g. 7.1GiB"
         )
     return replace(card, memory_bytes=free, basis=f"{format_bytes(free)} free of {format_bytes(card.memory_bytes)}")
 

@@ -107,9 +107,9 @@ def test_the_file_keeps_crlf_and_one_width():
 def test_custom_card_figures_and_their_errors():
     card = Card.custom(16, 320, 65)
     assert (card.memory_bytes, card.bandwidth_gb_s, card.dense_tflops) == (16 * GIB, 320, 65)
-    with pytest.raises(InputError, match=r"--gpu-gbs GB/s\) and dense 16-bit peak \(--gpu-tflops"):
+    with pytest.raises(InputError, match=r"GB/s and dense 16-bit peak in TFLOPS \(--gpu-gbs and --gpu-tflops;"):
         Card.custom(16).timing_figures()
-    with pytest.raises(InputError, match=r"give its dense 16-bit peak \(--gpu-tflops TFLOPS\), choose"):
+    with pytest.raises(InputError, match=r"TFLOPS \(--gpu-tflops; in the app, the custom card's boxes\), choose"):
         predict(Setup(load_model(MODEL), configured("llama.cpp"), Card.custom(16, 320), weights="q4_k_m"), HOST, 4096)
     for gb_s, tflops in ((0, 65), (-1, 65), (320, 0), (320, float("nan")), (float("inf"), 65), (320, 1e9)):
         with pytest.raises(InputError, match="must be positive and at most"):
@@ -179,8 +179,8 @@ def test_fit_cards_and_ollama_take_the_figures():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("speed", MODEL, "--gpu-mem-gib", "16", *LLAMA), "give its bandwidth (--gpu-gbs GB/s) and dense 16-bit"),
-        (("speed", MODEL, "--gpu-mem-gib", "16", "--gpu-tflops", "65", *LLAMA), "give its bandwidth (--gpu-gbs"),
+        (("speed", MODEL, "--gpu-mem-gib", "16", *LLAMA), "peak in TFLOPS (--gpu-gbs and --gpu-tflops"),
+        (("speed", MODEL, "--gpu-mem-gib", "16", "--gpu-tflops", "65", *LLAMA), "bandwidth in GB/s (--gpu-gbs;"),
         (("speed", MODEL, "--gpu-tflops", "65", *LLAMA), "give its memory too (--gpu-mem-gib 16)"),
         (("speed", MODEL, "--gpu-mem-gib", "16", "--gpu-gbs", "0", *LLAMA), "--gpu-gbs: must be positive"),
         (("speed", MODEL, "--gpu", "T4", "--gpu-tflops", "-3", *LLAMA), "--gpu-tflops: must be positive"),
@@ -189,7 +189,7 @@ def test_fit_cards_and_ollama_take_the_figures():
         (("fit", MODEL, "--gpu-gbs", "300"), "give its memory too"),
         (("cards", MODEL, "--gpu-tflops", "40"), "give --gpu-mem-gib"),
         (("ollama", MODEL, "--gpu-gbs", "300"), "name it (--gpu) or give --gpu-mem-gib too"),
-        (("ollama", MODEL, "--gpu-mem-gib", "16", "--gpu-gbs", "300"), "give its dense 16-bit peak (--gpu-tflops"),
+        (("ollama", MODEL, "--gpu-mem-gib", "16", "--gpu-gbs", "300"), "peak in TFLOPS (--gpu-tflops;"),
     ],
 )
 def test_errors_say_which_flag(args, message):

@@ -449,7 +449,7 @@ def test_free_memory_is_what_the_split_goes_into(capsys):
         (["Qwen/Qwen3-8B", "--free", "7.1GB"], "cannot read free memory"),
         (["Qwen/Qwen3-8B", "--free", "0"], "must be positive"),
         # a card by its memory alone cannot be timed: the message names the two figures to add
-        (["Qwen/Qwen3-8B", "--gpu-mem-gib", "16"], "give its bandwidth (--gpu-gbs GB/s) and dense 16-bit peak"),
+        (["Qwen/Qwen3-8B", "--gpu-mem-gib", "16"], "give its bandwidth in GB/s and dense 16-bit peak in TFLOPS"),
     ],
 )
 def test_bad_free_memory_is_a_clean_message(capsys, argv, message):

@@ -326,7 +326,8 @@ def list_repo(repo_id: str) -> Listing:
         return cached
     raise InputError(
         f"{repo_id}: {reason}, and neither kvscope's cache nor huggingface_hub's holds its file list; "
-        "run once with network (then it works offline), or download the .gguf and give its path"
+        "run once with network (then it works offline), or download the .gguf and give its path to the command "
+        "line (the app reads GGUFs by Hub name only)"
     )
 
 

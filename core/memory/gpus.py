@@ -64,11 +64,12 @@ class Card:
         bandwidth, peak = self.bandwidth_gb_s, self.dense_tflops
         if bandwidth and peak:
             return bandwidth, peak
-        missing = ["bandwidth (--gpu-gbs GB/s)"] if not bandwidth else []
-        missing += [] if peak else ["dense 16-bit peak (--gpu-tflops TFLOPS)"]
+        missing = [("bandwidth in GB/s", "--gpu-gbs")] if not bandwidth else []
+        missing += [] if peak else [("dense 16-bit peak in TFLOPS", "--gpu-tflops")]
         raise InputError(
-            f"{self.name}: no bandwidth or peak figure to time it by: give its {' and '.join(missing)}, choose a "
-            "listed card, or run on the CPU"
+            f"{self.name}: no bandwidth or peak figure to time it by: give its {' and '.join(m for m, _ in missing)} "
+            f"({' and '.join(f for _, f in missing)}; in the app, the custom card's boxes), choose a listed card, or "
+            "run on the CPU"
         )
 
     @classmethod
@@ -201,6 +202,9 @@ def card_named(name: str) -> Card:
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise InputError(f"unknown card {name!r}; try e.g. 'RTX 4090', 'H100', 'A100 40GB', or give --gpu-mem-gib")
+        raise InputError(
+            f"unknown card {name!r}; try e.g. 'RTX 4090', 'H100', 'A100 40GB', or give its memory (--gpu-mem-gib; in "
+            "the app, the custom card)"
+        )
     names = ", ".join(c.name for c in matches[:8])
     raise InputError(f"card {name!r} is ambiguous: {names}; name one exactly")

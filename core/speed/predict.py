@@ -298,7 +298,7 @@ def untimed(setup: Setup) -> str | None:
         )
         return (
             f"{setup.card.name} has no FP16 or BF16 matrix units (Pascal): kvscope times only llama.cpp on it ({why}); "
-            "choose llama.cpp, or give the card's peak with --gpu-tflops"
+            "choose llama.cpp, or give the card's peak (--gpu-tflops; in the app, the custom card's TFLOPS box)"
         )
     return None
 
