@@ -4,6 +4,7 @@ model, and the shapes every speed curve must have."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from itertools import pairwise
 
@@ -267,3 +268,15 @@ def test_a_cpus_clock_is_read_from_cpuinfo_where_it_gives_one():
     assert cpu_mhz(vm) == 2445.424  # the first processor's
     assert cpu_mhz("processor\t: 0\nmodel name\t: Apple M2\n") is None  # Arm kernels print no clock
     assert cpu_mhz("processor\t: 0\ncpu MHz\t: unknown\n") is None
+
+
+def test_more_threads_than_this_host_has_are_refused_unless_the_ram_is_another_machines():
+    """Threads scale a CPU figure; past this host's cores, with this host's RAM figure, they described no machine
+    (64 threads on a 2-core VM read 32× the prefill)."""
+    cores = os.cpu_count() or 1
+    base = ("speed", "Qwen/Qwen3-8B", "--device", "cpu", "--context", "4k", "--threads", str(cores + 1))
+    refused = run_cli(*base)
+    assert refused.returncode != 0
+    assert f"--threads {cores + 1} is more than this host's {cores} cores" in refused.stderr
+    assert "give its --ram-gbs too" in refused.stderr and "Traceback" not in refused.stderr
+    assert run_cli(*base, "--ram-gbs", "80").returncode == 0

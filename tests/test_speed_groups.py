@@ -136,10 +136,13 @@ def test_speed_flags_reach_the_prediction(capsys):
     assert out["rows"][0]["prefill_tok_s"] < default["rows"][0]["prefill_tok_s"]
 
 
-def test_ubatch_above_the_batch_raises_the_batch(capsys):
-    out = run_json(capsys, "speed", MODEL, "--gpu", "GeForce RTX 4090 24GB", "--engine", "llama.cpp", "-ub", "4096",
-                   "--context", "8192")  # fmt: skip
-    assert out["n_ubatch"] == 4096 and out["rows"][0]["prefill_chunk"] == 4096
+def test_ubatch_above_the_batch_runs_as_the_batch_unless_b_is_raised(capsys):
+    """llama.cpp runs min(n_batch, n_ubatch) tokens a pass (llama-context.cpp): -ub 4096 under llama-cli's -b 2048
+    times 2,048-token passes; with -b 4096 too, 4,096."""
+    base = ["speed", MODEL, "--gpu", "GeForce RTX 4090 24GB", "--engine", "llama.cpp", "-ub", "4096", "--context", "8k"]
+    alone, raised = run_json(capsys, *base), run_json(capsys, *base, "-b", "4096")
+    assert alone["n_ubatch"] == 2048 and alone["rows"][0]["prefill_chunk"] == 2048
+    assert raised["n_ubatch"] == 4096 and raised["rows"][0]["prefill_chunk"] == 4096
 
 
 def test_backend_errors_and_cpu_backend(capsys):

@@ -106,6 +106,12 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
     ram_source = "not used (every layer on the GPU)"
     cal = None
     if needs_ram(setup, hw) or args.ram_gbs is not None:
+        cores = os.cpu_count() or 1
+        if args.ram_gbs is None and hw.threads > cores:  # this host's RAM figure, another machine's thread count
+            raise InputError(
+                f"--threads {hw.threads} is more than this host's {cores} cores, whose RAM figure would be used: "
+                "for another machine give its --ram-gbs too"
+            )
         cal = calibration.load()
         if cal is not None and args.ram_gbs is None:
             hw, ram_source = calibrated_host(cal, hw.threads, cpu_only, backend), cal.label
