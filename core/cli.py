@@ -372,9 +372,11 @@ def print_fit(out: dict) -> None:
         f"{out['model']} on {out['gpus']}× {out['card']} ({format_bytes(out['card_memory_bytes'])} each), "
         f"{out['engine']}, weights {out['weights']}, KV {out['kv_dtype']}"
     )
+    first = format_tokens(out["contexts"][0]["context"]) if out["contexts"] else "the first context"
     print(
         f"per GPU: usable {format_bytes(out['usable_bytes'])}, weights {format_bytes(out['weights_bytes'])}, "
-        f"overhead {format_bytes(out['overhead_bytes'])}, KV budget {format_bytes(out['kv_budget_bytes'])}"
+        f"overhead {format_bytes(out['overhead_bytes'])} and KV budget {format_bytes(out['kv_budget_bytes'])} at "
+        f"{first} (the overhead column: at each context)"
     )
     print(f"max context for one sequence: {out['max_context']:,} tokens (limit {out['context_limit']:,})")
     print(f"rules: {out['engine_rules']}")
@@ -382,9 +384,12 @@ def print_fit(out: dict) -> None:
         print("vLLM would log: " + out["vllm"]["log"])
     for note in out["notes"]:
         print(f"note: {note}")
-    print(f"{'context':>8}  {'cache':>11}  {'total':>11}  {'headroom':>11}  {'fits':>4}  {'concurrency':>11}")
-    for r in out["contexts"]:
-        cells = (format_bytes(r["cache_bytes"]), format_bytes(r["total_bytes"]), format_bytes(r["headroom_bytes"]))
+    print(
+        f"{'context':>8}  {'cache':>11}  {'overhead':>11}  {'total':>11}  {'headroom':>11}  {'fits':>4}  "
+        f"{'concurrency':>11}"
+    )
+    for r in out["contexts"]:  # total = weights + cache + overhead
+        cells = (format_bytes(r[k]) for k in ("cache_bytes", "overhead_bytes", "total_bytes", "headroom_bytes"))
         fits = "yes" if r["fits"] else "no"
         print(
             f"{format_tokens(r['context']):>8}  "
