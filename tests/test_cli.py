@@ -114,3 +114,21 @@ def test_a_reader_that_closes_early_gets_no_traceback():
     _, err = proc.communicate(timeout=60)
     assert "Traceback" not in err.decode(), err.decode()
     assert proc.returncode == 0
+
+
+def test_fit_text_table_shows_each_contexts_overhead_so_its_totals_add_up():
+    """transformers' overhead grows with the context: the header's figure is the first row's, the column each row's,
+    and each total is the weights plus that row's cache and overhead."""
+    args = ("fit", "google/gemma-3-12b-it", "--gpu", "RTX 4090", "--engine", "transformers", "--context", "4k",
+            "--context", "16k")  # fmt: skip
+    text, data = run_cli(*args), run_cli(*args, "--json")
+    assert text.returncode == 0 and data.returncode == 0, text.stderr + data.stderr
+    out = json.loads(data.stdout)
+    rows = out["contexts"]
+    assert rows[0]["overhead_bytes"] < rows[1]["overhead_bytes"]
+    for r in rows:
+        assert r["total_bytes"] == out["weights_bytes"] + r["cache_bytes"] + r["overhead_bytes"]
+    lines = text.stdout.splitlines()
+    assert "KV budget" in lines[1] and "at 4K (the overhead column: at each context)" in lines[1]
+    header = next(line for line in lines if line.split()[:2] == ["context", "cache"])
+    assert header.split()[:4] == ["context", "cache", "overhead", "total"]
