@@ -58,3 +58,10 @@ def test_mamba_ssm_native_config_is_translated():
     (layer,) = set(spec.layers)
     assert spec.layer_counts() == {"mamba2": 3}
     assert (layer.heads, layer.head_dim, layer.d_state, layer.intermediate) == (8, 16, 128, 128)
+
+
+def test_a_byte_order_mark_is_read_alike_in_a_file_and_in_pasted_text():
+    text = '\ufeff{"model_type": "llama", "hidden_size": 64}'
+    assert parse_json(text, "pasted") == parse_json(text.encode("utf-8"), "uploaded") == {
+        "model_type": "llama", "hidden_size": 64,
+    }  # fmt: skip

@@ -122,3 +122,12 @@ def test_the_csv_names_the_kv_dtype_used_and_rounds_as_shown(monkeypatch):
     assert not {"ocards", "ccard", "ftab"} & set(frame.columns)  # other pages' settings made no figure here
     floats = frame.select_dtypes("float")
     assert len(floats.columns) >= 3 and (floats.round(3) == floats).all().all()
+
+
+def test_a_link_to_the_root_page_has_its_slash_before_the_query():
+    from ui.layout import link_base
+
+    assert link_base("http://host:8501") == "http://host:8501/"
+    assert link_base("http://host:8501/?model=x") == "http://host:8501/"
+    assert link_base("https://kv.example/ollama?ow=q8_0") == "https://kv.example/ollama"
+    assert link_base("") == ""

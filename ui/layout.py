@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
@@ -142,14 +143,19 @@ def opened(label: str, key: str, expanded: bool = False) -> DeltaGenerator | Non
     return box if box.open else None
 
 
+def link_base(url: str) -> str:
+    """The page's address without its query; the root page's with its "/" (`http://host:8501/?…`, not `…8501?…`)."""
+    base = url.split("?")[0]
+    return base + "/" if base and not urlsplit(base).path else base
+
+
 def share_box(query: str, notes: tuple[str, ...] = ()) -> None:
     """The link to this view, to copy (the code box has a copy button), and what it carries."""
     box = opened("Share this view", "kv_share")
     if box is None:
         return
     with box:
-        url = st.context.url.split("?")[0] if st.context.url else ""
-        st.code(f"{url}?{query}", language=None, wrap_lines=True)
+        st.code(f"{link_base(st.context.url or '')}?{query}", language=None, wrap_lines=True)
         st.caption("Copy the link with the button in the box's corner; it reproduces every input.")
         for note in notes:
             st.caption(note)

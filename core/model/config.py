@@ -44,6 +44,7 @@ def parse_json(text: str | bytes, origin: str) -> dict[str, Any]:
         except UnicodeDecodeError as err:
             where = f"{err.reason} at byte {err.start}"
             raise InputError(f"{origin} is not UTF-8 text ({where}); save it as UTF-8") from None
+    text = text.removeprefix("\ufeff")  # a byte-order mark, as a file's bytes lose it (pasted text keeps it)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
