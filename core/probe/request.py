@@ -95,16 +95,6 @@ class ContextResult:
             return None
         return self.measured_cache_bytes / self.predicted_cache_bytes
 
-    def check_limit(self, limit: int | None) -> None:
-        """Refuse a context past the model's own limit before a process allocates its cache (a 100M-token cache
-        is terabytes)."""
-        over = [c for c in self.contexts if limit and c > limit]
-        if over:
-            raise InputError(
-                f"context {format_tokens(max(over))} is above the model's limit of {format_tokens(limit or 0)} "
-                "tokens; probe at or below it"
-            )
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"ratio": self.ratio}
 
@@ -135,16 +125,6 @@ class ProbeResult:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
-
-    def check_limit(self, limit: int | None) -> None:
-        """Refuse a context past the model's own limit before a process allocates its cache (a 100M-token cache
-        is terabytes)."""
-        over = [c for c in self.contexts if limit and c > limit]
-        if over:
-            raise InputError(
-                f"context {format_tokens(max(over))} is above the model's limit of {format_tokens(limit or 0)} "
-                "tokens; probe at or below it"
-            )
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
