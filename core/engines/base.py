@@ -43,8 +43,12 @@ def sized_tensors(count: ParamCount, fmt: str, dtype_bytes: int) -> list[tuple[T
 
 
 def sized_weights(count: ParamCount, fmt: str, dtype_bytes: int) -> WeightBytes:
-    """core.memory.quant.weights_bytes, once per count and format."""
-    return per_count(count, ("weights_bytes", fmt, dtype_bytes), lambda: weights_bytes(count, fmt, dtype_bytes))
+    """core.memory.quant.weights_bytes, once per count and format, from sized_tensors' (not a second pass)."""
+    return per_count(
+        count,
+        ("weights_bytes", fmt, dtype_bytes),
+        lambda: weights_bytes(count, fmt, dtype_bytes, sized_tensors(count, fmt, dtype_bytes)),
+    )
 
 
 @dataclass(frozen=True)

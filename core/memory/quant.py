@@ -557,11 +557,14 @@ def tensor_bytes(count: ParamCount, fmt_name: str, model_dtype_bytes: int) -> li
     return [(t, fmt.matrix_bytes(t) if t.category in fmt.quantises else t.numel * rest) for t in count.tensors]
 
 
-def weights_bytes(count: ParamCount, fmt_name: str, model_dtype_bytes: int) -> WeightBytes:
-    """Weight bytes in total and per category. `model_dtype_bytes` is the size of what a format leaves alone."""
+def weights_bytes(
+    count: ParamCount, fmt_name: str, model_dtype_bytes: int, sizes: list[tuple[Tensor, int]] | None = None
+) -> WeightBytes:
+    """Weight bytes in total and per category. `model_dtype_bytes` is the size of what a format leaves alone;
+    `sizes`, tensor_bytes' answer where the caller holds it already (a 10,000-layer what-if has 100,000 tensors)."""
     if not count.tensors:
         raise InputError("this parameter count carries no tensor list; build it with core.model.params.count_params")
     by = dict.fromkeys(CATEGORIES, 0)
-    for t, nbytes in tensor_bytes(count, fmt_name, model_dtype_bytes):
+    for t, nbytes in sizes if sizes is not None else tensor_bytes(count, fmt_name, model_dtype_bytes):
         by[t.category] += nbytes
     return WeightBytes(format=format_named(fmt_name).name, total=sum(by.values()), **by)
