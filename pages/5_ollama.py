@@ -79,6 +79,13 @@ with st.expander(f"Ollama settings and host: {summary}"):  # every control is bo
     ram_given = c3.number_input("RAM GB/s", *BOUNDS["ogbs"], key="in_ogbs", disabled=ram_choice != "given")
     threads = int(c3.number_input("CPU threads", *BOUNDS["othr"], key="in_othr"))
 
+
+@st.cache_data(show_spinner="Placing every model on every card…", max_entries=32)
+def grid(_specs, cards: tuple[str, ...], _settings, weights: str, _hw, free: int | None, key: str):
+    """ollama_grid, once per inputs (`key` stands for the unhashable ones): a rerun (a paint, a fold) redoes none."""
+    return ollama_grid(_specs, [card_named(name) for name in cards], _settings, weights, _hw, free)
+
+
 try:
     num_ctx = parse_tokens(ctx_text) if ctx_text.strip() else None
     settings = OllamaSettings(
@@ -92,7 +99,7 @@ try:
     hw, ram_source = host(ram, threads)
     specs = [model, *(load_model(name, isolated=True) for name in others if name != model.name)]
     free = parse_free(free_text)
-    rows = ollama_grid(specs, [card_named(name) for name in chosen], settings, weights, hw, free)
+    rows = grid(specs, tuple(chosen), settings, weights, hw, free, repr((specs, chosen, settings, weights, hw, free)))
 except InputError as err:
     st.error(f"{err}.")
     st.stop()
