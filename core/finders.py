@@ -242,6 +242,7 @@ class AnswerSpeed:
     decode_tok_s: float | None
     ttft_s: float | None
     why_none: str | None
+    errors: str = ""  # the figures' held-out error, decode / prefill (ErrorBar.short)
 
 
 def speed_cost(setup: Setup, context: int) -> int:
@@ -279,7 +280,8 @@ def answer_speeds(answers: Sequence[CardAnswer | ModelAnswer], hw: Hardware = HO
         except InputError as err:
             out.append(AnswerSpeed(None, None, str(err)))
             continue
-        out.append(AnswerSpeed(speed.decode_tok_s, speed.ttft_s, None))
+        bars = [bar.short if bar else "not checked" for bar in (speed.decode_error, speed.prefill_error)]
+        out.append(AnswerSpeed(speed.decode_tok_s, speed.ttft_s, None, " / ".join(bars)))
     return out
 
 
@@ -305,8 +307,11 @@ def _requests_cell(result: Fit | None, fits: bool) -> str:
 def _speed_cells(speed: AnswerSpeed) -> dict[str, str]:
     if speed.decode_tok_s is None or speed.ttft_s is None:
         why = _absent(speed.why_none or "no figure")
-        return {"decode tok/s": why, "time to first token": why}
-    return {"decode tok/s": f"{speed.decode_tok_s:,.1f}", "time to first token": f"{speed.ttft_s:,.2f} s"}
+        return {"decode tok/s": why, "time to first token": why, "error (decode / prefill)": "—"}
+    return {
+        "decode tok/s": f"{speed.decode_tok_s:,.1f}", "time to first token": f"{speed.ttft_s:,.2f} s",
+        "error (decode / prefill)": speed.errors,
+    }  # fmt: skip
 
 
 def card_rows(answers: list[CardAnswer], speeds: list[AnswerSpeed]) -> list[dict[str, str]]:

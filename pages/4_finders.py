@@ -20,8 +20,9 @@ st.title("Which card, which model")
 inputs, model, setup = sidebar()
 SPEED_NOTE = (
     " Decode tok/s and time to first token: one request at that context (core.speed's roofline, as on Fit a card); "
-    "“—” says why a row has none. How far off each card's figures can be (its backend and card class's error on "
-    "published runs held out of the fit) is under *Fit a card* and in `python -m core speed`."
+    "“—” says why a row has none. The error column: how far off such figures were on published runs held out of "
+    "the fit, for the row's backend and card class (* : part of the figure is not covered, e.g. a MoE or DeltaNet "
+    "model's own kernels; *Fit a card* and `python -m core speed` say which)."
 )
 
 

@@ -64,6 +64,9 @@ def test_cards_table_counts_requests_as_fit_a_card_and_shows_speed():
         assert rows.loc[name, "requests"] == (requests_text(result, row) if row.fits else "— (does not fit)"), name
         speed = (rows.loc[name, "decode tok/s"], rows.loc[name, "time to first token"])
         assert speed == expected_speed(result.setup, 32768, row.fits), name
+        if not speed[0].startswith("—"):  # a figure carries its held-out error, decode / prefill
+            s = predict(result.setup, ANY_HOST, 32768, 1)
+            assert rows.loc[name, "error (decode / prefill)"] == f"{s.decode_error.short} / {s.prefill_error.short}"
     fitting = [r for r in truth.values() if r.rows[0].fits]
     assert fitting and any(r.rows[0].max_concurrency > 1 for r in fitting)
     assert all("." not in rows.loc[r.setup.card.name, "requests"] for r in fitting)

@@ -406,6 +406,14 @@ class ErrorBar:
         return self.median is not None and self.rows > 0
 
     @property
+    def short(self) -> str:
+        """For a table cell: '±6 % (13 held-out runs)', or 'not checked'; its label says of which group."""
+        if not self.checked:
+            return "not checked"
+        assert self.median is not None
+        return f"±{self.median * 100:.0f} % ({self.rows} {self.basis} runs){' *' if self.caveat else ''}"
+
+    @property
     def label(self) -> str:
         if not self.checked:
             text = f"not checked: no held-out published {self.kind} runs of {self.group}"
