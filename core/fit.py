@@ -367,6 +367,8 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
             in_ram = f"the routed experts of layers {moe.start}-{moe.stop - 1} and the token embedding "
             in_ram += "table stay in system RAM"
         notes.append(f"llama.cpp: {placed} on the GPU; {in_ram}")
+        if setup.cpu_experts and not count_params(setup.model).experts:
+            notes.append(f"--n-cpu-moe changes nothing here: {setup.model.name} has no routed experts")
     stored = stored_type(count_params(setup.model))
     if stored and format_named(solver.format).gguf and solver.format != STORED_FTYPE[stored]:
         notes.append(

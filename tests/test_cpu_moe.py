@@ -131,3 +131,12 @@ def test_the_hosts_ram_threads_and_isa_for_layers_in_ram_travel_in_the_link():
     received = app(query | sent)
     assert list(_frame(received)["decode tok/s"]) == shown
     assert received.number_input(key="in_ram").value == 20.0 and received.selectbox(key="in_isa").value == "avx2"
+
+
+def test_n_cpu_moe_on_a_dense_model_says_it_changes_nothing():
+    dense = Setup(load_model("Qwen/Qwen3-8B"), configured("llama.cpp"), card_named("GeForce RTX 4090 24GB"),
+                  weights="q4_k_m")  # fmt: skip
+    plain, asked = fit(dense, [4096]), fit(replace(dense, cpu_experts=range(5)), [4096])
+    assert asked.rows[0].total_bytes == plain.rows[0].total_bytes
+    assert "--n-cpu-moe changes nothing here: Qwen/Qwen3-8B has no routed experts" in asked.notes
+    assert not any("--n-cpu-moe" in note for note in plain.notes + fit(setup(cpu_experts=range(5)), [4096]).notes)
