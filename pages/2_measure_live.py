@@ -18,6 +18,7 @@ import streamlit as st
 from core.errors import InputError
 from core.model.loading import config_label
 from core.probe import RANDOM_LABEL, ProbeBusy, ProbeJob, ProbeRequest, active_job, load_results
+from core.probe.request import BACKENDS, DEVICES
 from core.probe.results import RESULTS_NAME, results_dir
 from core.speed import calibration
 from core.speed.calibrate_job import TIMEOUT_S, CalibrationBusy, CalibrationJob, active_calibration
@@ -25,7 +26,7 @@ from core.units import GIB, format_bytes, format_tokens, parse_tokens, plural
 from ui.charts import curves
 from ui.inputs import sidebar
 from ui.layout import page_config
-from ui.state import unpack_config
+from ui.state import BOUNDS, unpack_config
 
 page_config("measure live")
 inputs, model, setup = sidebar(model_only=True)  # the probe takes no card, engine or context
@@ -70,22 +71,21 @@ running = active_job()
 # Each full run notes whether a probe was live; the fragment, rerunning alone, redraws the page once it ends.
 st.session_state["probe_live"] = running is not None
 
-with st.form("probe"):
+with st.form("probe"):  # its inputs are link fields (pctx … ptime), as they stand after the last submit
     c1, c2, c3 = st.columns(3)
-    contexts_text = c1.text_input("Contexts", "512, 2k", help="comma separated, e.g. 1k, 4k, 16k")
-    device = c2.selectbox("Device", ["auto", "cpu", "cuda"])
-    backend = c3.selectbox("Backend", ["transformers", "vllm"], help="vLLM needs a CUDA GPU and requirements-gpu.txt")
+    contexts_text = c1.text_input("Contexts", key="in_pctx", max_chars=80, help="comma separated, e.g. 1k, 4k, 16k")
+    device = c2.selectbox("Device", DEVICES, key="in_pdev")
+    backend = c3.selectbox("Backend", BACKENDS, key="in_pbe", help="vLLM needs a CUDA GPU and requirements-gpu.txt")
     c4, c5, c6 = st.columns(3)
     scale = c4.number_input(
         "Layers (0 = automatic)",
-        0,
-        1000,
-        0,
+        *BOUNDS["players"],
+        key="in_players",
         help="A scaled-down copy keeps the layer kinds, widths and mix; 0 picks full size when it fits (on CPU: "
         "models up to 1.5B parameters, when the estimate fits in half the timeout) and a small copy otherwise.",
     )
-    steps = c5.number_input("Decode steps", 2, 512, 8)
-    timeout = c6.number_input("Timeout (s)", 10, 3600, 300)
+    steps = c5.number_input("Decode steps", *BOUNDS["psteps"], key="in_psteps")
+    timeout = c6.number_input("Timeout (s)", *BOUNDS["ptime"], key="in_ptime")
     start = st.form_submit_button("Run probe", type="primary", disabled=running is not None)
 
 if start:

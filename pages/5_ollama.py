@@ -23,7 +23,7 @@ from core.ollama_report import (
 from core.speed.cli import error_record
 from core.speed.predict import PREFILL_SPANS, prefill_spans
 from core.units import GIB, MIB, format_tokens, parse_tokens, plural
-from ui.inputs import list_to_link, list_widget_value, sidebar
+from ui.inputs import list_to_link, list_widget_value, sidebar, toggle_to_link
 from ui.layout import mobile_css, opened, page_config, painted
 from ui.state import BOUNDS, MAX_OLLAMA_CARDS, OLLAMA_FLASH, OLLAMA_RAM, OLLAMA_WEIGHTS
 
@@ -140,7 +140,10 @@ gib = {c: st.column_config.NumberColumn(c, format="%.2f") for c in table.columns
 MAIN_COLUMNS = [
     "card", "Ollama layers", "decode tok/s", "decode ±", "num_ctx", "runner", "model", "KV", "TTFT (s)", "kvscope fits"
 ]  # fmt: skip
-every = st.toggle("Every column", key="ol_every", help="Ollama's memory figures, kvscope's account, llama-server's fit")
+every = st.toggle(
+    "Every column", value=inputs.oall == "on", key="ol_every", on_change=toggle_to_link, args=("ol_every", "in_oall"),
+    help="Ollama's memory figures, kvscope's account, llama-server's fit",
+)  # fmt: skip
 st.dataframe(
     table,
     hide_index=True,

@@ -131,3 +131,25 @@ def test_a_link_to_the_root_page_has_its_slash_before_the_query():
     assert link_base("http://host:8501/?model=x") == "http://host:8501/"
     assert link_base("https://kv.example/ollama?ow=q8_0") == "https://kv.example/ollama"
     assert link_base("") == ""
+
+
+def test_the_probe_form_and_the_ollama_column_toggle_travel_in_the_link():
+    """Measure live's form (contexts as typed, device, backend, layers, steps, timeout) and the Ollama page's "Every
+    column" are link fields, as every other page's own controls."""
+    from tests.test_app import open_page
+
+    query = {"pctx": "1k, 4k", "pdev": "cpu", "pbe": "vllm", "players": "4", "psteps": "16", "ptime": "120"}
+    page = open_page("pages/2_measure_live.py", query)
+    assert not page.exception, [e.value for e in page.exception]
+    assert next(t for t in page.text_input if t.label == "Contexts").value == "1k, 4k"
+    assert {s.label: s.value for s in page.selectbox if s.label in ("Device", "Backend")} == {
+        "Device": "cpu", "Backend": "vllm",
+    }  # fmt: skip
+    assert [n.value for n in page.number_input][-3:] == [4, 16, 120]
+    assert {k: page.query_params[k] for k in query} == query
+    ollama = open_page("pages/5_ollama.py", {"oall": "on"})
+    assert ollama.toggle(key="ol_every").value is True
+    ollama.toggle(key="ol_every").set_value(False).run()
+    assert "oall" not in ollama.query_params
+    ollama.toggle(key="ol_every").set_value(True).run()
+    assert ollama.query_params["oall"] == "on"

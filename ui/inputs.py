@@ -134,6 +134,11 @@ def list_to_link(key: str, field: str) -> None:
     st.session_state[field] = ",".join(st.session_state[key])
 
 
+def toggle_to_link(key: str, field: str) -> None:
+    """A toggle's on_change: "on"/"off" into the link field `field` (as list_to_link does for a multiselect)."""
+    st.session_state[field] = "on" if st.session_state[key] else "off"
+
+
 def _current() -> Inputs:
     return Inputs(**{f.name: st.session_state.get(f"in_{f.name}", getattr(DEFAULTS, f.name)) for f in fields(Inputs)})
 

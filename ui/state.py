@@ -24,6 +24,7 @@ from core.memory.quant import format_named
 from core.model.config import parse_json
 from core.model.loading import DEFAULT_MODEL, presets
 from core.ollama_report import DEFAULT_CARDS, MEASURED, parse_free
+from core.probe.request import BACKENDS, DEVICES
 from core.speed.groups import AUTO_BACKEND, BACKEND_CHOICES
 from core.speed.ram import ISA_NAMES
 from core.units import format_tokens, parse_tokens
@@ -53,6 +54,9 @@ BOUNDS = {
     "othr": (1, 1024),
     "ram": (1.0, 2000.0),
     "thr": (1, 1024),
+    "players": (0, 1000),
+    "psteps": (2, 512),
+    "ptime": (10, 3600),
 }
 SWITCH = {"auto": None, "on": True, "off": False}  # an engine option: its default, or forced on/off
 PLATFORMS = ("cuda", "cpu")
@@ -77,6 +81,9 @@ CHOICES = {
     "ow": OLLAMA_WEIGHTS,
     "oram": OLLAMA_RAM,
     "isa": ("", *ISA_NAMES),
+    "oall": ("off", "on"),
+    "pdev": DEVICES,
+    "pbe": BACKENDS,
 }
 SOURCES = ("Preset", "Hub", "Upload")
 # org/name; never a path on the server (no "..", no "x.json" that core.model.loading would read as a file)
@@ -140,6 +147,14 @@ class Inputs:
     ogbs: float = 60.0
     othr: int = 8
     ofree: str = ""  # free GPU memory as Ollama logs it, e.g. "7.1GiB"; empty = each card's whole memory
+    oall: str = "off"  # the Ollama page's "Every column"
+    # Measure live's probe form: contexts (as typed), device, backend, layers (0 = automatic), decode steps, timeout
+    pctx: str = "512, 2k"
+    pdev: str = "auto"
+    pbe: str = "transformers"
+    players: int = 0
+    psteps: int = 8
+    ptime: int = 300
 
 
 DEFAULTS = Inputs()
@@ -269,6 +284,10 @@ def _check(key: str, value: str):
         if len(names) > MAX_OLLAMA_CARDS or not all(card_named(n).bandwidth_gb_s for n in names):
             raise InputError(f"cards with speed figures, at most {MAX_OLLAMA_CARDS}")
         return ",".join(names)
+    if key == "pctx":  # parsed when the probe starts, so a bad list travels and meets the same message there
+        if len(value) > 80:
+            raise InputError("at most 80 characters")
+        return value
     if key == "octx":
         if value.strip():
             parse_tokens(value)
