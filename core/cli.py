@@ -651,6 +651,10 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("--threads", type=thread_count, help="CPU threads for layers in RAM (default: all cores)")
     speed.add_argument("--ram-gbs", type=gb_per_s, help="system RAM bandwidth in GB/s (default: measured here, cached)")
     speed.add_argument(
+        "--pcie-gbs", type=gb_per_s, help="llama.cpp: host-to-GPU GB/s at which a prompt's passes of 32+ tokens copy "
+        "the weights of layers in RAM to the GPU (op offload; default 25, PCIe 4.0 x16 at an assumed 80 %%)",
+    )  # fmt: skip
+    speed.add_argument(
         "--cpu-isa", choices=("avx512", "avx2", "other"), help="the host CPU's vector ISA, which sets llama.cpp's "
         "quantised prefill rate on it (default: this machine's where its RAM is measured here; with --ram-gbs, "
         "not known: the factors pooled over CPUs)",

@@ -159,9 +159,11 @@ def test_speed_columns_follow_a_new_context_on_the_same_setup():
 
 def test_the_visitors_cpu_isa_sets_the_prefill_of_layers_in_ram_and_the_formula_says_so():
     """Layers left in RAM: the sidebar's CPU vector ISA (the visitor's CPU, not the server's) picks the quantised
-    kernels' prefill factor fitted on that ISA's CPUs; not known, the pooled one."""
+    kernels' prefill factor fitted on that ISA's CPUs; not known, the pooled one. Passes of 24 tokens: from 32 on,
+    llama.cpp runs those layers' matmuls on the GPU (op offload) and the CPU's rate no longer enters; a fast RAM
+    (100 GB/s) keeps the CPU's matmuls, not its reads, the slower side."""
     at = app({"model": "Qwen/Qwen3-8B", "card": "GeForce RTX 4060 8GB", "engine": "llama.cpp", "weights": "q4_k_m",
-              "ngl": "20", "ctx": "8k"})  # fmt: skip
+              "ngl": "20", "ctx": "8k", "ub": "24", "ram": "100"})  # fmt: skip
     assert not at.exception, [e.value for e in at.exception]
     assert at.selectbox(key="in_isa").value == ""  # not known until the visitor says
 

@@ -1955,3 +1955,26 @@ def test_a_step_split_with_the_cpu_says_its_cpu_part_is_not_checked():
     label = predict(moe, Hardware(60.0, 8), 8192).decode_error.label
     assert "the routed experts of 30 layers run on the CPU (--n-cpu-moe)" in label
     assert "no held-out run split" not in predict(setup, Hardware(60.0, 8, cpu_only=True), 8192).decode_error.label
+
+
+def test_a_prompt_runs_the_matmuls_of_layers_in_ram_on_the_gpu_after_a_pcie_copy():
+    """llama.cpp's scheduler runs a matmul whose weight sits in host memory on the GPU once the pass has 32 rows
+    (ggml-backend.cpp "1.off"; offload_op in ggml-cuda.cu and ggml-vulkan.cpp), copying the weight over PCIe each
+    pass; the attention stays with its cache in RAM. Shorter passes (and decode) keep the CPU's matmuls."""
+    from core.memory.llamacpp_compute import OP_OFFLOAD_MIN_BATCH
+
+    base = replace(setup_on("GeForce RTX 4060 8GB"), gpu_layers=20)
+    long, short = base, replace(base, engine=base.engine.with_ubatch(OP_OFFLOAD_MIN_BATCH - 1))
+    hw = Hardware(60.0, 8)
+    s = predict(long, hw, 8192)
+    cpu, copied = [p for p in s.prefill.parts if p.device == "cpu"], [p for p in s.prefill.parts if p.copy_bytes]
+    assert len(cpu) == len(copied) == 1 and copied[0].device == "gpu" and "op offload" in copied[0].copy_note
+    assert cpu[0].matmul_flops == 0 and cpu[0].attention_flops > 0 and copied[0].attention_flops == 0
+    # every pass copies the weights of the 17 layers in RAM: the decode step's CPU part reads them once
+    passes = math.ceil(8192 / 512)
+    assert copied[0].copy_bytes == pytest.approx(passes * s.decode.parts[1].weight_bytes, rel=1e-9)
+    half = predict(long, replace(hw, pcie_gb_s=hw.pcie_gb_s / 2), 8192).prefill
+    assert next(p.copy_s for p in half.parts if p.copy_bytes) == pytest.approx(2 * copied[0].copy_s)
+    assert not any(p.copy_bytes for p in predict(short, hw, 8192).prefill.parts)
+    assert not any(p.copy_bytes for p in s.decode.parts)  # one token a step
+    assert any(p.copy_bytes for p in predict(base, replace(hw, backend="vulkan"), 8192).prefill.parts)  # its own

@@ -121,6 +121,8 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
         hw = replace(hw, calibration=cal)
         if args.cpu_isa:  # another machine's, or this one's said outright
             hw = replace(hw, isa="" if args.cpu_isa == "other" else args.cpu_isa)
+    if args.pcie_gbs:
+        hw = replace(hw, pcie_gb_s=args.pcie_gbs)
     weights = setup_weights(setup)
     rows = []
     effs = {}
@@ -145,6 +147,7 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
         "ram_gb_s": hw.ram_gb_s if needs_ram(setup, hw) else None,
         "ram_stream_gb_s": hw.ram_stream_gb_s if needs_ram(setup, hw) else None,  # at `threads` threads
         "ram_source": ram_source,
+        "pcie_gb_s": hw.pcie_gb_s,  # the op offload's copies of layers in RAM, where a pass makes them
         "threads": hw.threads,
         "cpu_isa": hw.isa or None,  # the kernel factors' ISA; None: not known, the pooled factors
         "layers_on_gpu": on_gpu,

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from core.errors import InputError
 from core.memory.gpus import Card, card_named
+from core.memory.llamacpp_compute import OP_OFFLOAD_MIN_BATCH
 from core.speed.efficiency import fitted
 from core.speed.published import error_figures
 
@@ -170,6 +171,25 @@ def flash_attention_peak(card: Card, backend: str, prefill: bool, flash: bool) -
         f"llama.cpp's flash-attention prompt kernel reaches no more per SM and clock on {die} than on GeForce "
         f"cards, whose listed peak is GA102's rate per SM and clock, {share:.3g} of {die}'s (an H200 run at depth "
         "4,096 measured about 55 TFLOPS of attention)",
+    )
+
+
+# ggml's scheduler runs a matmul whose weight sits in host memory on the GPU once its batch has this many rows
+# (ggml-backend.cpp "1.off", the backend's offload_op: ggml-cuda.cu, also HIP's, and ggml-vulkan.cpp:
+# op_offload_min_batch_size, GGML_OP_OFFLOAD_MIN_BATCH, 32), copying the weight over PCIe for every such pass
+OP_OFFLOAD_BACKENDS = ("cuda", "rocm", "vulkan")
+# the copy's rate: PCIe 4.0 x16, one direction (16 GT/s x 16 lanes x 128/130 / 8 = 31.5 GB/s), at an assumed 80 %;
+# no run in the corpus offloads, so the rate is not checked (`--pcie-gbs` gives another)
+PCIE_GB_S = 25.0
+
+
+def op_offload(backend: str, tokens: int) -> str:
+    """Why llama.cpp runs the matmuls of layers left in RAM on the GPU for a pass of `tokens` tokens, or ""."""
+    if backend not in OP_OFFLOAD_BACKENDS or tokens < OP_OFFLOAD_MIN_BATCH:
+        return ""
+    return (
+        f"llama.cpp's op offload: a pass of {tokens} tokens (≥ {OP_OFFLOAD_MIN_BATCH}) runs the matmuls of the "
+        "layers in system RAM on the GPU, each weight copied over PCIe first (ggml-backend.cpp, offload_op)"
     )
 
 

@@ -25,6 +25,7 @@ from core.speed.efficiency import Efficiency, efficiency_for
 from core.speed.groups import (
     EXPERT_LOOP,
     MOE_PROMPT,
+    PCIE_GB_S,
     TILED_EXPERTS,
     ErrorBar,
     MatmulPeak,
@@ -39,6 +40,7 @@ from core.speed.groups import (
     matmul_peak,
     mmq_traffic,
     mmq_traffic_bytes,
+    op_offload,
     tiled_experts,
 )
 from core.speed.ram import ISA_NAMES
@@ -68,6 +70,7 @@ class Hardware:
     isa: str = ""  # the host CPU's vector ISA (core.speed.ram.vector_isa) where known: its kernels' family factors
     calibration: Calibration | None = None  # this host's measured CPU matmul rates (python -m core calibrate)
     ram_thread_gb_s: float = 0.0  # one thread's RAM copy rate where measured (0: ram_gb_s at any thread count)
+    pcie_gb_s: float = PCIE_GB_S  # host to GPU, for weights llama.cpp's op offload copies (groups.op_offload)
 
     @property
     def ram_stream_gb_s(self) -> float:
@@ -138,6 +141,10 @@ class DevicePart:
     dequant_bytes: float = 0.0
     dequant_s: float = 0.0  # dequant_bytes ÷ (bandwidth × eff × Efficiency.dequant_bandwidth)
     dequant_note: str = ""
+    # weights in host memory copied to the GPU before their matmuls (groups.op_offload), at the PCIe rate
+    copy_bytes: float = 0.0
+    copy_s: float = 0.0
+    copy_note: str = ""
 
     @property
     def tile_note(self) -> str:
@@ -170,7 +177,7 @@ class DevicePart:
 
     @property
     def memory_s(self) -> float:
-        return self.dequant_s + self.reads_s + self.cache_s
+        return self.copy_s + self.dequant_s + self.reads_s + self.cache_s
 
     @property
     def compute_s(self) -> float:
@@ -178,14 +185,15 @@ class DevicePart:
 
     @property
     def seconds(self) -> float:
-        return self.dequant_s + max(self.reads_s, self.matmul_s) + max(self.cache_s, self.attention_s)
+        return self.copy_s + self.dequant_s + max(self.reads_s, self.matmul_s) + max(self.cache_s, self.attention_s)
 
     @property
     def waits(self) -> dict[str, float]:
         """Seconds waiting on memory and on compute: the larger side of each kernel's roofline (the FP16
         conversion's on memory)."""
         memory = (
-            self.dequant_s
+            self.copy_s
+            + self.dequant_s
             + (self.reads_s if self.reads_s >= self.matmul_s else 0.0)
             + (self.cache_s if self.cache_s >= self.attention_s else 0.0)
         )
@@ -350,6 +358,9 @@ class Share:
     head: bool
     experts_away: range = range(0)  # layers in `layers` whose routed experts run on the other device
     experts_here: range = range(0)  # layers elsewhere whose routed experts run here
+    # "all"; "attention": all but the weight matmuls, which run elsewhere (op offload); "copied": those matmuls
+    # only, their weights copied in over PCIe first
+    kernels: str = "all"
 
 
 def fill(eff: Efficiency, pass_tokens: int, experts: bool = False, columns: int = 0) -> float:
@@ -395,18 +406,21 @@ def _part(
             + sum(getattr(w, field) for w in here)
         )
 
-    experts, expert_bytes = on_device("expert_flops"), on_device("expert_bytes")
+    matmuls, rest = share.kernels != "attention", share.kernels != "copied"
+    experts, expert_bytes = (on_device("expert_flops"), on_device("expert_bytes")) if matmuls else (0.0, 0.0)
     # the dense matmuls' own weights and FLOPs (no recurrent state, no output head): MMQ's tiles move these
-    dense_bytes = sum(w.weight_bytes - w.expert_bytes for w in layers)
-    dense_flops = sum(w.matmul_flops - w.expert_flops for w in layers)
-    weight_bytes = (
-        dense_bytes + sum(w.state_bytes for w in layers) + expert_bytes + (work.head_bytes if share.head else 0.0)
-    )
-    cache_bytes = float(sum(w.cache_bytes for w in layers))
-    if not flash_attn(setup):  # the score matrices' round trips through memory (KQ_BYTES)
+    dense_bytes = sum(w.weight_bytes - w.expert_bytes for w in layers) if matmuls else 0.0
+    dense_flops = sum(w.matmul_flops - w.expert_flops for w in layers) if matmuls else 0.0
+    head = share.head and matmuls
+    state_bytes = sum(w.state_bytes for w in layers) if rest else 0.0
+    weight_bytes = dense_bytes + state_bytes + expert_bytes + (work.head_bytes if head else 0.0)
+    copy_bytes = weight_bytes if share.kernels == "copied" else 0.0
+    cache_bytes = float(sum(w.cache_bytes for w in layers)) if rest else 0.0
+    if rest and not flash_attn(setup):  # the score matrices' round trips through memory (KQ_BYTES)
         cache_bytes += KQ_BYTES * sum(w.scores for w in layers)
-    matmul = dense_flops + sum(w.state_flops for w in layers) + experts + (work.head_flops if share.head else 0.0)
-    attention = float(sum(w.attention_flops for w in layers))
+    state_flops = sum(w.state_flops for w in layers) if rest else 0.0
+    matmul = dense_flops + state_flops + experts + (work.head_flops if head else 0.0)
+    attention = float(sum(w.attention_flops for w in layers)) if rest else 0.0
     n_experts, top_k = next((w.routing for w in work.layers if w.routing[0]), (1, 1))
     fmt = kernel_format(setup)
     llama_gpu = device == "gpu" and isinstance(setup.engine, LlamaCppEngine)
@@ -485,6 +499,7 @@ def _part(
         expert_bytes, stream, limit.why, family_note, cache_note, attention_limit.why, tiled if experts else "",
         ram_note(hw) if device == "cpu" else "", routed, columns, pass_tokens, tile_bytes,
         tile_bytes * eff.tile_traffic / rate, dequant_bytes, dequant_bytes / (rate * eff.dequant_bandwidth), dequant,
+        copy_bytes, copy_bytes / (hw.pcie_gb_s * 1e9), op_offload(backend, pass_tokens) if copy_bytes else "",
     )  # fmt: skip
 
 
@@ -536,11 +551,24 @@ def _timing(work: PassWork, setup: Setup, hw: Hardware, prefill: bool, table: Ta
         parts.append(_part("gpu", work, gpu, setup, hw, prefill, table, per_pass))
     if where.on_cpu or not where.output or where.cpu_experts:
         cpu = Share(where.on_cpu, not where.output, experts_here=where.cpu_experts)
-        parts.append(_part("cpu", work, cpu, setup, hw, prefill, table, per_pass))
+        if offloads(setup, hw, per_pass):  # their matmuls on the GPU, the rest (attention, state) where they are
+            parts.append(_part("cpu", work, replace(cpu, kernels="attention"), setup, hw, prefill, table, per_pass))
+            parts.append(_part("gpu", work, replace(cpu, kernels="copied"), setup, hw, prefill, table, per_pass))
+        else:
+            parts.append(_part("cpu", work, cpu, setup, hw, prefill, table, per_pass))
     # the overhead of the device that drives the pass: the GPU's whenever one takes part
     eff = _eff(table, setup, hw, driver(setup, hw))
     chained, moe = chained_layers(setup), sum(1 for w in work.layers if w.routing[0])
     return Timing(tuple(parts), eff.overhead_s(n, chained, moe) * passes, passes, n, chained, eff, moe)
+
+
+def offloads(setup: Setup, hw: Hardware, pass_tokens: int) -> bool:
+    """llama.cpp with a GPU runs the matmuls of what it left in RAM there in a pass of `pass_tokens` tokens
+    (groups.op_offload): -ngl 0 included, as its scheduler still holds the GPU's backend."""
+    return (
+        isinstance(setup.engine, LlamaCppEngine) and not hw.cpu_only
+        and bool(op_offload(backend_of(setup, hw), pass_tokens))
+    )  # fmt: skip
 
 
 def moe_layers(setup: Setup, weights: Weights | None = None) -> int:
@@ -625,19 +653,21 @@ def _add(a: Timing, b: Timing) -> Timing:
 # a DevicePart's fields that add up over the spans of one prefill (the rest describe the device and its kernels)
 ADDITIVE = ("weight_bytes", "cache_bytes", "matmul_flops", "attention_flops", "weights_s", "matmul_s", "cache_s",
             "attention_s", "expert_flops", "expert_bytes", "tile_bytes", "tile_s", "dequant_bytes",
-            "dequant_s")  # fmt: skip
+            "dequant_s", "copy_bytes", "copy_s")  # fmt: skip
 
 
 def _merge(t: Timing) -> Timing:
-    """Sum span parts per device so a prefill reads as one part per device (each span kept its own maxima)."""
-    merged: dict[str, DevicePart] = {}
+    """Sum span parts per device so a prefill reads as one part per device (each span kept its own maxima); the
+    GPU's own layers and the matmuls it runs for the layers in RAM (op offload) stay two parts."""
+    merged: dict[tuple[str, bool], DevicePart] = {}
     for p in t.parts:
-        q = merged.get(p.device)
+        key = (p.device, bool(p.copy_bytes))
+        q = merged.get(key)
         if q is None:
-            merged[p.device] = p
+            merged[key] = p
             continue
         # seconds stay additive: add the sides, then restore the larger side of each roofline in its own field
-        merged[p.device] = replace(p, **{f: getattr(q, f) + getattr(p, f) for f in ADDITIVE})
+        merged[key] = replace(p, **{f: getattr(q, f) + getattr(p, f) for f in ADDITIVE})
     return replace(t, parts=tuple(merged.values()))
 
 

@@ -157,6 +157,17 @@ def tiles_text(p: DevicePart, bw: str) -> str:
     )
 
 
+def copy_text(p: DevicePart) -> str:
+    """Weights in host memory copied to the GPU before their matmuls (groups.op_offload), or "" where none are."""
+    return _timed(
+        p.copy_s,
+        f"copy over PCIe ({p.copy_note}; PCIe 4.0 ×16's 31.5 GB/s at an assumed 80 % unless given, not checked): "
+        f"{_n(p.copy_bytes)} B ÷ ({_n(p.copy_bytes / p.copy_s)} B/s)"
+        if p.copy_s
+        else "",
+    )
+
+
 def dequant_text(p: DevicePart, bw: str) -> str:
     """The weights' conversion to FP16 for cuBLAS as timed (groups.fp16_dequant), or "" where there is none."""
     return _timed(
@@ -179,12 +190,24 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
                 f"{_n(p.weight_bytes - p.expert_bytes)} B ÷ ({bw}) + {_n(p.expert_bytes)} B of routed experts ÷ "
                 f"({bw} × {p.efficiency.expert_bandwidth:.4g})"
             )
+        matmuls = (
+            f"{dequant_text(p, bw)}weights and state: {read} = {_s(p.weights_s)}; {tiles_text(p, bw)}matmuls: "
+            f"{_n(p.matmul_flops)} FLOP ÷ ({mm}) = {_s(p.matmul_s)}; "
+            if p.matmul_flops or p.weight_bytes
+            else "weight matmuls: on the GPU (llama.cpp's op offload, below); "
+        )
         out.append(
-            f"- {p.device.upper()} ({p.layers} layers) — {dequant_text(p, bw)}weights and state: {read} = "
-            f"{_s(p.weights_s)}; {tiles_text(p, bw)}matmuls: {_n(p.matmul_flops)} FLOP ÷ ({mm}) = {_s(p.matmul_s)}; "
-            f"cache: {_n(p.cache_bytes)} B ÷ ({cache}) = {_s(p.cache_s)}{streamed}; "
-            f"attention: {_n(p.attention_flops)} FLOP ÷ ({at}) = {_s(p.attention_s)}; on this device: "
-            f"{_s(p.seconds)} ({'the FP16 conversion plus ' if p.dequant_s else ''}the slower of "
+            f"- {p.device.upper()} ({p.layers} layers{' in system RAM: their matmuls' if p.copy_s else ''}) — "
+            f"{copy_text(p)}{matmuls}"
+            + (
+                f"cache: {_n(p.cache_bytes)} B ÷ ({cache}) = {_s(p.cache_s)}{streamed}; "
+                f"attention: {_n(p.attention_flops)} FLOP ÷ ({at}) = {_s(p.attention_s)}; "
+                if not p.copy_s
+                else "the attention: with its cache in system RAM (above); "
+            )
+            + f"on this device: "
+            f"{_s(p.seconds)} ({'the copy plus ' if p.copy_s else ''}"
+            f"{'the FP16 conversion plus ' if p.dequant_s else ''}the slower of "
             f"weights{', their tiles' if p.tile_s else ''} and matmuls plus "
             "the slower of cache and attention)"
             + (
@@ -193,7 +216,7 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
                 if p.peak_note
                 else ""
             )
-            + (f"; the matmul rate has the {p.family_note}" if p.family_note else "")
+            + (f"; the matmul rate has the {p.family_note}" if p.family_note and p.matmul_flops else "")
             + (f"; the attention's peak is below the card's listed one: {p.attention_note}" if p.attention_note else "")
             + (
                 f"; the routed experts' matmuls run at the prompt's GEMM rate for the tokens each expert gets: "
