@@ -162,6 +162,7 @@ def test_an_upload_is_written_only_under_its_digest(monkeypatch, probe_dir, tmp_
     at.query_params["config"] = pack_config(raw)
     at.run()
     at.switch_page("pages/2_measure_live.py").run()
+    next(t for t in at.text_input if t.label == "Contexts").input("12, 40")  # within the tiny model's 512
     next(b for b in at.button if b.label == "Run probe").click()
     at.run()
     assert not at.exception, [e.value for e in at.exception]

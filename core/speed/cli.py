@@ -38,6 +38,11 @@ def hardware(ram_gbs: float | None, threads: int | None, cpu_only: bool) -> tupl
             raise InputError(f"--ram-gbs must be positive and at most {MAX_RAM_GB_S:,} GB/s, got {ram_gbs}")
         return Hardware(ram_gb_s=ram_gbs, threads=threads, cpu_only=cpu_only), "given (--ram-gbs)"
     ram = ram_bandwidth()
+    if threads > ram.cores:  # this host's RAM figure, another machine's thread count
+        raise InputError(
+            f"--threads {threads} is more than this host's {ram.cores} cores, whose RAM figure would be used: for "
+            "another machine give its --ram-gbs too"
+        )
     hw = Hardware(ram.gb_s, threads, cpu_only, isa=host_isa(), ram_thread_gb_s=ram.thread_gb_s)
     return hw, f"{ram.source}; one thread {ram.thread_gb_s:.1f} GB/s"
 
@@ -106,12 +111,6 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
     ram_source = "not used (every layer on the GPU)"
     cal = None
     if needs_ram(setup, hw) or args.ram_gbs is not None:
-        cores = os.cpu_count() or 1
-        if args.ram_gbs is None and hw.threads > cores:  # this host's RAM figure, another machine's thread count
-            raise InputError(
-                f"--threads {hw.threads} is more than this host's {cores} cores, whose RAM figure would be used: "
-                "for another machine give its --ram-gbs too"
-            )
         cal = calibration.load()
         if cal is not None and args.ram_gbs is None:
             hw, ram_source = calibrated_host(cal, hw.threads, cpu_only, backend), cal.label
