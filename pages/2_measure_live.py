@@ -73,7 +73,7 @@ st.session_state["probe_live"] = running is not None
 
 with st.form("probe"):  # its inputs are link fields (pctx … ptime), as they stand after the last submit
     c1, c2, c3 = st.columns(3)
-    contexts_text = c1.text_input("Contexts", key="in_pctx", max_chars=80, help="comma separated, e.g. 1k, 4k, 16k")
+    contexts_text = c1.text_input("Contexts", key="in_pctx", help="comma separated, e.g. 1k, 4k, 16k")
     device = c2.selectbox("Device", DEVICES, key="in_pdev")
     backend = c3.selectbox("Backend", BACKENDS, key="in_pbe", help="vLLM needs a CUDA GPU and requirements-gpu.txt")
     c4, c5, c6 = st.columns(3)

@@ -86,6 +86,7 @@ CHOICES = {
     "pbe": BACKENDS,
 }
 SOURCES = ("Preset", "Hub", "Upload")
+MAX_TYPED = 8192  # a text box carried in a link as typed (Measure live's contexts), errors included
 # org/name; never a path on the server (no "..", no "x.json" that core.model.loading would read as a file)
 REPO_ID = re.compile(r"^(?!.*\.\.)(?!.*\.json$)[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$", re.ASCII)
 PATTERN = re.compile(r"^[A-Za-z]{0,64}$")  # what the sidebar's pattern box keeps; core.model.whatif judges the letters
@@ -285,8 +286,8 @@ def _check(key: str, value: str):
             raise InputError(f"cards with speed figures, at most {MAX_OLLAMA_CARDS}")
         return ",".join(names)
     if key == "pctx":  # parsed when the probe starts, so a bad list travels and meets the same message there
-        if len(value) > 80:
-            raise InputError("at most 80 characters")
+        if len(value) > MAX_TYPED:
+            raise InputError(f"at most {MAX_TYPED:,} characters")
         return value
     if key == "octx":
         if value.strip():

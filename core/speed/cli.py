@@ -29,16 +29,19 @@ from core.units import format_bytes, format_tokens, plural
 DEFAULT_CONTEXTS = (4096, 32768)
 
 
-def hardware(ram_gbs: float | None, threads: int | None, cpu_only: bool) -> tuple[Hardware, str]:
+def hardware(
+    ram_gbs: float | None, threads: int | None, cpu_only: bool, cap_threads: bool = False
+) -> tuple[Hardware, str]:
     """The host: RAM bandwidth as given or measured here (cached), threads as given or every core; this CPU's vector
-    ISA when the figure is this machine's (a given bandwidth may describe another: its ISA is not known)."""
+    ISA when the figure is this machine's (a given bandwidth may describe another: its ISA is not known).
+    `cap_threads` (the command line's --threads): refuse more threads than the measured figure's cores."""
     threads = threads or os.cpu_count() or 1
     if ram_gbs is not None:
         if not 0 < ram_gbs <= MAX_RAM_GB_S:  # NaN fails too
             raise InputError(f"--ram-gbs must be positive and at most {MAX_RAM_GB_S:,} GB/s, got {ram_gbs}")
         return Hardware(ram_gb_s=ram_gbs, threads=threads, cpu_only=cpu_only), "given (--ram-gbs)"
     ram = ram_bandwidth()
-    if threads > ram.cores:  # this host's RAM figure, another machine's thread count
+    if cap_threads and threads > ram.cores:  # this host's RAM figure, another machine's thread count
         raise InputError(
             f"--threads {threads} is more than this host's {ram.cores} cores, whose RAM figure would be used: for "
             "another machine give its --ram-gbs too"
@@ -115,7 +118,7 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
         if cal is not None and args.ram_gbs is None:
             hw, ram_source = calibrated_host(cal, hw.threads, cpu_only, backend), cal.label
         else:
-            hw, ram_source = hardware(args.ram_gbs, args.threads, cpu_only)
+            hw, ram_source = hardware(args.ram_gbs, args.threads, cpu_only, cap_threads=True)
             hw = replace(hw, backend=backend)
         hw = replace(hw, calibration=cal)
         if args.cpu_isa:  # another machine's, or this one's said outright
