@@ -177,7 +177,7 @@ def best_model_answer(model: ModelSpec, engine: Engine, card: Card, context: int
     """The first (weights, KV dtype) on the ladders that fits `context` on the card."""
     base = Setup(model=model, engine=engine, card=card)
     params = count_params(model).total
-    n, limit = context, context_limit(base)
+    limit = context_limit(base)
     tried = [(w, kv) for w in weight_ladder(model, engine) for kv in kv_ladder(engine)]
     if context > limit:  # what the card holds of it at its limit, in the checkpoint's format, is still told
         why = f"its limit is {format_tokens(limit)} tokens, under the {format_tokens(context)} asked"
@@ -186,29 +186,29 @@ def best_model_answer(model: ModelSpec, engine: Engine, card: Card, context: int
         except InputError:
             at_limit = None
         return ModelAnswer(
-            model, params, False, *tried[0], at_limit.max_context if at_limit else 0, 0.0, n, why, at_limit
+            model, params, False, *tried[0], at_limit.max_context if at_limit else 0, 0.0, context, why, at_limit
         )
     last_error = ""
     for weights, kv in tried:
         setup = replace(base, weights=weights, kv_dtype=kv)
         try:
-            if not Solver(setup).fits(n):
+            if not Solver(setup).fits(context):
                 continue
         except InputError as err:  # this engine cannot use this format or cache type for this model
             last_error = str(err)
             continue
-        result = fit(setup, [n])
+        result = fit(setup, [context])
         return ModelAnswer(
-            model, params, True, weights, kv, result.max_context, result.rows[0].max_concurrency, n, None, result
+            model, params, True, weights, kv, result.max_context, result.rows[0].max_concurrency, context, None, result
         )
     weights, kv = tried[-1]
     try:
-        result = fit(replace(base, weights=weights, kv_dtype=kv), [n])
+        result = fit(replace(base, weights=weights, kv_dtype=kv), [context])
     except InputError:
-        return ModelAnswer(model, params, False, weights, kv, 0, 0.0, n, last_error or "cannot run", None)
-    why = f"even as {weights} with a {result.rows[0].account.kv_dtype} cache, " + _why_not(result, n)
+        return ModelAnswer(model, params, False, weights, kv, 0, 0.0, context, last_error or "cannot run", None)
+    why = f"even as {weights} with a {result.rows[0].account.kv_dtype} cache, " + _why_not(result, context)
     return ModelAnswer(
-        model, params, False, weights, kv, result.max_context, result.rows[0].max_concurrency, n, why, result
+        model, params, False, weights, kv, result.max_context, result.rows[0].max_concurrency, context, why, result
     )
 
 

@@ -16,7 +16,7 @@ from core.errors import InputError
 from core.memory.gpus import Card
 from core.memory.llamacpp_compute import llamacpp_overhead
 from core.memory.overhead import Item, transformers_overhead, vllm_overhead
-from core.memory.quant import STORED_FTYPE, as_gguf, default_format, format_named, stored_type
+from core.memory.quant import STORED_FTYPE, as_gguf, default_format, format_named
 from core.memory.weightfiles import WeightFile
 from core.model.params import ParamCount, count_params
 from core.model.spec import ModelSpec
@@ -338,8 +338,10 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
             )
     rows = tuple(solver.row(c) for c in wanted)
     notes = list(setup.model.notes)
-    if isinstance(solver.engine, LlamaCppEngine) and solver.engine.ubatch_note():
-        notes.append(solver.engine.ubatch_note())
+    count = count_params(setup.model)
+    ubatch = solver.engine.ubatch_note() if isinstance(solver.engine, LlamaCppEngine) else ""
+    if ubatch:
+        notes.append(ubatch)
     vllm = None
     if isinstance(solver.engine, VllmEngine):
         vllm = solver.vllm_capacity(solver.limit)
@@ -363,16 +365,15 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
         )
         moe = where.cpu_experts
         in_ram = "the token embedding table stays in system RAM"
-        if moe and count_params(setup.model).experts:
+        if moe and count.experts:
             in_ram = f"the routed experts of layers {moe.start}-{moe.stop - 1} and the token embedding "
             in_ram += "table stay in system RAM"
         notes.append(f"llama.cpp: {placed} on the GPU; {in_ram}")
-        if setup.cpu_experts and not count_params(setup.model).experts:
+        if setup.cpu_experts and not count.experts:
             notes.append(f"--n-cpu-moe changes nothing here: {setup.model.name} has no routed experts")
-    stored = stored_type(count_params(setup.model))
-    if stored and format_named(solver.format).gguf and solver.format != STORED_FTYPE[stored]:
+    if count.stored and format_named(solver.format).gguf and solver.format != STORED_FTYPE[count.stored]:
         notes.append(
-            f"llama.cpp: the routed experts stay {stored} in every GGUF type, as the checkpoint ships them (the "
+            f"llama.cpp: the routed experts stay {count.stored} in every GGUF type, as the checkpoint ships them (the "
             f"converter writes them as they are; llama-quantize does not requantize them); the {solver.format} "
             "type applies to the other tensors"
         )

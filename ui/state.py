@@ -33,6 +33,7 @@ CUSTOM_CARD = "custom"
 MAX_SHARED_CONFIG = 16_000  # characters of compressed config in a link
 MAX_UNPACKED_CONFIG = 1 << 20  # bytes it may inflate to: zlib reaches ~1000:1, so a bomb stops here
 # The sidebar's widget bounds: a link value outside them would be clamped or dropped by the widget unannounced.
+RAM_GB_S, THREADS = (1.0, 2000.0), (1, 1024)  # a host's RAM bandwidth and CPU threads (Ollama's, Fit a card's)
 BOUNDS = {
     "gib": (0.5, 100_000.0),
     "gbs": (0.01, float(MAX_GB_S)),  # a custom card's speed figures: any positive one core.memory.gpus takes
@@ -50,10 +51,10 @@ BOUNDS = {
     "gpn": (1, 64),
     "onp": (1, 64),
     "oover": (0, 1 << 20),
-    "ogbs": (1.0, 2000.0),
-    "othr": (1, 1024),
-    "ram": (1.0, 2000.0),
-    "thr": (1, 1024),
+    "ogbs": RAM_GB_S,
+    "othr": THREADS,
+    "ram": RAM_GB_S,
+    "thr": THREADS,
     "players": (0, 1000),
     "psteps": (2, 512),
     "ptime": (10, 3600),

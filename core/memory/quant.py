@@ -536,13 +536,8 @@ def gguf_tensors(count: ParamCount, ftype: str) -> list[tuple[int, Tensor, str, 
     return [(i, t, chosen[k], _gguf_bytes(t, chosen[k])) for k, (i, t) in enumerate(written)]
 
 
-# the llama.cpp ftype that gives routed experts the type a checkpoint ships them in (Tensor.stored)
+# the llama.cpp ftype that gives routed experts the type a checkpoint ships them in (ParamCount.stored)
 STORED_FTYPE = {"MXFP4": "mxfp4_moe"}
-
-
-def stored_type(count: ParamCount) -> str:
-    """The ggml type the checkpoint ships its routed experts in, which every GGUF of it keeps; "" if none."""
-    return next((t.stored for t in count.tensors if t.stored), "")
 
 
 def tensor_bytes(count: ParamCount, fmt_name: str, model_dtype_bytes: int) -> list[tuple[Tensor, int]]:

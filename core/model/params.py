@@ -66,6 +66,7 @@ class ParamCount:
     router: int  # router weights and biases
     other: int  # norms, biases, conv1d, A_log/D/dt_bias, sinks
     tensors: tuple[Tensor, ...] = ()  # the tensors behind the figures, in build order (for per-tensor quant rules)
+    stored: str = ""  # the ggml type the checkpoint ships its routed experts in (Tensor.stored), kept in every GGUF
 
 
 def _count(c: Cfg, key: str, default: int) -> int:
@@ -689,7 +690,10 @@ def summarise(tensors: tuple[Tensor, ...]) -> ParamCount:
     by = dict.fromkeys(CATEGORIES, 0)
     for t in tensors:
         by[t.category] += t.numel
-    return ParamCount(total=sum(by.values()), active=sum(t.active_numel for t in tensors), tensors=tensors, **by)
+    stored = next((t.stored for t in tensors if t.stored), "")
+    return ParamCount(
+        total=sum(by.values()), active=sum(t.active_numel for t in tensors), tensors=tensors, stored=stored, **by
+    )
 
 
 def at_depth(tensors: tuple[Tensor, ...], depth: int) -> tuple[Tensor, ...]:

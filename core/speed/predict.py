@@ -17,7 +17,7 @@ from core.engines.llamacpp import LlamaCppEngine, Offload
 from core.engines.vllm_engine import NEEDS_CC, ON_APPLE, VllmEngine
 from core.errors import InputError
 from core.fit import Setup, setup_format
-from core.memory.quant import STORED_FTYPE, format_named, stored_type
+from core.memory.quant import STORED_FTYPE, format_named
 from core.model.layers import FullAttention
 from core.model.params import count_params
 from core.speed.calibration import Calibration
@@ -318,7 +318,7 @@ def kernel_format(setup: Setup) -> str:
     fmt = setup_format(setup)
     if not format_named(fmt).gguf:
         return fmt
-    return STORED_FTYPE.get(stored_type(count_params(setup.model)), fmt)
+    return STORED_FTYPE.get(count_params(setup.model).stored, fmt)
 
 
 def setup_weights(setup: Setup) -> Weights:

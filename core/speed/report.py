@@ -159,12 +159,12 @@ def tiles_text(p: DevicePart, bw: str) -> str:
 
 def copy_text(p: DevicePart) -> str:
     """Weights in host memory copied to the GPU before their matmuls (groups.op_offload), or "" where none are."""
+    if not p.copy_s:
+        return ""
     return _timed(
         p.copy_s,
         f"copy over PCIe ({p.copy_note}; PCIe 4.0 ×16's 31.5 GB/s at an assumed 80 % unless given, not checked): "
-        f"{_n(p.copy_bytes)} B ÷ ({_n(p.copy_bytes / p.copy_s)} B/s)"
-        if p.copy_s
-        else "",
+        f"{_n(p.copy_bytes)} B ÷ ({_n(p.copy_bytes / p.copy_s)} B/s)",
     )
 
 
@@ -205,7 +205,7 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
                 if not p.copy_s
                 else "the attention: with its cache in system RAM (above); "
             )
-            + f"on this device: "
+            + "on this device: "
             f"{_s(p.seconds)} ({'the copy plus ' if p.copy_s else ''}"
             f"{'the FP16 conversion plus ' if p.dequant_s else ''}the slower of "
             f"weights{', their tiles' if p.tile_s else ''} and matmuls plus "

@@ -104,10 +104,7 @@ MODELS = {
 }
 # Where the converter names a tensor otherwise than kvscope's role (conversion/gpt_oss.py, qwen.py map the norm after
 # attention to post_attention_norm), and tensors it stores without a ".weight" suffix.
-_RENAMED = {
-    "gpt_oss": {"ffn_norm": "post_attention_norm"}, "gpt_oss_mxfp4": {"ffn_norm": "post_attention_norm"},
-    "qwen3_5": {"ffn_norm": "post_attention_norm"},
-}  # fmt: skip
+_RENAMED = {"gpt_oss": {"ffn_norm": "post_attention_norm"}, "qwen3_5_text": {"ffn_norm": "post_attention_norm"}}
 _BARE = ("ssm_a", "ssm_d")
 _BUFFERS = ("exp_probs_b.bias",)  # DeepSeek-V3's e_score_correction_bias: a buffer, not a parameter (core.model.params)
 _SPLIT = {  # the experts' gate_up_proj (and gpt-oss's bias)
@@ -173,7 +170,7 @@ CASES = [(m, f) for m in CONFIGS for f in FTYPES_OF[m]]
 def gguf_name(model: str, t: Tensor) -> str:
     """The tensor's name in llama.cpp's GGUF (kvscope's roles are its names, but for _RENAMED)."""
     base = t.role.removesuffix("_bias")
-    base = _RENAMED.get(model, {}).get(base, base)
+    base = _RENAMED.get(CHECKPOINTS[model]["model_type"], {}).get(base, base)  # the converter's, per architecture
     name = base if base in _BARE else f"{base}.{'bias' if t.role.endswith('_bias') else 'weight'}"
     return name if t.layer is None else f"blk.{t.layer}.{name}"
 
