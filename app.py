@@ -148,8 +148,11 @@ result_key = f"{setup!r} {[r.context for r in result.rows]}"  # the setup and it
 speed_rows, no_speed = speeds(result, ram, threads, isa, backend, result_key)
 
 st.subheader("Context table")
-st.caption(f"{setup.card.name}" + (f" × {setup.gpus}" if setup.gpus > 1 else "") + ", per GPU")
 shown = display_records(result)
+st.caption(
+    f"{setup.card.name}" + (f" × {setup.gpus}" if setup.gpus > 1 else "") + ", per GPU"
+    + ("; llama.cpp splits the layers, and each row is the GPU its GPU column names" if "GPU" in shown[0] else "")
+)  # fmt: skip
 if constant_table(result):  # a pure state-space model: one row says it all
     shown = [r for r in shown if r["context"] == format_tokens(context)]
     st.caption(

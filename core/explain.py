@@ -92,8 +92,11 @@ def row_lines(fit: Fit, row: Row) -> list[str]:
     solver = Solver(setup)
     per_gpu = f" per GPU (÷ {setup.gpus})" if setup.gpus > 1 else ""
     out = [f"### At {format_tokens(row.context)} tokens", "**Cache**"]
+    if row.gpu:  # llama.cpp: each GPU holds its own layers; the figures are the fullest one's
+        per_gpu = f" on {row.gpu}"
+        out.append(f"- on {row.gpu}, the GPU with the least room left at this context (llama.cpp's layer split)")
     out += [f"- {line}" for line in cache_lines(row.account, solver)]
-    if setup.pp > 1:
+    if setup.pp > 1 and not row.gpu:
         total = row.account.total
         if isinstance(solver.engine, VllmEngine):
             stage, whole = fullest_stage_fraction(solver.engine, solver.model, setup.kv_dtype)

@@ -56,6 +56,7 @@ class Row:
     max_concurrency: float
     account: CacheAccount = field(repr=False, compare=False)
     overhead: tuple[Item, ...] = field(default=(), repr=False, compare=False)
+    gpu: str = ""  # llama.cpp over several GPUs: which one these figures are (the fullest at this context)
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,22 @@ def layer_bytes(count: ParamCount, fmt: str, dtype_bytes: int) -> tuple[list[int
         return dense, routed, output + (embedding if tied else 0)
 
     return per_count(count, ("layer_bytes", fmt, dtype_bytes), build)
+
+
+@dataclass(frozen=True)
+class GpuShare:
+    """What one GPU holds of a model llama.cpp runs: its part of the layers (Offload.split over several GPUs), the
+    model of those layers whose cache it holds, and their weights."""
+
+    index: int
+    where: Offload
+    model: ModelSpec
+    weights: int
+
+    def label(self, gpus: int) -> str:
+        layers = self.where.layers
+        held = f"layers {layers.start}–{layers.stop - 1}" if layers else "no decoder layer"
+        return f"GPU {self.index} of {gpus} ({held}{' and the output layer' if self.where.output else ''})"
 
 
 def setup_format(setup: Setup) -> str:
@@ -170,6 +187,8 @@ class Solver:
         self.format = setup_format(setup)
         self.kernel: Kernel | None = None
         self.offload: Offload | None = None  # llama.cpp: where -ngl and --n-cpu-moe put the model
+        self.shares: tuple[GpuShare, ...] = ()  # llama.cpp: each GPU's part (one per GPU)
+        self._fullest_at: dict[int, GpuShare] = {}
         self.cpu_weight = 0  # llama.cpp: the largest weight tensor left in RAM that op_offload copies to the GPU
         self.relaid = 0  # bytes vLLM's MoE kernel layout adds to the checkpoint's MXFP4 experts
         count = count_params(setup.model)
@@ -184,52 +203,101 @@ class Solver:
                 self.kernel = kernel_for(setup.card, engine.options.platform)
                 self.relaid = loading_growth(setup.model.config, self.kernel)
                 self.weights_total += self.relaid
-        if isinstance(engine, LlamaCppEngine):
-            self.weights_total, self.model = self._llamacpp_offload(count, dtype_bytes)
         self.weights = -(-self.weights_total // setup.gpus)
+        if isinstance(engine, LlamaCppEngine):
+            self.shares = self._llamacpp_shares(count, dtype_bytes)
+            self.weights_total = sum(share.weights for share in self.shares)
+            self.weights = max(share.weights for share in self.shares)
+            assert self.offload is not None
+            self.model = self._on_gpu(self.offload.layers, "on GPU")
         util = setup.gpu_memory_utilization if isinstance(engine, VllmEngine) else 1.0
         self.usable = int(setup.card.memory_bytes * util)
         self.limit = context_limit(setup)
 
-    def _llamacpp_offload(self, count: ParamCount, dtype_bytes: int) -> tuple[int, ModelSpec]:
+    def _llamacpp_shares(self, count: ParamCount, dtype_bytes: int) -> tuple[GpuShare, ...]:
         """llama.cpp keeps the token embedding in system RAM and puts the layers -ngl selects (the last ones, and the
-        output layer: core.engines.llamacpp.Offload) on the GPU, each layer's cache beside it."""
+        output layer: core.engines.llamacpp.Offload) on the GPUs, split by layers, each layer's cache beside it."""
         layers = self.setup.model.layers
         assert isinstance(self.engine, LlamaCppEngine)
         where = self.offload = self.engine.offload(self.setup.gpu_layers, len(layers), self.setup.cpu_experts)
-        if self.setup.weights_file is not None:
+        file = self.setup.weights_file
+        if file is not None:
             if where.cpu_experts:
                 raise InputError("--n-cpu-moe with a weights file is not modelled: its tensors carry no expert roles")
-            on_gpu = self.setup.weights_file.bytes_on_gpu(where.layers, where.output)
+
+            def weights(part: Offload) -> int:
+                return file.bytes_on_gpu(part.layers, part.output)
+
         else:
             dense, routed, output = layer_bytes(count, self.format, dtype_bytes)
-            on_gpu = sum(
-                dense[i] + (0 if i in where.cpu_experts else routed[i]) for i in where.layers if i < len(dense)
-            )
-            on_gpu += output if where.output else 0
+
+            def weights(part: Offload) -> int:
+                kept = (dense[i] + (0 if i in part.cpu_experts else routed[i]) for i in part.layers if i < len(dense))
+                return sum(kept) + (output if part.output else 0)
+
             # a layer's three FFN (or expert) matrices are its largest tensors: a third of its bytes bounds one
             self.cpu_weight = max(
                 [routed[i] // 3 for i in where.cpu_experts]
                 + [max(dense[i], routed[i]) // 3 for i in where.on_cpu if i < len(dense)],
                 default=0,
             )
-        if len(where.layers) == len(layers):
-            return on_gpu, self.setup.model  # every layer on the GPU (the same spec, its layer census kept)
-        kept = tuple(layers[i] for i in where.layers)
-        name = f"{self.setup.model.name} ({len(kept)} of {len(layers)} layers on GPU)"
-        return on_gpu, self.setup.model.with_layers(kept, name=name)
+        parts = where.split(self.setup.gpus) if self.setup.gpus > 1 else (where,)
+        return tuple(
+            GpuShare(d, part, self._on_gpu(part.layers, f"on GPU {d}" if len(parts) > 1 else "on GPU"), weights(part))
+            for d, part in enumerate(parts)
+        )
+
+    def _on_gpu(self, kept: range, where: str) -> ModelSpec:
+        """The model of the decoder layers in `kept`, whose cache lives with them."""
+        layers = self.setup.model.layers
+        if len(kept) == len(layers):
+            return self.setup.model  # every layer (the same spec, its layer census kept)
+        name = f"{self.setup.model.name} ({len(kept)} of {len(layers)} layers {where})"
+        return self.setup.model.with_layers(tuple(layers[i] for i in kept), name=name)
 
     # cache is split across pipeline stages (layers) and, for vLLM, across TP ranks inside the engine's pages
     def _layer_split(self) -> int:
         return self.setup.pp
 
+    def _account(self, model: ModelSpec, context: int) -> CacheAccount:
+        if not model.layers:
+            return CacheAccount(model.name, self.engine.name, self.setup.kv_dtype, context, 1, ())
+        return self.engine.account(model, context, 1, self.setup.kv_dtype)
+
+    def _llamacpp_overhead(self, share: GpuShare, context: int, sequences: int) -> tuple[Item, ...]:
+        assert isinstance(self.engine, LlamaCppEngine)
+        # op_offload copies a weight left in RAM to the first GPU that runs the op: GPU 0 (ggml-backend.cpp 1.off)
+        copied = self.cpu_weight if share.index == 0 else 0
+        outputs = self.engine.options.n_outputs_max
+        return tuple(llamacpp_overhead(self.engine, self.setup.model, context, sequences, share.where, copied, outputs))
+
+    def _room(self, share: GpuShare, context: int) -> tuple[float, int]:
+        """The sequences of `context` tokens whose cache fits beside the share's weights and overhead, and the room
+        left with one of them."""
+        budget = self.usable - share.weights - sum(i.bytes for i in self._llamacpp_overhead(share, context, 1))
+        per_sequence = self._account(share.model, context).total
+        return (max(0, budget) // per_sequence if per_sequence else float("inf")), budget - per_sequence
+
+    def fullest(self, context: int) -> GpuShare | None:
+        """llama.cpp: the GPU that decides at `context`, the one fitting the fewest sequences, then with the least
+        room left (None for the other engines). The first GPU holds the most layers, the last the output layer and
+        its logits; which decides depends on the context."""
+        if not self.shares:
+            return None
+        if context not in self._fullest_at:
+            self._fullest_at[context] = min(self.shares, key=lambda share: self._room(share, context))
+        return self._fullest_at[context]
+
     def account(self, context: int) -> CacheAccount:
-        if not self.model.layers:
-            return CacheAccount(self.model.name, self.engine.name, self.setup.kv_dtype, context, 1, ())
-        return self.engine.account(self.model, context, 1, self.setup.kv_dtype)
+        """One sequence's cache: on llama.cpp the fullest GPU's, else the whole model's (per_gpu divides it)."""
+        share = self.fullest(context)
+        return self._account(share.model if share else self.model, context)
 
     def per_gpu(self, account: CacheAccount) -> int:
-        """A sequence's cache on the fullest GPU: vLLM's fullest pipeline stage, else an even share of the layers."""
+        """A sequence's cache on the fullest GPU: vLLM's fullest pipeline stage, transformers' even share of the
+        layers; llama.cpp's account is already its fullest GPU's."""
+        if self.shares:
+            return account.total
         if isinstance(self.engine, VllmEngine) and self.setup.pp > 1:
             stage, whole = fullest_stage_fraction(self.engine, self.model, self.setup.kv_dtype)
             return -(-account.total * stage // whole)
@@ -246,13 +314,9 @@ class Solver:
         if isinstance(self.engine, VllmEngine):
             options = self.engine.options
             return tuple(vllm_overhead(model, options.max_num_batched_tokens, world, self.engine.sampler_rows()))
-        if isinstance(self.engine, LlamaCppEngine):
-            options = self.engine.options
-            return tuple(
-                llamacpp_overhead(
-                    self.engine, model, context, sequences, world, self.offload, self.cpu_weight, options.n_outputs_max
-                )
-            )
+        share = self.fullest(context)
+        if share is not None:
+            return self._llamacpp_overhead(share, context, sequences)
         if isinstance(self.engine, TransformersEngine):
             storage = self.engine.storage(model, self.setup.kv_dtype)
             transient = sum(
@@ -263,10 +327,14 @@ class Solver:
             return tuple(transformers_overhead(model, context, transient // self._layer_split(), world))
         raise InputError(f"no overhead model for engine {self.engine.name}")
 
+    def _weights(self, context: int) -> int:
+        share = self.fullest(context)
+        return share.weights if share else self.weights
+
     def budget(self, context: int) -> int:
         if self.setup.kv_cache_memory_bytes is not None:
             return self.setup.kv_cache_memory_bytes
-        return self.usable - self.weights - sum(i.bytes for i in self.overhead(context))
+        return self.usable - self._weights(context) - sum(i.bytes for i in self.overhead(context))
 
     def vllm_capacity(self, max_model_len: int) -> Capacity:
         assert isinstance(self.engine, VllmEngine)
@@ -278,6 +346,9 @@ class Solver:
     def concurrency(self, context: int) -> float:
         if isinstance(self.engine, VllmEngine):
             return self.vllm_capacity(context).max_concurrency
+        share = self.fullest(context)
+        if share is not None:  # every GPU must hold its layers' cache: the scarcest decides
+            return self._room(share, context)[0]
         budget = self.budget(context)
         per_sequence = self.cache(context)
         return max(0, budget) // per_sequence if per_sequence else float("inf")
@@ -302,12 +373,14 @@ class Solver:
         account = self.account(context)
         cache = self.per_gpu(account)
         overhead = self.overhead(context)
-        total = self.weights + sum(i.bytes for i in overhead) + cache
+        weights = self._weights(context)
+        total = weights + sum(i.bytes for i in overhead) + cache
         concurrency = self.concurrency(context)
+        share = self.fullest(context)
         return Row(
             context=context,
             cache_bytes=cache,
-            weights_bytes=self.weights,
+            weights_bytes=weights,
             overhead_bytes=sum(i.bytes for i in overhead),
             total_bytes=total,
             headroom_bytes=self.usable - total,
@@ -315,6 +388,7 @@ class Solver:
             max_concurrency=concurrency,
             account=account,
             overhead=overhead,
+            gpu=share.label(self.setup.gpus) if share and self.setup.gpus > 1 else "",
         )
 
 
@@ -368,7 +442,15 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
         if moe and count.experts:
             in_ram = f"the routed experts of layers {moe.start}-{moe.stop - 1} and the token embedding "
             in_ram += "table stay in system RAM"
-        notes.append(f"llama.cpp: {placed} on the GPU; {in_ram}")
+        notes.append(f"llama.cpp: {placed} on the {'GPUs' if setup.gpus > 1 else 'GPU'}; {in_ram}")
+        if setup.gpus > 1:
+            parts = "; ".join(share.label(setup.gpus) for share in solver.shares)
+            notes.append(
+                f"llama.cpp splits the layers over the {setup.gpus} GPUs by their free memory, here taken as equal: "
+                f"{parts}. Each row is the GPU that fits the fewest sequences at its context. A GPU with less free "
+                "memory hands a boundary layer to its neighbour. This is llama.cpp's rule from its source; no "
+                "multi-GPU run has checked it here"
+            )
         if setup.cpu_experts and not count.experts:
             notes.append(f"--n-cpu-moe changes nothing here: {setup.model.name} has no routed experts")
     if count.stored and format_named(solver.format).gguf and solver.format != STORED_FTYPE[count.stored]:

@@ -33,6 +33,7 @@ def table_records(fit: Fit) -> list[dict]:
             "fits": r.fits,
             "max_concurrency": r.max_concurrency,
         }
+        | ({"gpu": r.gpu} if r.gpu else {})  # llama.cpp over several GPUs: the one these figures are
         for r in fit.rows
     ]
 
@@ -51,6 +52,7 @@ def display_records(fit: Fit) -> list[dict]:
             "overhead (GiB)": r["overhead_bytes"] / GIB,
             "headroom (GiB)": r["headroom_bytes"] / GIB,
         }
+        | ({"GPU": r["gpu"]} if "gpu" in r else {})
         for r in table_records(fit)
     ]
 

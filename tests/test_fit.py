@@ -65,9 +65,9 @@ def test_max_context_is_the_boundary():
         assert (best == 0 or solver.fits(best)) and not solver.fits(best + 1)
 
 
-def test_pipeline_split_halves_weights_and_cache_per_gpu():
-    one = fit(eight_gb(QWEN35), [32768]).rows[0]
-    two = fit(replace(eight_gb(QWEN35), gpus=2, pp=2), [32768]).rows[0]
+def test_transformers_pipeline_split_halves_weights_and_cache_per_gpu():
+    one = fit(eight_gb(QWEN35, "transformers"), [32768]).rows[0]
+    two = fit(replace(eight_gb(QWEN35, "transformers"), gpus=2, pp=2), [32768]).rows[0]
     assert two.weights_bytes == -(-one.weights_bytes // 2)
     assert two.cache_bytes == -(-one.cache_bytes // 2)
 

@@ -123,8 +123,8 @@ def test_bad_input_is_an_input_error():
 
 
 def test_overhead_items_show_their_arithmetic():
-    items = llamacpp_overhead(NO_FA, LLAMA, 32768, world=2)
-    assert [i.label for i in items] == ["CUDA context", "compute buffer", "NCCL buffers"]
+    items = llamacpp_overhead(NO_FA, LLAMA, 32768)
+    assert [i.label for i in items] == ["CUDA context", "compute buffer"]
     assert items[1].bytes == compute_buffers(NO_FA, LLAMA, 32768).gpu.bytes
     assert "32 heads × 32,768 cells" in items[1].formula
 

@@ -196,6 +196,25 @@ class Offload:
     def on_cpu(self) -> range:
         return range(0, self.layers.start)
 
+    def split(self, n_devices: int) -> tuple[Offload, ...]:
+        """The part on each of `n_devices` GPUs with equal free memory (llama-model.cpp load_tensors, split mode
+        layer): the default split is each device's share of the free memory, and offloaded slot i of `act` (the
+        output layer last) goes to the first device whose cumulative share exceeds i ÷ act, i.e. device
+        ⌊i × n_devices ÷ act⌋. So the first GPU holds the most layers and the last holds the output layer.
+        A GPU with less free memory (one driving a display) gives a boundary layer to its neighbour."""
+        slots = [*self.layers, *([self.layers.stop] if self.output else [])]
+        act = len(slots)
+        device = [i * n_devices // act for i in range(act)]
+
+        def part(d: int) -> Offload:
+            mine = [layer for layer, at in zip(slots, device, strict=True) if at == d and layer < self.layers.stop]
+            layers = range(mine[0], mine[-1] + 1) if mine else range(self.layers.stop, self.layers.stop)
+            experts = range(max(layers.start, self.cpu_experts.start), min(layers.stop, self.cpu_experts.stop))
+            last = bool(device) and device[-1] == d and self.output
+            return Offload(layers, last, experts if experts.start < experts.stop else range(0))
+
+        return tuple(part(d) for d in range(n_devices))
+
 
 def _windowed(layer: LayerKind) -> bool:
     return isinstance(layer, (SlidingWindow, ChunkedAttention))

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 
 from core.engines.llamacpp import LlamaCppEngine, Offload, as_llamacpp_sees
 from core.errors import InputError
-from core.memory.overhead import CUDA_CONTEXT, Item, parallel_items
+from core.memory.overhead import CUDA_CONTEXT, Item
 from core.model.layers import MLA, FullAttention, GatedDeltaNet, LayerKind, Mamba1, Mamba2, ShortConv
 from core.model.spec import ModelSpec
 from core.units import round_up
@@ -235,7 +235,9 @@ def inputs(w: Widths, u: Ubatch, flash_attn: bool, attention: bool = True, f32_m
         else "12 B ids"
     )
     padded = sum(round_up(b, ALIGN) for b in tensors)
-    return Item("graph inputs", padded, f"{t} tokens × ({per_token}), each padded to {ALIGN} B")
+    if padded != sum(tensors):  # T not a multiple of 32: the padding adds bytes the product does not show
+        return Item(f"graph inputs, each tensor padded to {ALIGN} B", padded, f"{padded:,} B")
+    return Item("graph inputs", padded, f"{t} tokens × ({per_token})")
 
 
 def output_body(w: Widths, u: Ubatch) -> Item:
@@ -295,11 +297,12 @@ def ffn_bodies(w: Widths, u: Ubatch) -> list[Item]:
     if w.n_expert_ff:
         up = 3 * w.n_expert_ff + 4 * w.n_embd
         down = w.n_expert_ff + 2 * w.n_expert_out + 3 * w.n_embd
-        formula = (
-            f"{t} tokens × 4 B × max(3·{w.n_expert_ff} + 4·{w.n_embd}, "
-            f"{w.n_expert_ff} + 2·{w.n_expert_out} + 3·{w.n_embd})"
-        )
-        out.append(Item("routed experts", F32 * t * max(up, down), formula))
+        if up >= down:
+            label, rows = "routed experts (gate and up, the larger side)", f"3·{w.n_expert_ff} + 4·{w.n_embd}"
+        else:
+            label = "routed experts (down, the larger side)"
+            rows = f"{w.n_expert_ff} + 2·{w.n_expert_out} + 3·{w.n_embd}"
+        out.append(Item(label, F32 * t * max(up, down), f"{t} tokens × 4 B × ({rows})"))
     if w.n_rec:
         rows = f"{w.rec_half_rows / 2:g}"
         size = 2 * t * w.rec_half_rows * w.n_rec + F32 * t * 2 * w.n_embd + u.sequences * w.rec_state
@@ -400,17 +403,16 @@ def llamacpp_overhead(
     model: ModelSpec,
     context: int,
     n_seq: int = 1,
-    world: int = 1,
     offload: Offload | None = None,
     cpu_weight: int = 0,
     n_outputs_max: int = 0,
 ) -> list[Item]:
-    """What llama.cpp holds on the fullest GPU besides weights and cache: the CUDA context and the compute buffer
-    of the GPU that holds the output layer (with -ngl splitting layers over GPUs, the last one). The host's
-    CUDA_Host buffer is in system RAM and not counted here (`compute_buffers` gives it)."""
+    """What llama.cpp holds on a GPU besides weights and cache: the CUDA context and the compute buffer of the part
+    of the model `offload` puts there (Offload.split gives each GPU's). The host's CUDA_Host buffer is in system RAM
+    and not counted here (`compute_buffers` gives it). The layer split exchanges activations between GPUs through
+    the scheduler's copies: no NCCL communicator (that is the tensor split mode's, not modelled)."""
     gpu = compute_buffers(engine, model, context, n_seq, offload, cpu_weight, n_outputs_max).gpu
     return [
         Item("CUDA context", CUDA_CONTEXT, "512 MiB"),
         Item("compute buffer", gpu.bytes, f"{gpu.label}: {gpu.formula}"),
-        *parallel_items(world),
     ]

@@ -1,0 +1,138 @@
+"""llama.cpp over several GPUs: each GPU holds its own layers, their cache and its own compute buffer.
+
+The split is llama.cpp's default (split mode layer, src/llama-model.cpp load_tensors): each device's share of the
+free memory, cumulated, and offloaded slot i of act (the output layer last) on the first device whose cumulative
+share exceeds i ÷ act. kvscope takes the free memory as equal. No multi-GPU run checks it here (none can run on
+this machine); the first test checks kvscope's closed form against a transcription of the engine's loop.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from core.engines import configured
+from core.engines.llamacpp import Offload
+from core.explain import row_lines
+from core.fit import Setup, Solver, fit
+from core.memory.gpus import Card, card_named
+from core.model.loading import load_model
+from tests.test_app_formulas import check_line
+
+QWEN3 = load_model("Qwen/Qwen3-8B")  # 36 uniform full-attention layers
+QWEN35 = load_model("Qwen/Qwen3.5-9B")  # 32 layers, a 248K-vocab head
+
+
+def engine_devices(n_layer: int, n_gpu_layers: int, free: list[int]) -> list[int]:
+    """Device of each slot 0..n_layer (n_layer: the output layer), -1 for the CPU, as load_tensors computes it in
+    C floats: cumulative free memory normalised, then std::upper_bound of float(il - i_gpu_start) / act."""
+    splits = np.cumsum(np.array(free, dtype=np.float32), dtype=np.float32)
+    splits = (splits / splits[-1]).astype(np.float32).tolist()
+    start = max(n_layer + 1 - n_gpu_layers, 0)
+    act = min(n_gpu_layers, n_layer + 1)
+    out = []
+    for il in range(n_layer + 1):
+        if il < start or il - start >= act:
+            out.append(-1)
+        else:
+            out.append(bisect_right(splits, float(np.float32(il - start) / np.float32(act))))
+    return out
+
+
+def kvscope_devices(n_layer: int, n_gpu_layers: int, n_devices: int) -> list[int]:
+    out = [-1] * (n_layer + 1)
+    for d, part in enumerate(Offload.of(n_gpu_layers, n_layer).split(n_devices)):
+        for il in part.layers:
+            out[il] = d
+        if part.output:
+            out[n_layer] = d
+    return out
+
+
+@pytest.mark.parametrize("n_devices", [2, 3, 4, 5, 7, 8])
+def test_the_split_is_the_engines_loop_with_equal_free_memory(n_devices):
+    free = [24 << 30] * n_devices  # 24 GiB each, exact in a float like any whole GiB count
+    for n_layer in range(1, 96):
+        for ngl in (1, 2, n_layer // 2, n_layer, n_layer + 1, 999):
+            assert kvscope_devices(n_layer, ngl, n_devices) == engine_devices(n_layer, ngl, free), (n_layer, ngl)
+
+
+def test_the_first_gpu_holds_the_most_layers_and_the_last_the_output():
+    parts = Offload.of(None, 36).split(5)  # 37 slots: 7.4 a GPU
+    assert [len(p.layers) for p in parts] == [8, 7, 8, 7, 6]
+    assert [p.output for p in parts] == [False] * 4 + [True]
+    assert Offload.of(None, 36).split(5)[0].layers == range(0, 8)
+
+
+def _setup(model, gpus: int, **kw) -> Setup:
+    return Setup(model, configured("llama.cpp"), card_named("GeForce RTX 4060 8GB"), gpus=gpus, pp=gpus,
+                 weights="q4_k_m", **kw)  # fmt: skip
+
+
+def test_the_gpus_hold_the_whole_model_between_them():
+    one, five = Solver(_setup(QWEN3, 1)), Solver(_setup(QWEN3, 5))
+    assert sum(share.weights for share in five.shares) == one.weights
+    whole = one.account(16384).total
+    assert sum(five._account(share.model, 16384).total for share in five.shares) == whole
+    # the fullest GPU holds 8 of the 36 layers' cache, not an even 7.2
+    assert fit(_setup(QWEN3, 5), [16384]).rows[0].cache_bytes == whole * 8 // 36
+
+
+def test_the_gpu_with_the_head_decides_a_big_vocabulary_model():
+    """Qwen3.5-9B's 17 + 15 layers hold four attention layers each, so the same cache; the second GPU also holds the
+    248K-row head and the logits, so it decides."""
+    row = fit(_setup(QWEN35, 2), [32768]).rows[0]
+    assert row.gpu == "GPU 1 of 2 (layers 17–31 and the output layer)"
+    solver = Solver(_setup(QWEN35, 2))
+    first, second = solver.shares
+    assert second.weights > first.weights
+    assert row.weights_bytes == second.weights
+    assert row.headroom_bytes == solver.usable - second.weights - row.overhead_bytes - row.cache_bytes
+
+
+def test_requests_are_the_scarcest_gpus():
+    solver = Solver(_setup(QWEN3, 5))
+    for context in (4096, 40960):
+        each = []
+        for share in solver.shares:
+            overhead = sum(i.bytes for i in solver._llamacpp_overhead(share, context, 1))
+            each.append((solver.usable - share.weights - overhead) // solver._account(share.model, context).total)
+        assert solver.concurrency(context) == min(each)
+
+
+def test_more_gpus_never_fit_less_and_the_split_needs_no_nccl():
+    setup = replace(_setup(QWEN3, 1), card=Card.custom(6))
+    best = [Solver(replace(setup, gpus=n, pp=n)).max_context() for n in (1, 2, 4)]
+    assert best == sorted(best) and best[0] < best[-1]
+    assert all("NCCL" not in item.label for item in Solver(_setup(QWEN3, 4)).overhead(4096))
+
+
+def test_partial_offload_splits_the_offloaded_layers_only():
+    solver = Solver(_setup(QWEN3, 2, gpu_layers=20))  # the last 19 layers and the output layer
+    first, second = solver.shares
+    assert (first.where.layers, second.where.layers) == (range(17, 27), range(27, 36))
+    assert second.where.output and not first.where.output
+
+
+def test_the_explanation_names_the_gpu_and_adds_up():
+    result = fit(_setup(QWEN3, 5), [4096, 40960])
+    for row in result.rows:
+        lines = row_lines(result, row)
+        assert any(row.gpu in line for line in lines) and row.gpu.startswith("GPU ")
+        # the compute buffer's line names its graph inputs' padding in words, which the evaluator does not read
+        assert sum(check_line(line) for line in lines if not line.startswith("- compute buffer")) >= 3
+    assert any("splits the layers over the 5 GPUs" in note for note in result.notes)
+
+
+def test_the_page_names_the_gpu_of_each_row():
+    from tests.test_app import app, opened
+
+    at = app({"model": "Qwen/Qwen3-8B", "engine": "llama.cpp", "gpus": "5", "weights": "Q4_K_M"})
+    assert not at.exception, [e.value for e in at.exception]
+    table = at.dataframe[0].value
+    assert next(iter(table["GPU"])) == "GPU 0 of 5 (layers 0–7)"
+    how = opened(at, "kv_how")
+    assert any("the GPU with the least room left" in m.value for m in how.markdown)
