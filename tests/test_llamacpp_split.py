@@ -20,6 +20,8 @@ from core.explain import row_lines
 from core.fit import Setup, Solver, fit
 from core.memory.gpus import Card, card_named
 from core.model.loading import load_model
+from core.speed import Hardware, predict
+from tests.test_app import app, opened
 from tests.test_app_formulas import check_line
 
 QWEN3 = load_model("Qwen/Qwen3-8B")  # 36 uniform full-attention layers
@@ -128,11 +130,19 @@ def test_the_explanation_names_the_gpu_and_adds_up():
 
 
 def test_the_page_names_the_gpu_of_each_row():
-    from tests.test_app import app, opened
-
     at = app({"model": "Qwen/Qwen3-8B", "engine": "llama.cpp", "gpus": "5", "weights": "Q4_K_M"})
     assert not at.exception, [e.value for e in at.exception]
     table = at.dataframe[0].value
     assert next(iter(table["GPU"])) == "GPU 0 of 5 (layers 0–7)"
     how = opened(at, "kv_how")
     assert any("the GPU with the least room left" in m.value for m in how.markdown)
+
+
+def test_a_prompt_over_several_gpus_says_its_pipelining_is_not_timed():
+    """Decode over several GPUs runs their layers in turn, as one GPU's roofline times it (the corpus keeps such
+    decode runs); a prompt's micro-batches are pipelined across them, which the speed does not model."""
+    one = predict(_setup(QWEN3, 1), Hardware(60.0, 8), 8192)
+    two = predict(_setup(QWEN3, 2), Hardware(60.0, 8), 8192)
+    assert two.decode_error == one.decode_error and "pipelines" not in one.prefill_error.label
+    assert "pipelines a prompt's micro-batches across the 2 GPUs" in two.prefill_error.label
+    assert two.prefill_error.group == one.prefill_error.group
