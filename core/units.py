@@ -68,7 +68,7 @@ def plural(n: float, word: str, text: str | None = None) -> str:
     return f"{text if text is not None else n} {word}{'' if n == 1 else 's'}"
 
 
-_BYTES = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(|B|KiB|MiB|GiB)\s*$")
+_BYTES = re.compile(r"^\s*((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)\s*(|B|KiB|MiB|GiB)\s*$")  # 1,250.00 GiB as shown
 _BYTE_SCALE = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
@@ -79,7 +79,7 @@ def byte_amount(text: str) -> Fraction:
     if not match:
         raise InputError(f"cannot read {text!r} as a size; write bytes (1073741824) or e.g. 512MiB, 1.5GiB")
     number, unit = match.groups()
-    return Fraction(digits_checked(number, text)) * _BYTE_SCALE[unit]
+    return Fraction(digits_checked(number.replace(",", ""), text)) * _BYTE_SCALE[unit]
 
 
 def parse_bytes(text: str | int) -> int:
@@ -100,13 +100,13 @@ _UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 
 
 def format_bytes(n: int, digits: int = 2) -> str:
-    """Binary units, labelled as such: 1536 → `1.50 KiB`."""
+    """Binary units, labelled as such: 1536 → `1.50 KiB`; thousands grouped (`1,250.00 GiB`)."""
     sign = "-" if n < 0 else ""
     size = abs(n)
     for unit, scale in _UNITS:
         if size >= scale:
-            return f"{sign}{size / scale:.{digits}f} {unit}"
-    return f"{sign}{size} B"
+            return f"{sign}{size / scale:,.{digits}f} {unit}"
+    return f"{sign}{size:,} B"
 
 
 GIB = 1 << 30

@@ -45,6 +45,11 @@ def test_format_bytes_is_binary_and_labelled():
     assert format_bytes(1536) == "1.50 KiB"
     assert format_bytes(3 << 30) == "3.00 GiB"
     assert format_bytes(512) == "512 B"
+    # a DeepSeek-sized total reads with its thousands grouped, and reads back as the bytes it shows
+    assert format_bytes(1250 << 30) == "1,250.00 GiB" and format_bytes(-(2000 << 30)) == "-2,000.00 GiB"
+    assert parse_bytes("1,250.00 GiB") == 1250 << 30 and parse_bytes("1,073,741,824") == 1 << 30
+    with pytest.raises(InputError, match="as a size"):
+        parse_bytes("1,25 GiB")
 
 
 def test_block_quantised_rows_cost_whole_blocks():
