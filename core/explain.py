@@ -9,6 +9,7 @@ from core.engines.base import CacheAccount, KindLine
 from core.engines.vllm_engine import VllmEngine
 from core.engines.vllm_pipeline import fullest_stage_fraction, stage_bytes_per_block
 from core.fit import Fit, Row, Solver
+from core.memory.llamacpp_compute import PIPELINE_ITEM
 from core.units import format_bytes, format_tokens
 
 
@@ -70,7 +71,10 @@ def cache_lines(account: CacheAccount, solver: Solver | None = None) -> list[str
 def _concurrency_line(fit: Fit, row: Row, solver: Solver) -> str:
     usable, weights, overhead = fit.usable_bytes, row.weights_bytes, row.overhead_bytes
     budget = solver.budget(row.context)
-    left = f"{usable:,} B usable − {weights:,} B weights − {overhead:,} B overhead = {budget:,} B for cache"
+    # llama.cpp gives up pipeline parallelism's copies where more sequences need their room (Solver.budget)
+    copies = sum(item.bytes for item in row.overhead if item.label == PIPELINE_ITEM)
+    spent = f"{overhead - copies:,} B overhead without the pipeline copies" if copies else f"{overhead:,} B overhead"
+    left = f"{usable:,} B usable − {weights:,} B weights − {spent} = {budget:,} B for cache"
     kept = max(0, budget)
     if isinstance(solver.engine, VllmEngine):
         kv = solver.setup.kv_dtype

@@ -14,7 +14,7 @@ from core.engines.vllm_mxfp4 import Kernel, kernel_for, loading_growth
 from core.engines.vllm_pipeline import fullest_stage_fraction, pipeline_capacity
 from core.errors import InputError
 from core.memory.gpus import Card
-from core.memory.llamacpp_compute import llamacpp_overhead
+from core.memory.llamacpp_compute import PIPELINE_COPIES, PIPELINE_ITEM, llamacpp_overhead
 from core.memory.overhead import Item, transformers_overhead, vllm_overhead
 from core.memory.quant import STORED_FTYPE, as_gguf, default_format, format_named
 from core.memory.weightfiles import WeightFile
@@ -189,6 +189,7 @@ class Solver:
         self.offload: Offload | None = None  # llama.cpp: where -ngl and --n-cpu-moe put the model
         self.shares: tuple[GpuShare, ...] = ()  # llama.cpp: each GPU's part (one per GPU)
         self._fullest_at: dict[int, GpuShare] = {}
+        self._pipelined_at: dict[int, bool] = {}
         self.cpu_weight = 0  # llama.cpp: the largest weight tensor left in RAM that op_offload copies to the GPU
         self.relaid = 0  # bytes vLLM's MoE kernel layout adds to the checkpoint's MXFP4 experts
         count = count_params(setup.model)
@@ -264,12 +265,31 @@ class Solver:
             return CacheAccount(model.name, self.engine.name, self.setup.kv_dtype, context, 1, ())
         return self.engine.account(model, context, 1, self.setup.kv_dtype)
 
-    def _llamacpp_overhead(self, share: GpuShare, context: int, sequences: int) -> tuple[Item, ...]:
+    def _llamacpp_overhead(self, share: GpuShare, context: int, sequences: int, copies: int = 1) -> tuple[Item, ...]:
         assert isinstance(self.engine, LlamaCppEngine)
         # op_offload copies a weight left in RAM to the first GPU that runs the op: GPU 0 (ggml-backend.cpp 1.off)
         copied = self.cpu_weight if share.index == 0 else 0
         outputs = self.engine.options.n_outputs_max
-        return tuple(llamacpp_overhead(self.engine, self.setup.model, context, sequences, share.where, copied, outputs))
+        model, where = self.setup.model, share.where
+        return tuple(llamacpp_overhead(self.engine, model, context, sequences, where, copied, outputs, copies))
+
+    def pipelined(self, context: int) -> bool:
+        """Whether llama.cpp runs one sequence of `context` with pipeline parallelism (llama-context.cpp: several
+        devices, every layer and the output offloaded, no tensor override such as --n-cpu-moe's; CUDA, ROCm,
+        Vulkan and SYCL devices have the async compute and events it needs) and its copies fit on every GPU:
+        otherwise sched_reserve retries without them."""
+        where = self.offload
+        if len(self.shares) < 2 or where is None or where.layers.start or not where.output or where.cpu_experts:
+            return False
+        if context not in self._pipelined_at:
+            self._pipelined_at[context] = all(
+                share.weights
+                + sum(i.bytes for i in self._llamacpp_overhead(share, context, 1, PIPELINE_COPIES))
+                + self._account(share.model, context).total
+                <= self.usable
+                for share in self.shares
+            )
+        return self._pipelined_at[context]
 
     def _room(self, share: GpuShare, context: int) -> tuple[float, int]:
         """The sequences of `context` tokens whose cache fits beside the share's weights and overhead, and the room
@@ -316,7 +336,8 @@ class Solver:
             return tuple(vllm_overhead(model, options.max_num_batched_tokens, world, self.engine.sampler_rows()))
         share = self.fullest(context)
         if share is not None:
-            return self._llamacpp_overhead(share, context, sequences)
+            copies = PIPELINE_COPIES if self.pipelined(context) else 1
+            return self._llamacpp_overhead(share, context, sequences, copies)
         if isinstance(self.engine, TransformersEngine):
             storage = self.engine.storage(model, self.setup.kv_dtype)
             transient = sum(
@@ -334,7 +355,9 @@ class Solver:
     def budget(self, context: int) -> int:
         if self.setup.kv_cache_memory_bytes is not None:
             return self.setup.kv_cache_memory_bytes
-        return self.usable - self._weights(context) - sum(i.bytes for i in self.overhead(context))
+        # llama.cpp drops pipeline parallelism's copies where they do not fit: the cache may have their room
+        overhead = sum(i.bytes for i in self.overhead(context) if i.label != PIPELINE_ITEM)
+        return self.usable - self._weights(context) - overhead
 
     def vllm_capacity(self, max_model_len: int) -> Capacity:
         assert isinstance(self.engine, VllmEngine)
@@ -448,9 +471,16 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
             notes.append(
                 f"llama.cpp splits the layers over the {setup.gpus} GPUs by their free memory, here taken as equal: "
                 f"{parts}. Each row is the GPU that fits the fewest sequences at its context. A GPU with less free "
-                "memory hands a boundary layer to its neighbour. This is llama.cpp's rule from its source; no "
-                "multi-GPU run has checked it here"
+                "memory hands a boundary layer to its neighbour. llama.cpp's own devices agree, buffer for buffer "
+                "(its RPC backend, tests/test_llamacpp_split.py)"
             )
+            if where.layers.start == 0 and where.output and not where.cpu_experts:
+                off = ", ".join(format_tokens(c) for c in wanted if not solver.pipelined(c))
+                notes.append(
+                    "llama.cpp runs the GPUs as a pipeline (pipeline parallelism: a prompt's micro-batches overlap), "
+                    f"keeping {PIPELINE_COPIES} copies of each GPU's inputs, an overhead item of their own"
+                    + (f"; at {off} they do not fit and it runs without them (one copy)" if off else "")
+                )
         if setup.cpu_experts and not count.experts:
             notes.append(f"--n-cpu-moe changes nothing here: {setup.model.name} has no routed experts")
     if count.stored and format_named(solver.format).gguf and solver.format != STORED_FTYPE[count.stored]:

@@ -57,7 +57,7 @@ Offload (-ngl, --n-cpu-moe) is read from source, not refereed (there is no GPU h
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from core.engines.llamacpp import LlamaCppEngine, Offload, as_llamacpp_sees
 from core.errors import InputError
@@ -85,6 +85,10 @@ GATED_QUERY = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_
 NEXTN_HEAD = frozenset(
     {"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next", "gpt_oss", "nemotron_h"}
 )
+
+
+PIPELINE_COPIES = 4  # GGML_SCHED_MAX_COPIES (ggml-backend.cpp): the scheduler's copies with pipeline parallelism
+PIPELINE_ITEM = "pipeline-parallel copies"
 
 
 @dataclass(frozen=True)
@@ -327,15 +331,20 @@ def mask_cast(w: Widths, u: Ubatch) -> Item:
     )
 
 
-def peak(w: Widths, u: Ubatch, flash_attn: bool, output: bool, attention: bool, weight_copy: int = 0) -> Item:
+def peak(
+    w: Widths, u: Ubatch, flash_attn: bool, output: bool, attention: bool, weight_copy: int = 0, copies: int = 1
+) -> Item:
     """The graph's peak: its inputs plus the largest layer body, or the output (logits) if that is larger.
     `output`: this part holds the output layer; `attention`: it holds an attention layer; `weight_copy`: a weight
-    op_offload copies in for a layer body."""
+    op_offload copies in for a layer body; `copies`: the scheduler's copies with pipeline parallelism
+    (pipeline_peak)."""
     bodies = ffn_bodies(w, u)
     if attention and (u.cells or u.window_cells):
         bodies.append(attention_body(w, u, flash_attn))
     live = inputs(w, u, flash_attn, attention)
     body = max(bodies, key=lambda item: item.bytes)
+    if copies > 1:
+        return pipeline_peak(w, u, live, body, output, copies)
     copy = f" + {weight_copy:,} B weight copied from RAM" if weight_copy else ""
     layer = Item(
         f"{body.label} + graph inputs",
@@ -347,6 +356,18 @@ def peak(w: Widths, u: Ubatch, flash_attn: bool, output: bool, attention: bool, 
     return layer
 
 
+def pipeline_peak(w: Widths, u: Ubatch, live: Item, body: Item, output: bool, copies: int) -> Item:
+    """A GPU's peak with pipeline parallelism: the scheduler keeps `copies` of each of its split's inputs, the graph
+    inputs and the hidden state arriving from the previous device (the embeddings on the first), allocated before the
+    graph and never freed (ggml-backend.cpp: the 4.cpy copies, flagged input and output); every phase, the logits
+    too, stands beside them. Refereed over llama.cpp's RPC devices (tests/test_llamacpp_split.py)."""
+    hidden = F32 * u.tokens * w.n_embd
+    pinned = copies * (live.bytes + hidden)
+    held = f"{copies} × ({live.formula} + {u.tokens} tokens × 4 B × {w.n_embd})"
+    top = max([body, output_body(w, u)] if output else [body], key=lambda item: item.bytes)
+    return Item(f"{top.label} + {copies} pipeline copies of the inputs", pinned + top.bytes, f"{held} + {top.formula}")
+
+
 def compute_buffers(
     engine: LlamaCppEngine,
     model: ModelSpec,
@@ -355,12 +376,14 @@ def compute_buffers(
     offload: Offload | None = None,
     cpu_weight: int = 0,
     n_outputs_max: int = 0,
+    copies: int = 1,
 ) -> ComputeBuffers:
     """The GPU's and the host's compute buffer for `n_seq` sequences of `context` tokens.
 
     `offload` is where -ngl / --n-cpu-moe put the model (None: everything on the GPU); `cpu_weight` is the largest
     weight tensor left in system RAM that a GPU op reads (an expert tensor with --n-cpu-moe, a CPU layer's FFN
-    matrix), which op_offload copies into the GPU buffer when the ubatch has ≥ 32 rows.
+    matrix), which op_offload copies into the GPU buffer when the ubatch has ≥ 32 rows; `copies`: the scheduler's
+    copies with pipeline parallelism (PIPELINE_COPIES; the GPU's figure only).
     """
     w, u = widths(model), ubatch(engine, model, context, n_seq, n_outputs_max)
     where = offload or Offload.of(None, len(model.layers))
@@ -370,10 +393,13 @@ def compute_buffers(
     copy = cpu_weight if (cpu_layers or where.cpu_experts) and u.tokens >= OP_OFFLOAD_MIN_BATCH else 0
     f32_mask = flash and not engine.options.build.f16_mask
     gpu_attention = any(layer.grows for layer in gpu_layers)
+    # A GPU holds one [n_embd, T] row fewer beside its logits than the CPU backend does: the logits phase of three
+    # published CUDA logs (tests/test_gpu_logs.py) and of every RPC device (tests/test_llamacpp_split.py)
+    on_gpu = replace(w, out_rows=w.out_rows - 1)
     if gpu_layers or where.output or copy:  # with -ngl 0 the GPU still runs the big matmuls (op_offload)
-        gpu = peak(w, u, flash, where.output, gpu_attention, copy)
+        gpu = peak(on_gpu, u, flash, where.output, gpu_attention, copy, copies)
         if f32_mask and gpu_attention and (u.cells or u.window_cells):
-            gpu = max(gpu, mask_cast(w, u), key=lambda item: item.bytes)
+            gpu = max(gpu, mask_cast(on_gpu, u), key=lambda item: item.bytes)
     else:
         gpu = Item("nothing offloaded", 0, "0")
     # The graph's inputs live in the host buffer whatever is offloaded (ggml-backend.cpp,
@@ -406,13 +432,20 @@ def llamacpp_overhead(
     offload: Offload | None = None,
     cpu_weight: int = 0,
     n_outputs_max: int = 0,
+    copies: int = 1,
 ) -> list[Item]:
     """What llama.cpp holds on a GPU besides weights and cache: the CUDA context and the compute buffer of the part
     of the model `offload` puts there (Offload.split gives each GPU's). The host's CUDA_Host buffer is in system RAM
     and not counted here (`compute_buffers` gives it). The layer split exchanges activations between GPUs through
-    the scheduler's copies: no NCCL communicator (that is the tensor split mode's, not modelled)."""
+    the scheduler's copies: no NCCL communicator (that is the tensor split mode's, not modelled). With pipeline
+    parallelism (`copies` > 1) the scheduler's copies are an item of their own: llama.cpp drops them when they do not
+    fit (sched_reserve retries without them), so the cache's budget is reckoned without them."""
     gpu = compute_buffers(engine, model, context, n_seq, offload, cpu_weight, n_outputs_max).gpu
-    return [
+    items = [
         Item("CUDA context", CUDA_CONTEXT, "512 MiB"),
         Item("compute buffer", gpu.bytes, f"{gpu.label}: {gpu.formula}"),
     ]
+    if copies > 1:
+        pp = compute_buffers(engine, model, context, n_seq, offload, cpu_weight, n_outputs_max, copies).gpu
+        items.append(Item(PIPELINE_ITEM, pp.bytes - gpu.bytes, f"{pp.label}: {pp.formula} − {gpu.bytes:,} B"))
+    return items
