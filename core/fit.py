@@ -274,12 +274,9 @@ class Solver:
         return tuple(llamacpp_overhead(self.engine, model, context, sequences, where, copied, outputs, copies))
 
     def pipelined(self, context: int) -> bool:
-        """Whether llama.cpp runs one sequence of `context` with pipeline parallelism (llama-context.cpp: several
-        devices, every layer and the output offloaded, no tensor override such as --n-cpu-moe's; CUDA, ROCm,
-        Vulkan and SYCL devices have the async compute and events it needs) and its copies fit on every GPU:
-        otherwise sched_reserve retries without them."""
-        where = self.offload
-        if len(self.shares) < 2 or where is None or where.layers.start or not where.output or where.cpu_experts:
+        """Whether llama.cpp runs one sequence of `context` with pipeline parallelism (several GPUs, Offload.pipelines)
+        and its copies fit on every GPU: otherwise sched_reserve retries without them."""
+        if len(self.shares) < 2 or self.offload is None or not self.offload.pipelines:
             return False
         if context not in self._pipelined_at:
             self._pipelined_at[context] = all(
@@ -474,7 +471,7 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
                 "memory hands a boundary layer to its neighbour. llama.cpp's own devices agree, buffer for buffer "
                 "(its RPC backend, tests/test_llamacpp_split.py)"
             )
-            if where.layers.start == 0 and where.output and not where.cpu_experts:
+            if where.pipelines:
                 off = ", ".join(format_tokens(c) for c in wanted if not solver.pipelined(c))
                 notes.append(
                     "llama.cpp runs the GPUs as a pipeline (pipeline parallelism: a prompt's micro-batches overlap), "

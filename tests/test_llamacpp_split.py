@@ -239,3 +239,21 @@ def test_pipeline_copies_add_what_the_engine_adds():
             added = (on["buffers"]["compute"][device] - off["buffers"]["compute"][device]) * MIB
             ours = _compute(solver, share, context, True) - _compute(solver, share, context, False)
             assert abs(ours - added) <= 4 * PRINTED, (on["id"], device)
+
+
+def test_pipeline_copies_need_every_layer_on_the_gpus_and_no_override():
+    """llama-context.cpp's pipeline_parallel: n_gpu_layers past n_layer and no tensor override (--n-cpu-moe is one);
+    where the copies do not fit on a GPU, llama.cpp runs without them and the budget never counted them."""
+    moe = load_model("Qwen/Qwen3-30B-A3B")
+    big = replace(_setup(moe, 2), card=Card.custom(80))
+    assert Solver(big).pipelined(8192)
+    assert not Solver(replace(big, cpu_experts=range(4))).pipelined(8192)
+    assert not Solver(replace(big, gpu_layers=len(moe.layers))).pipelined(8192)  # the output layer's slot is left
+    assert not Solver(replace(big, gpus=1, pp=1)).pipelined(8192)
+    no_fa = replace(_setup(QWEN3, 2), engine=configured("llama.cpp", flash_attn=False))
+    tight = Solver(no_fa)  # 8 GB cards: at 38K one sequence fits with one copy, not with four
+    assert tight.pipelined(37888) and not tight.pipelined(38912) and tight.fits(38912)
+    assert not any(i.label == "pipeline-parallel copies" for i in tight.overhead(38912))
+    row = fit(_setup(QWEN3, 2), [4096]).rows[0]
+    copies = next(i.bytes for i in row.overhead if i.label == "pipeline-parallel copies")
+    assert Solver(_setup(QWEN3, 2)).budget(4096) == row.headroom_bytes + row.cache_bytes + copies

@@ -196,6 +196,13 @@ class Offload:
     def on_cpu(self) -> range:
         return range(0, self.layers.start)
 
+    @property
+    def pipelines(self) -> bool:
+        """With several GPUs llama.cpp runs them as a pipeline only when every layer and the output layer are
+        offloaded and no tensor is overridden, as --n-cpu-moe's experts are (llama-context.cpp, pipeline_parallel;
+        CUDA, ROCm, Vulkan and SYCL devices have the async compute and events it also needs)."""
+        return self.layers.start == 0 and self.output and not self.cpu_experts
+
     def split(self, n_devices: int) -> tuple[Offload, ...]:
         """The part on each of `n_devices` GPUs with equal free memory (llama-model.cpp load_tensors, split mode
         layer): the default split is each device's share of the free memory, and offloaded slot i of `act` (the

@@ -612,7 +612,8 @@ def error_bars(setup: Setup, hw: Hardware, decode: Timing | None = None, chunk: 
     prefill_bar = error_bar(engine, backend, klass, "prefill", cal, chained, prompt_path(setup, hw, chunk, moe), moe)
     split = split_caveat(setup, hw) if device == "gpu" else ""
     pipelined = ""
-    if device == "gpu" and setup.gpus > 1 and isinstance(setup.engine, LlamaCppEngine):
+    llama_split = device == "gpu" and setup.gpus > 1 and isinstance(setup.engine, LlamaCppEngine)
+    if llama_split and placement(setup, hw).pipelines:
         # fit_corpus.to_row: decode runs over several cards are kept as one card's roofline; prompts are not
         pipelined = (
             f"llama.cpp pipelines a prompt's micro-batches across the {setup.gpus} GPUs when -b exceeds -ub; timed "
