@@ -98,7 +98,8 @@ def row_lines(fit: Fit, row: Row) -> list[str]:
     out = [f"### At {format_tokens(row.context)} tokens", "**Cache**"]
     if row.gpu:  # llama.cpp: each GPU holds its own layers; the figures are the fullest one's
         per_gpu = f" on {row.gpu}"
-        out.append(f"- on {row.gpu}, the GPU with the least room left at this context (llama.cpp's layer split)")
+        decides = "the GPU that decides at this context, where the fewest sequences fit (llama.cpp's layer split)"
+        out.append(f"- on {row.gpu}, {decides}")
     out += [f"- {line}" for line in cache_lines(row.account, solver)]
     if setup.pp > 1 and not row.gpu:
         total = row.account.total

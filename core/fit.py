@@ -56,7 +56,7 @@ class Row:
     max_concurrency: float
     account: CacheAccount = field(repr=False, compare=False)
     overhead: tuple[Item, ...] = field(default=(), repr=False, compare=False)
-    gpu: str = ""  # llama.cpp over several GPUs: which one these figures are (the fullest at this context)
+    gpu: str = ""  # llama.cpp over several GPUs: which one these figures are (Solver.fullest)
 
 
 @dataclass(frozen=True)

@@ -145,7 +145,7 @@ def test_the_page_names_the_gpu_of_each_row():
     table = at.dataframe[0].value
     assert next(iter(table["GPU"])) == "GPU 0 of 5 (layers 0–7)"
     how = opened(at, "kv_how")
-    assert any("the GPU with the least room left" in m.value for m in how.markdown)
+    assert any("the GPU that decides at this context" in m.value for m in how.markdown)
 
 
 def test_a_prompt_over_several_gpus_says_its_pipelining_is_not_timed():
