@@ -7,7 +7,7 @@ share exceeds i ÷ act. kvscope takes the free memory as equal.
 The referee is llama.cpp itself over its RPC backend (measurements/gpu_logs/llamacpp_rpc_split.json, recorded by
 tests/engines/rpc_split.py): every rpc-server is a GPU-type device with async compute and events, so the layer
 split, each device's model, KV and compute buffers and pipeline parallelism's copies run through the engine's own
-code; servers on one host report the same free memory, the equal split. 29 loads of Llama-8B and gpt-oss-20b shapes
+code; servers on one host report the same free memory, the equal split. 31 loads of Llama-8B and gpt-oss-20b shapes
 on 1-3 devices. A transcription of the engine's loop in C floats checks the closed form for other sizes.
 """
 
@@ -26,7 +26,7 @@ from core.engines.llamacpp import Offload
 from core.explain import row_lines
 from core.fit import Setup, Solver, fit
 from core.memory.gpus import Card, card_named
-from core.memory.llamacpp_compute import PIPELINE_COPIES
+from core.memory.llamacpp_compute import PIPELINE_COPIES, compute_buffers
 from core.memory.weightfiles import summarise
 from core.model.loading import load_model, model_from_config
 from core.speed import Hardware, predict
@@ -257,3 +257,15 @@ def test_pipeline_copies_need_every_layer_on_the_gpus_and_no_override():
     row = fit(_setup(QWEN3, 2), [4096]).rows[0]
     copies = next(i.bytes for i in row.overhead if i.label == "pipeline-parallel copies")
     assert Solver(_setup(QWEN3, 2)).budget(4096) == row.headroom_bytes + row.cache_bytes + copies
+
+
+@pytest.mark.parametrize("case", [c for c in RECORD["cases"] if "CPU" in c["buffers"]["kv"]], ids=lambda c: c["id"])
+def test_layers_left_in_ram_keep_their_cache_and_their_graph_on_the_host(case):
+    """-ngl below every layer: the first layers stay on the CPU with their cache, and the host's compute buffer is
+    their graph's peak (the CPU referee's phases: FFN with flash attention, the KQ scores without), to the digit."""
+    solver, context = _rpc_solver(case), int(_flag(case, "-c"))
+    where, model = solver.offload, solver.setup.model
+    in_ram = model.with_layers(tuple(model.layers[i] for i in where.on_cpu))
+    assert abs(solver._account(in_ram, context).total - case["buffers"]["kv"]["CPU"] * MIB) <= PRINTED
+    host = compute_buffers(solver.engine, model, context, 1, where, solver.cpu_weight).host
+    assert abs(host.bytes - case["buffers"]["compute"]["CPU"] * MIB) <= PRINTED

@@ -56,9 +56,10 @@ def cases() -> list[dict]:
                         args += [] if pipeline else NO_PIPELINE
                         name = f"{model} devices={devices} ctx={n_ctx} fa={fa} {'pipeline' if pipeline else 'one copy'}"
                         out.append({"id": name, "model": model, "devices": devices, "args": args})
-    partial = ["-ngl", "7", "-c", "8192", "-b", "2048", "-ub", "512", "-fa", "on"]  # the last 6 layers and the head
-    name = "llama8b_10l devices=2 ctx=8192 fa=on -ngl 7"
-    out.append({"id": name, "model": "llama8b_10l", "devices": 2, "args": partial})
+    for devices, ngl, fa in ((2, 7, "on"), (1, 7, "on"), (1, 4, "off")):  # -ngl N: the last N - 1 layers and the head
+        partial = ["-ngl", str(ngl), "-c", "8192", "-b", "2048", "-ub", "512", "-fa", fa]
+        name = f"llama8b_10l devices={devices} ctx=8192 fa={fa} -ngl {ngl}"
+        out.append({"id": name, "model": "llama8b_10l", "devices": devices, "args": partial})
     return out
 
 
