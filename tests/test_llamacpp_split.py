@@ -7,8 +7,8 @@ share exceeds i ÷ act. kvscope takes the free memory as equal.
 The referee is llama.cpp itself over its RPC backend (measurements/gpu_logs/llamacpp_rpc_split.json, recorded by
 tests/engines/rpc_split.py): every rpc-server is a GPU-type device with async compute and events, so the layer
 split, each device's model, KV and compute buffers and pipeline parallelism's copies run through the engine's own
-code; servers on one host report the same free memory, the equal split. 31 loads of Llama-8B and gpt-oss-20b shapes
-on 1-3 devices. A transcription of the engine's loop in C floats checks the closed form for other sizes.
+code; servers on one host report the same free memory, the equal split. 34 loads of Llama-8B, gpt-oss-20b and
+Qwen3.5-9B (hybrid) shapes on 1-3 devices. A transcription of the engine's loop in C floats checks the closed form for other sizes.
 """
 
 from __future__ import annotations
@@ -160,6 +160,7 @@ def test_a_prompt_over_several_gpus_says_its_pipelining_is_not_timed():
 
 RECORD = json.loads((Path(__file__).parent.parent / "measurements/gpu_logs/llamacpp_rpc_split.json").read_text())
 PRINTED = 0.005 * MIB  # llama.cpp prints MiB to two decimals
+SMALL_INPUTS = 64 * 1024  # graph inputs kvscope does not list: Qwen3.5's recurrent layers', 14 KB in four copies
 
 
 def _flag(case: dict, name: str) -> str:
@@ -188,11 +189,13 @@ def _compute(solver: Solver, share, context: int, pipelined: bool) -> int:
 def test_each_rpc_device_holds_the_layers_weights_and_cache_kvscope_gives_it(case):
     solver, context = _rpc_solver(case), int(_flag(case, "-c"))
     buffers = case["buffers"]
-    assert len(solver.shares) == case["devices"] == len([d for d in buffers["kv"] if d.startswith("GPU")])
+    devices = {d for d in (*buffers["kv"], *buffers.get("rs", {})) if d.startswith("GPU")}
+    assert len(solver.shares) == case["devices"] == len(devices)
     for share in solver.shares:
         device = f"GPU{share.index}"
         assert abs(share.weights - buffers["model"][device] * MIB) <= PRINTED, device
-        assert abs(solver._account(share.model, context).total - buffers["kv"][device] * MIB) <= PRINTED, device
+        cache = buffers["kv"].get(device, 0) + buffers.get("rs", {}).get(device, 0)  # K/V and recurrent state
+        assert abs(solver._account(share.model, context).total - cache * MIB) <= 2 * PRINTED, device
 
 
 @pytest.mark.parametrize("case", RECORD["cases"], ids=lambda case: case["id"])
@@ -208,14 +211,15 @@ def test_compute_buffers_per_device_are_never_under_the_engines(case):
     """The logits phase is exact. A layer phase holds one [n_embd, T] row fewer on an RPC device than kvscope
     gives: RPC has no graph_optimize, CUDA's fusions hold that row (ggml-cuda.cu adds allocation dependencies;
     the published Qwen3-4B CUDA log's FFN peak is kvscope's to the byte, tests/test_gpu_logs.py). The first GPU of a
-    partial offload holds two rows fewer; gpt-oss's MoE phases are kvscope's least exact (to +21 %)."""
+    partial offload holds two rows fewer; gpt-oss's MoE and Qwen3.5's Gated DeltaNet phases are kvscope's least exact
+    (to +21 %)."""
     solver, context = _rpc_solver(case), int(_flag(case, "-c"))
     dense = RECORD["configs"][case["model"]]["model_type"] == "llama"
     row = int(_flag(case, "-ub")) * 4 * solver.setup.model.hidden_size
     for share in solver.shares:
         ours = _compute(solver, share, context, case["pipeline_parallel"])
         theirs = case["buffers"]["compute"][f"GPU{share.index}"] * MIB
-        assert ours >= theirs - 2 * PRINTED, share.index
+        assert ours >= theirs - SMALL_INPUTS, share.index
         if not dense:
             assert ours <= theirs * 1.21, share.index
         elif "logits" in solver._llamacpp_overhead(share, context, 1)[1].formula.split(":")[0]:
@@ -229,7 +233,7 @@ def test_pipeline_copies_add_what_the_engine_adds():
     of the hidden state arriving from the previous device, to the printed digit on every dense case."""
     by_id = {case["id"]: case for case in RECORD["cases"]}
     pairs = [(c, by_id[c["id"].replace("pipeline", "one copy")]) for c in RECORD["cases"] if c["pipeline_parallel"]]
-    assert len(pairs) == 12
+    assert len(pairs) == 13
     for on, off in pairs:
         if RECORD["configs"][on["model"]]["model_type"] != "llama":
             continue

@@ -35,7 +35,8 @@ over, and the logits and no-flash-attention kq peaks are exact to the byte; at Q
 and gpt-oss-20b (iSWA MoE) widths to 262K cells −2 % .. +7 %, the flash-attention logits exact; at the tiny widths,
 where each architecture's own small tensors weigh as much as the modelled rows, −10 % .. +13 %.
 
-Offload (-ngl, --n-cpu-moe) is read from source, not refereed (there is no GPU here):
+Offload (-ngl, --n-cpu-moe) was read from source; llama.cpp's RPC devices now referee -ngl (last item), not
+--n-cpu-moe's op_offload copy (RPC does not offload ops):
 - Graph inputs (ids, masks, set_rows indices) are placed on the CPU backend (ggml-backend.cpp,
   ggml_backend_sched_backend_id_from_cur) and copied to the GPU that uses them; the token embedding stays in system
   RAM (llama-model.cpp: the input layer is always on the CPU), so its get_rows runs on the CPU. The host buffer
@@ -52,6 +53,11 @@ Offload (-ngl, --n-cpu-moe) is read from source, not refereed (there is no GPU h
   (ggml-cuda.cu, ggml_backend_cuda_device_offload_op), and the scheduler copies that weight into the GPU's compute
   buffer first; so experts kept in RAM (--n-cpu-moe) and CPU layers add their largest weight tensor to the GPU's
   FFN phase.
+- Over several GPUs each holds the phases of its own layers, the last one the logits (Offload.split); with pipeline
+  parallelism every GPU also pins four copies of its inputs (pipeline_peak). llama.cpp's RPC devices referee these,
+  and the -ngl split's host buffer (tests/test_llamacpp_split.py): a GPU holds one [n_embd, T] row fewer beside the
+  logits than the CPU backend, and the same runs show RPC's layer phases one row under CUDA's, whose fusions hold it
+  (kvscope keeps CUDA's; the published Qwen3-4B log's FFN peak, 85.01 MiB, is exact).
 """
 
 from __future__ import annotations

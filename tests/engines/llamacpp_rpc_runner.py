@@ -9,7 +9,7 @@ with llama-completion --rpc, and reads the buffers the load log prints per devic
 Reads JSON from the file named by its argument: {"build": path of a llama.cpp build with -DGGML_RPC=ON, "tree":
 LLAMACPP_TREE (for gguf-py), "out_dir", "wide": {name: write_wide's spec}, "cases": [{"id", "model", "devices",
 "args": [llama-completion flags]}]}. Prints one JSON line: {"models": {name: {tensor: bytes}}, "cases": [{"id",
-"buffers": {"model"|"kv"|"compute": {device: MiB}}, "pipeline_parallel": bool, "log": [...]}]}.
+"buffers": {"model"|"kv"|"rs"|"compute": {device: MiB}}, "pipeline_parallel": bool, "log": [...]}]}.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from llamacpp_compute_runner import write_wide  # this folder: the script's own
 
-BUFFER = re.compile(r"(\S+) (model|KV|compute) buffer size =\s*([\d.]+) MiB")
+BUFFER = re.compile(r"(\S+) (model|KV|RS|compute) buffer size =\s*([\d.]+) MiB")
 KEEP = ("buffer size", "pipeline parallelism", "sched copies", "graph splits", "offloaded", "n_ctx ")
 
 
@@ -69,7 +69,7 @@ def run_case(build: Path, model: str, case: dict) -> dict:
     log = [line for line in done.stderr.splitlines() if any(k in line for k in KEEP)]
     # every RPC device prints as RPC0[host:port]; the order of --rpc is the device order (GPU 0, 1, ...)
     index = {f"127.0.0.1:{port}": f"GPU{i}" for i, port in enumerate(ports)}
-    buffers: dict[str, dict[str, float]] = {"model": {}, "kv": {}, "compute": {}}
+    buffers: dict[str, dict[str, float]] = {"model": {}, "kv": {}, "rs": {}, "compute": {}}
     for line in log:
         for device, kind, mib in BUFFER.findall(line):
             at = re.search(r"\[(127\.0\.0\.1:\d+)\]", device)

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.engines.test_llamacpp_compute import _GPT_OSS_20B, _LLAMA_8B, gguf_spec  # noqa: E402
+from tests.engines.test_llamacpp_compute import _GPT_OSS_20B, _LLAMA_8B, _QWEN35_9B, gguf_spec  # noqa: E402
 
 VENV = ROOT / ".venv-engines"
 OUT = ROOT / "measurements" / "gpu_logs" / "llamacpp_rpc_split.json"
@@ -34,10 +34,12 @@ CMAKE_FLAGS = [
 
 # Configs as kvscope reads them (config.json); the runner writes each as a GGUF of the same shapes. Each offloads a
 # number of slots (layers and the output layer) prime to the device counts, so no slot sits on a boundary of the
-# split, where a few MB of difference in the servers' free memory would move it: 11 slots of Llama, 7 of gpt-oss.
+# split, where a few MB of difference in the servers' free memory would move it: 11 slots of Llama, 7 of gpt-oss,
+# 9 of Qwen3.5 (Gated DeltaNet and attention layers 3:1, its recurrent state per device; on one and two devices).
 MODELS = {
     "llama8b_10l": _LLAMA_8B | {"num_hidden_layers": 10},
     "gptoss20b_6l": _GPT_OSS_20B | {"num_hidden_layers": 6, "layer_types": _GPT_OSS_20B["layer_types"][:6]},
+    "qwen35_9b_8l": _QWEN35_9B | {"num_hidden_layers": 8},
 }
 NO_PIPELINE = ["-ot", "no_such_tensor=CPU"]  # any override turns pipeline parallelism off (llama-context.cpp)
 
@@ -56,6 +58,12 @@ def cases() -> list[dict]:
                         args += [] if pipeline else NO_PIPELINE
                         name = f"{model} devices={devices} ctx={n_ctx} fa={fa} {'pipeline' if pipeline else 'one copy'}"
                         out.append({"id": name, "model": model, "devices": devices, "args": args})
+    for pipeline in (True, False):
+        args = ["-ngl", "99", "-c", "8192", "-b", "2048", "-ub", "512", "-fa", "on"] + ([] if pipeline else NO_PIPELINE)
+        name = f"qwen35_9b_8l devices=2 ctx=8192 fa=on {'pipeline' if pipeline else 'one copy'}"
+        out.append({"id": name, "model": "qwen35_9b_8l", "devices": 2, "args": args})
+    args = ["-ngl", "99", "-c", "8192", "-b", "2048", "-ub", "512", "-fa", "on"]
+    out.append({"id": "qwen35_9b_8l devices=1 ctx=8192 fa=on", "model": "qwen35_9b_8l", "devices": 1, "args": args})
     for devices, ngl, fa in ((2, 7, "on"), (1, 7, "on"), (1, 4, "off")):  # -ngl N: the last N - 1 layers and the head
         partial = ["-ngl", str(ngl), "-c", "8192", "-b", "2048", "-ub", "512", "-fa", fa]
         name = f"llama8b_10l devices={devices} ctx=8192 fa={fa} -ngl {ngl}"
