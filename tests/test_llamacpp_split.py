@@ -8,7 +8,8 @@ The referee is llama.cpp itself over its RPC backend (measurements/gpu_logs/llam
 tests/engines/rpc_split.py): every rpc-server is a GPU-type device with async compute and events, so the layer
 split, each device's model, KV and compute buffers and pipeline parallelism's copies run through the engine's own
 code; servers on one host report the same free memory, the equal split. 34 loads of Llama-8B, gpt-oss-20b and
-Qwen3.5-9B (hybrid) shapes on 1-3 devices. A transcription of the engine's loop in C floats checks the closed form for other sizes.
+Qwen3.5-9B (hybrid) shapes on 1-3 devices. A transcription of the engine's loop in C floats checks the closed form
+for other sizes.
 """
 
 from __future__ import annotations
