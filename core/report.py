@@ -161,16 +161,18 @@ def gpu_counts(setup: Setup, most: int = 16) -> list[int]:
 
 
 def breakdown_records(fit: Fit) -> list[dict]:
-    """Per context: weights, growing (attention) cache, fixed state and overhead, per GPU."""
+    """Per context: weights, growing (attention) cache, fixed state and overhead, per GPU: the row's own cache
+    (vLLM's fullest pipeline stage, llama.cpp's deciding GPU, transformers' even share) parted as its account is."""
     out = []
     for r in fit.rows:
-        split = fit.setup.pp
+        whole = r.account.token_bytes + r.account.fixed_bytes
+        growing = r.cache_bytes * r.account.token_bytes // whole if whole else 0
         out.append(
             {
                 "label": format_tokens(r.context),
                 "weights": r.weights_bytes,
-                "attention cache": -(-r.account.token_bytes // split),
-                "fixed state": -(-r.account.fixed_bytes // split),
+                "attention cache": growing,
+                "fixed state": r.cache_bytes - growing,
                 "overhead": r.overhead_bytes,
                 "usable": fit.usable_bytes,
             }

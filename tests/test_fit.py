@@ -185,3 +185,17 @@ def test_vllm_overhead_stays_on_the_safe_side_of_the_one_measured_budget():
     )
     budget = Solver(setup).budget(40960)
     assert 54.44 * GIB < budget <= 54.94 * GIB
+
+
+@pytest.mark.parametrize("engine", ["llama.cpp", "vllm", "transformers"])
+def test_the_breakdown_bars_add_up_to_each_rows_total_on_several_gpus(engine):
+    """The chart's parts per GPU are the row's own: llama.cpp's deciding GPU, vLLM's fullest pipeline stage (its
+    cache is not an even share), transformers' even share; the hybrid's fixed state is parted out as the account
+    parts it."""
+    from core.report import breakdown_records
+
+    setup = replace(eight_gb(QWEN35, engine), card=Card.custom(40), gpus=2, pp=2, weights=None)
+    result = fit(setup, CONTEXTS[:2])
+    for bars, row in zip(breakdown_records(result), result.rows, strict=True):
+        assert bars["weights"] + bars["attention cache"] + bars["fixed state"] + bars["overhead"] == row.total_bytes
+        assert bars["fixed state"] > 0 and bars["attention cache"] > 0
