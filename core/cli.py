@@ -51,6 +51,9 @@ from core.units import MIB, format_bytes, format_tokens
 DEFAULT_CONTEXTS = (4096, 32768, 131072)
 
 
+GPUS_HELP = "GPUs of that card (default 1): vLLM shards heads over them, llama.cpp and transformers split layers"
+
+
 def _contexts(values: list[int] | None, model_max: int | None) -> list[int]:
     if values:
         return values
@@ -201,7 +204,7 @@ def add_card_options(p: argparse.ArgumentParser, gpu_help: str, split: bool) -> 
             "--gpus",
             type=positive_int,
             default=1,
-            help="GPUs of that card (default 1): vLLM shards heads over them, llama.cpp and transformers split layers",
+            help=GPUS_HELP,
         )
         p.add_argument("--tp", type=positive_int, help="tensor parallel size (vLLM)")
         p.add_argument("--pp", type=positive_int, help="pipeline parallel size / layer split")
@@ -410,10 +413,11 @@ def cmd_cards(args: argparse.Namespace) -> dict:
     elif figures_given(args):
         raise InputError("--gpu-gbs / --gpu-tflops are the figures of a card to rank with the rest: give --gpu-mem-gib")
     kv_dtype = checked_kv_dtype(engine, args.kv_dtype)
-    answers = rank_cards(model, engine, args.context, args.weights, kv_dtype, table)
+    answers = rank_cards(model, engine, args.context, args.weights, kv_dtype, table, args.gpus)
     return {
         "model": model.name,
         "engine": answers[0].result.setup.engine.name if answers[0].result else args.engine,
+        "gpus": args.gpus,
         "context": args.context,
         "ranked_by": "fits at the context first, then " + COST_BASIS,
         "cards": [card_record(a) for a in answers],
@@ -421,7 +425,8 @@ def cmd_cards(args: argparse.Namespace) -> dict:
 
 
 def print_cards(out: dict) -> None:
-    print(f"{out['model']} on {out['engine']}, one GPU, {format_tokens(out['context'])} tokens per request")
+    gpus = "one GPU" if out["gpus"] == 1 else f"{out['gpus']} GPUs of each card (figures per GPU)"
+    print(f"{out['model']} on {out['engine']}, {gpus}, {format_tokens(out['context'])} tokens per request")
     print(f"ranked by: {out['ranked_by']}")
     print(f"{'card':<48} {'memory':>10} {'fits':>4} {'max context':>11} {'requests':>8}  weights / why not")
     for c in out["cards"]:
@@ -437,10 +442,11 @@ def cmd_models(args: argparse.Namespace) -> dict:
     card = card_from(args)
     models = [load_model(m) for m in (args.models or list(presets()))]
     engine = build_engine(args)
-    answers = rank_models(models, engine, card, args.context)
+    answers = rank_models(models, engine, card, args.context, args.gpus)
     return {
         "card": card.name,
         "card_memory_bytes": card.memory_bytes,
+        "gpus": args.gpus,
         "engine": engine.name,
         "context": args.context,
         "ranked_by": "fits first, then total parameters (largest first), each in the largest weight format and "
@@ -450,8 +456,9 @@ def cmd_models(args: argparse.Namespace) -> dict:
 
 
 def print_models(out: dict) -> None:
+    gpus = f"{out['gpus']}× " if out["gpus"] > 1 else ""
     print(
-        f"{out['card']} ({format_bytes(out['card_memory_bytes'])}), {out['engine']}, "
+        f"{gpus}{out['card']} ({format_bytes(out['card_memory_bytes'])}{' each' if gpus else ''}), {out['engine']}, "
         f"{format_tokens(out['context'])} tokens"
     )
     print(f"ranked by: {out['ranked_by']}")
@@ -602,6 +609,7 @@ def build_parser() -> argparse.ArgumentParser:
     cardsp.add_argument("--weights", help="weight format (default: the checkpoint's)")
     add_kv_dtype_flag(cardsp)
     cardsp.add_argument("--gpu-mem-gib", type=gpu_gib, help="also rank a card of this memory in GiB")
+    cardsp.add_argument("--gpus", type=positive_int, default=1, help=GPUS_HELP)
     add_card_figures(cardsp, "that card")
     add_engine_options(cardsp)
     add_json_flag(cardsp)
@@ -611,6 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
     modelsp.add_argument("models", nargs="*", help="repo ids, presets or config paths (default: every bundled preset)")
     add_card_options(modelsp, "card name, e.g. 'RTX 4060', H100", split=False)
     modelsp.add_argument("--context", type=tokens, default=DEFAULT_CONTEXT, help="tokens per request (default 8K)")
+    modelsp.add_argument("--gpus", type=positive_int, default=1, help=GPUS_HELP)
     add_engine_options(modelsp)
     add_json_flag(modelsp)
     modelsp.set_defaults(run=cmd_models, show=print_models)

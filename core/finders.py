@@ -23,7 +23,7 @@ from core.engines.hf_transformers import TransformersEngine
 from core.engines.llamacpp import LlamaCppEngine
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
-from core.fit import Fit, Setup, Solver, context_limit, fit
+from core.fit import Fit, Setup, Solver, context_limit, fit, on_gpus, validate
 from core.memory.gpus import Card, cards
 from core.memory.quant import default_format
 from core.model.params import count_params
@@ -117,14 +117,18 @@ def rank_cards(
     weights: str | None = None,
     kv_dtype: str = "auto",
     table: dict[str, Card] | None = None,
+    gpus: int = 1,
 ) -> list[CardAnswer]:
-    """Every card (one GPU each), fitting ones first and smallest first, then the closest misses."""
+    """Every card (`gpus` of each, split the engine's way), fitting ones first and smallest first, then the closest
+    misses."""
     if context <= 0:
         raise InputError(f"context must be positive, got {context}")
     setups = [
-        Setup(model=model, engine=engine, card=card, weights=weights, kv_dtype=kv_dtype)
+        on_gpus(Setup(model=model, engine=engine, card=card, weights=weights, kv_dtype=kv_dtype), gpus)
         for card in (table or cards()).values()
     ]
+    if setups:
+        validate(setups[0])  # a split the model cannot take is one error, not a column of them
     limit = context_limit(setups[0]) if setups else context
     if context > limit:  # the same on every card: one error, not a column of them
         raise InputError(
@@ -173,9 +177,9 @@ def kv_ladder(engine: Engine) -> tuple[str, ...]:
     return KV_LADDERS[_ladder_type(engine)]
 
 
-def best_model_answer(model: ModelSpec, engine: Engine, card: Card, context: int) -> ModelAnswer:
-    """The first (weights, KV dtype) on the ladders that fits `context` on the card."""
-    base = Setup(model=model, engine=engine, card=card)
+def best_model_answer(model: ModelSpec, engine: Engine, card: Card, context: int, gpus: int = 1) -> ModelAnswer:
+    """The first (weights, KV dtype) on the ladders that fits `context` on `gpus` of the card."""
+    base = on_gpus(Setup(model=model, engine=engine, card=card), gpus)
     params = count_params(model).total
     limit = context_limit(base)
     tried = [(w, kv) for w in weight_ladder(model, engine) for kv in kv_ladder(engine)]
@@ -218,11 +222,12 @@ def model_order(answer: ModelAnswer) -> tuple:
     return (1, answer.params, answer.model.name)
 
 
-def rank_models(models: list[ModelSpec], engine: Engine, card: Card, context: int) -> list[ModelAnswer]:
-    """The models that fit the card at `context`, largest first, each in its best format; then the rest."""
+def rank_models(models: list[ModelSpec], engine: Engine, card: Card, context: int, gpus: int = 1) -> list[ModelAnswer]:
+    """The models that fit `gpus` of the card at `context`, largest first, each in its best format; then the rest
+    (a model the split does not suit, e.g. heads that tensor parallel cannot divide, says so)."""
     if context <= 0:
         raise InputError(f"context must be positive, got {context}")
-    return sorted((best_model_answer(m, engine, card, context) for m in models), key=model_order)
+    return sorted((best_model_answer(m, engine, card, context, gpus) for m in models), key=model_order)
 
 
 # --- speed: one request at each answer's own context -----------------------------------------------------------

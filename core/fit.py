@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from core.dtypes import dtype_named
 from core.engines import Engine
@@ -119,6 +119,12 @@ def setup_format(setup: Setup) -> str:
     return as_gguf(fmt) if isinstance(setup.engine, LlamaCppEngine) else fmt
 
 
+def on_gpus(setup: Setup, gpus: int) -> Setup:
+    """The setup on `gpus` GPUs, split the engine's own way (default_split)."""
+    tp, pp = default_split(setup.engine, gpus)
+    return replace(setup, gpus=gpus, tp=tp, pp=pp)
+
+
 def default_split(engine: Engine, gpus: int, tp: int | None = None, pp: int | None = None) -> tuple[int, int]:
     """vLLM shards heads over GPUs (tensor parallel); transformers and llama.cpp split layers (pipeline-like)."""
     if tp is None and pp is None:
@@ -126,7 +132,8 @@ def default_split(engine: Engine, gpus: int, tp: int | None = None, pp: int | No
     return tp or max(1, gpus // (pp or 1)), pp or max(1, gpus // (tp or 1))
 
 
-def _validate(setup: Setup) -> None:
+def validate(setup: Setup) -> None:
+    """Refuse a setup no engine could run, whatever the card: the split, the limits of each option."""
     if setup.gpus < 1 or setup.tp < 1 or setup.pp < 1:
         raise InputError("GPU count, tensor parallel and pipeline parallel must be at least 1")
     if setup.tp * setup.pp != setup.gpus:
@@ -173,7 +180,7 @@ class Solver:
     """All per-GPU arithmetic for one Setup."""
 
     def __init__(self, setup: Setup):
-        _validate(setup)
+        validate(setup)
         self.setup = setup
         engine = setup.engine
         if isinstance(engine, VllmEngine):

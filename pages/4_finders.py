@@ -18,6 +18,7 @@ page_config("finders")
 mobile_css()
 st.title("Which card, which model")
 inputs, model, setup = sidebar()
+GPUS = "one" if setup.gpus == 1 else f"{setup.gpus}×"  # the sidebar's GPU count: every row is on that many
 SPEED_NOTE = (
     " Decode tok/s and time to first token: one request at that context (core.speed's roofline, as on Fit a card); "
     "“—” says why a row has none. The error column: how far off such figures were on published runs held out of "
@@ -29,13 +30,14 @@ SPEED_NOTE = (
 @st.cache_data(show_spinner="Fitting every card…", max_entries=32)
 def cards_frame(_setup: Setup, context: int, key: str) -> pd.DataFrame:
     """`key` (the setup's repr) stands in for the setup, which Streamlit cannot hash."""
-    answers = rank_cards(_setup.model, _setup.engine, context, _setup.weights, _setup.kv_dtype)
+    answers = rank_cards(_setup.model, _setup.engine, context, _setup.weights, _setup.kv_dtype, gpus=_setup.gpus)
     return pd.DataFrame(card_rows(answers, answer_speeds(answers)))
 
 
 @st.cache_data(show_spinner="Fitting every bundled model…", max_entries=32)
 def models_frame(_setup: Setup, context: int, key: str) -> pd.DataFrame:
-    answers = rank_models([load_model(name) for name in presets()], _setup.engine, _setup.card, context)
+    models = [load_model(name) for name in presets()]
+    answers = rank_models(models, _setup.engine, _setup.card, context, _setup.gpus)
     return pd.DataFrame(model_rows(answers, answer_speeds(answers)))
 
 
@@ -47,7 +49,7 @@ view = st.segmented_control(
 )
 if view == "models":
     st.caption(
-        f"Every bundled model on one {setup.card.name} with {setup.engine.name} at {format_tokens(inputs.ctx)} "
+        f"Every bundled model on {GPUS} {setup.card.name} with {setup.engine.name} at {format_tokens(inputs.ctx)} "
         "tokens per request (a model whose own limit is lower does not fit, and says so). Each is shown in the "
         "largest weight format and KV dtype that fit; models that fit come first, the largest first." + SPEED_NOTE
     )
@@ -61,7 +63,9 @@ else:
     context = min(inputs.ctx, context_limit(setup))
     capped = f" ({model.name}'s limit: {format_tokens(inputs.ctx)} was asked)" if context < inputs.ctx else ""
     st.caption(
-        f"One GPU of each card, {setup.engine.name}, weights {setup.weights or 'as the checkpoint'}, "
+        f"{'One GPU' if setup.gpus == 1 else f'{setup.gpus} GPUs'} of each card (the sidebar's GPUs; figures per GPU), "
+        f"{setup.engine.name}, "
+        f"weights {setup.weights or 'as the checkpoint'}, "
         f"{format_tokens(context)} tokens per request{capped}. Cards that fit come first, ranked by {COST_BASIS}; "
         "the rest follow, closest first, with the reason each falls short." + SPEED_NOTE
     )

@@ -166,3 +166,46 @@ def test_bad_context_is_refused_with_a_message():
         rank_cards(load_model("Qwen/Qwen3-8B"), configured("llama.cpp"), 0)
     with pytest.raises(InputError, match="context must be positive"):
         rank_models([load_model("Qwen/Qwen3-8B")], configured("llama.cpp"), Card.custom(8), -1)
+
+
+def test_the_finders_take_a_gpu_count_and_rank_each_card_on_that_many():
+    """--gpus N (and the sidebar's GPUs on the page): every card is fitted as N of it, split the engine's own way;
+    each answer is `fit` of that very setup, and no card fits fewer requests on 2 than on 1."""
+    model, engine = load_model("Qwen/Qwen3-32B"), configured("llama.cpp")
+    one = {a.card.name: a for a in rank_cards(model, engine, 32768, "q4_k_m")}
+    two = rank_cards(model, engine, 32768, "q4_k_m", gpus=2)
+    for a in two:
+        setup = Setup(model=model, engine=engine, card=a.card, weights="q4_k_m", gpus=2, pp=2)
+        assert a.result.setup == setup and a.fits == fit(setup, [32768]).rows[0].fits
+        assert a.requests >= one[a.card.name].requests
+    assert sum(a.fits for a in two) > sum(a.fits for a in one.values())
+    with pytest.raises(InputError, match="exceeds the model's 64 layers"):
+        rank_cards(model, engine, 32768, "q4_k_m", gpus=65)  # one error, not a column of them
+    card = card_named("GeForce RTX 3090 24GB")
+    on_two = {a.model.name: a for a in rank_models([model], configured("vllm"), card, 32768, gpus=2)}
+    assert on_two["Qwen/Qwen3-32B"].result.setup.tp == 2  # vLLM shards heads over them
+
+
+def test_the_cards_and_models_commands_take_gpus(capsys):
+    assert main(["cards", "Qwen/Qwen3-32B", "--engine", "llama.cpp", "--weights", "Q4_K_M", "--gpus", "2",
+                 "--context", "32k", "--json"]) == 0  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert out["gpus"] == 2
+    fits = {c["card"] for c in out["cards"] if c["fits"]}
+    assert "GeForce RTX 4060 Ti 16GB" in fits  # 19 GiB of weights: over one 16 GB card, under two
+    assert main(["models", "Qwen/Qwen3-32B", "--gpu", "GeForce RTX 3090 24GB", "--gpus", "2", "--engine",
+                 "llama.cpp"]) == 0  # fmt: skip
+    assert "2× GeForce RTX 3090 24GB (24.00 GiB each)" in capsys.readouterr().out
+
+
+def test_the_finders_page_uses_the_sidebars_gpu_count():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.query_params.update({"model": "Qwen/Qwen3-32B", "engine": "llama.cpp", "weights": "Q4_K_M", "ctx": "32K",
+                            "gpus": "2"})  # fmt: skip
+    at.run()
+    at.switch_page("pages/4_finders.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any(c.value.startswith("2 GPUs of each card") for c in at.caption)
+    shown = at.dataframe[0].value
+    expected = rank_cards(load_model("Qwen/Qwen3-32B"), configured("llama.cpp"), 32768, "q4_k_m", gpus=2)
+    assert list(shown["card"]) == [a.card.name for a in expected]
