@@ -160,7 +160,12 @@ def validate(setup: Setup) -> None:
         if setup.cpu_experts.start < 0 or setup.cpu_experts.step != 1:
             raise InputError(f"experts in RAM must be a run of layers from 0 up, got {setup.cpu_experts}")
     if setup.pp > len(setup.model.layers):
-        raise InputError(f"pipeline parallel {setup.pp} exceeds the model's {len(setup.model.layers)} layers")
+        n = len(setup.model.layers)
+        if isinstance(setup.engine, VllmEngine):
+            raise InputError(f"pipeline parallel {setup.pp} exceeds the model's {n} layers")
+        raise InputError(
+            f"the model's {n} layers cannot fill {setup.pp} GPUs: each GPU holds at least one; ask for {n} or fewer"
+        )
 
 
 def context_limit(setup: Setup) -> int:

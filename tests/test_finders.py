@@ -179,7 +179,7 @@ def test_the_finders_take_a_gpu_count_and_rank_each_card_on_that_many():
         assert a.result.setup == setup and a.fits == fit(setup, [32768]).rows[0].fits
         assert a.requests >= one[a.card.name].requests
     assert sum(a.fits for a in two) > sum(a.fits for a in one.values())
-    with pytest.raises(InputError, match="exceeds the model's 64 layers"):
+    with pytest.raises(InputError, match="64 layers cannot fill 65 GPUs"):
         rank_cards(model, engine, 32768, "q4_k_m", gpus=65)  # one error, not a column of them
     card = card_named("GeForce RTX 3090 24GB")
     on_two = {a.model.name: a for a in rank_models([model], configured("vllm"), card, 32768, gpus=2)}
