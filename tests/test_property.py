@@ -9,6 +9,7 @@ SETTINGS) so the file runs in well under a minute on two cores.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 import pytest
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 
 from core.engines import ENGINES, configured
 from core.errors import InputError
-from core.fit import Setup, fit
+from core.fit import Setup, Solver, fit
 from core.memory.gpus import Card
 from core.model.layers import FullAttention
 from core.model.loading import model_from_config
@@ -171,3 +172,24 @@ def test_every_engine_sizes_a_drawn_model(engine):
     """Guards the properties against passing vacuously (every draw assumed away): each engine sizes these."""
     for model_type in (*DENSE, "gemma3_text", "qwen3_5_text", "mamba2"):
         assert configured(engine).account(_model(model_type, ()), 4096, 1).total > 0
+
+
+@SETTINGS
+@given(models(), st.integers(2, 5), st.integers(1, 1 << 14), st.one_of(st.none(), st.integers(0, 8)))
+def test_llamacpp_gpus_hold_the_whole_model_between_them(model, n, context, gpu_layers):
+    """llama.cpp over n GPUs (Offload.split): the GPUs' weights and caches add up to those of one GPU holding the same
+    layers; the deciding GPU is the one fitting the fewest sequences; no GPU is asked to hold more than all of it."""
+    assume(n <= len(model.layers))
+    base = Setup(model, configured("llama.cpp"), Card.custom(64), weights="q8_0", gpu_layers=gpu_layers)
+    try:
+        one, split = Solver(base), Solver(replace(base, gpus=n, pp=n))
+    except InputError:
+        assume(False)
+    assert sum(share.weights for share in split.shares) == one.weights
+    cache = sum(split._account(share.model, context).total for share in split.shares)
+    assert cache == one.account(context).total
+    layers = [i for share in split.shares for i in share.where.layers]
+    assert layers == list(one.offload.layers)
+    assert sum(share.where.output for share in split.shares) == one.offload.output
+    assert split.concurrency(context) == min(split._room(share, context)[0] for share in split.shares)
+    assert split.row(context).cache_bytes <= one.row(context).cache_bytes
