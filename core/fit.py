@@ -8,7 +8,7 @@ from core.dtypes import dtype_named
 from core.engines import Engine
 from core.engines.base import CacheAccount, per_count, sized_tensors, sized_weights
 from core.engines.hf_transformers import TransformersEngine
-from core.engines.llamacpp import LlamaCppEngine, Offload
+from core.engines.llamacpp import LlamaCppEngine, Offload, as_llamacpp_sees
 from core.engines.vllm_engine import NEEDS_CC, ON_APPLE, Capacity, VllmEngine, serve_defaults
 from core.engines.vllm_mxfp4 import Kernel, kernel_for, loading_growth
 from core.engines.vllm_pipeline import fullest_stage_fraction, pipeline_capacity
@@ -261,12 +261,14 @@ class Solver:
         )
 
     def _on_gpu(self, kept: range, where: str) -> ModelSpec:
-        """The model of the decoder layers in `kept`, whose cache lives with them."""
-        layers = self.setup.model.layers
-        if len(kept) == len(layers):
-            return self.setup.model  # every layer (the same spec, its layer census kept)
-        name = f"{self.setup.model.name} ({len(kept)} of {len(layers)} layers {where})"
-        return self.setup.model.with_layers(tuple(layers[i] for i in kept), name=name)
+        """The model of the decoder layers in `kept`, whose cache lives with them: a run of the layers as llama.cpp
+        sees the whole model (Gemma 3's every sixth layer global counts from the whole model's first)."""
+        model = self.setup.model
+        if len(kept) == len(model.layers):
+            return model  # every layer (the same spec, its layer census kept)
+        name = f"{model.name} ({len(kept)} of {len(model.layers)} layers {where})"
+        seen = as_llamacpp_sees(model).layers
+        return model.with_layers(tuple(seen[i] for i in kept), name=name, first_layer=kept.start)
 
     # cache is split across pipeline stages (layers) and, for vLLM, across TP ranks inside the engine's pages
     def _layer_split(self) -> int:

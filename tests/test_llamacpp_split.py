@@ -274,3 +274,21 @@ def test_layers_left_in_ram_keep_their_cache_and_their_graph_on_the_host(case):
     assert abs(solver._account(in_ram, context).total - case["buffers"]["kv"]["CPU"] * MIB) <= PRINTED
     host = compute_buffers(solver.engine, model, context, 1, where, solver.cpu_weight).host
     assert abs(host.bytes - case["buffers"]["compute"]["CPU"] * MIB) <= PRINTED
+
+
+def test_a_gpus_part_of_gemma_3_keeps_its_global_layers_where_the_whole_model_has_them():
+    """llama.cpp patterns Gemma 3's layers by their index in the whole model (llama-hparams.cpp set_swa_pattern:
+    layer il is global iff il % 6 == 5). -ngl 20 on its 48 layers offloads layers 29-47, whose global ones are 29,
+    35, 41 and 47; kvscope re-counted the part from 0 and saw three (960 MiB at 32K instead of 1.18 GiB)."""
+    gemma = load_model("google/gemma-3-12b-it")
+    setup = Setup(gemma, configured("llama.cpp"), Card.custom(8), weights="q4_k_m", gpu_layers=20)
+    solver = Solver(setup)
+    seen = solver.engine.seen  # what the engine's cache account builds the part from
+    kinds = [layer.kind for layer in seen(solver.shares[0].model).layers]
+    assert [29 + i for i, kind in enumerate(kinds) if kind == "full_attention"] == [29, 35, 41, 47]
+    for n in (2, 3):  # and each GPU's part of the whole model
+        split = Solver(replace(setup, gpu_layers=None, gpus=n, pp=n))
+        for share in split.shares:
+            full = [share.where.layers.start + i for i, layer in enumerate(seen(share.model).layers)
+                    if layer.kind == "full_attention"]  # fmt: skip
+            assert full == [il for il in share.where.layers if il % 6 == 5]

@@ -228,7 +228,8 @@ def _windowed(layer: LayerKind) -> bool:
 
 
 def as_llamacpp_sees(model: ModelSpec) -> ModelSpec:
-    """The model's layers as libllama builds them from the converted GGUF."""
+    """The model's layers as libllama builds them from the converted GGUF. A part of a model (`first_layer`) is
+    patterned by its layers' indices in the whole model, so a part of a seen model is seen unchanged."""
     if model.model_type in NO_SWA:
         return model.with_layers(
             tuple(
@@ -245,7 +246,7 @@ def as_llamacpp_sees(model: ModelSpec) -> ModelSpec:
     period, chunk = fixed
     first = windows[0]
     layers = []
-    for il, layer in enumerate(model.layers):
+    for il, layer in enumerate(model.layers, start=model.first_layer):
         if not isinstance(layer, FullAttention):
             layers.append(layer)
             continue
@@ -256,7 +257,7 @@ def as_llamacpp_sees(model: ModelSpec) -> ModelSpec:
             layers.append(ChunkedAttention(full.kv_heads, full.head_dim, full.v_head_dim, chunk=chunk))
         else:
             layers.append(SlidingWindow(full.kv_heads, full.head_dim, full.v_head_dim, window=first.token_cap or 0))
-    return model.with_layers(tuple(layers))
+    return model.with_layers(tuple(layers), first_layer=model.first_layer)
 
 
 @dataclass(frozen=True)

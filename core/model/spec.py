@@ -29,6 +29,7 @@ class ModelSpec:
     ssm_dtype: str | None = None  # a config's own say on recurrent-state dtype (Qwen3.5's mamba_ssm_dtype)
     notes: tuple[str, ...] = ()  # assumptions made while reading the config, shown to the user
     config: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    first_layer: int = 0  # a part of a model (the layers one GPU holds): the whole model's index of layers[0]
 
     @cached_property
     def census(self) -> dict[LayerKind, list[int]]:
@@ -43,8 +44,9 @@ class ModelSpec:
     def layer_counts(self) -> dict[str, int]:
         return dict(Counter(kind_label(layer) for layer in self.layers))
 
-    def with_layers(self, layers: tuple[LayerKind, ...], name: str | None = None) -> ModelSpec:
-        """The same model with other layers: what-ifs such as 'every layer full attention'."""
+    def with_layers(self, layers: tuple[LayerKind, ...], name: str | None = None, first_layer: int = 0) -> ModelSpec:
+        """The same model with other layers: what-ifs such as 'every layer full attention', or (`first_layer`) the
+        run of its layers from that index on that one GPU holds."""
         from dataclasses import replace
 
-        return replace(self, layers=layers, name=name or self.name)
+        return replace(self, layers=layers, name=name or self.name, first_layer=first_layer)
