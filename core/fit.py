@@ -201,6 +201,7 @@ class Solver:
         self.offload: Offload | None = None  # llama.cpp: where -ngl and --n-cpu-moe put the model
         self.shares: tuple[GpuShare, ...] = ()  # llama.cpp: each GPU's part (one per GPU)
         self._fullest_at: dict[int, GpuShare] = {}
+        self._room_at: dict[tuple[int, int], tuple[float, int]] = {}
         self._pipelined_at: dict[int, bool] = {}
         self.cpu_weight = 0  # llama.cpp: the largest weight tensor left in RAM that op_offload copies to the GPU
         self.relaid = 0  # bytes vLLM's MoE kernel layout adds to the checkpoint's MXFP4 experts
@@ -293,21 +294,25 @@ class Solver:
         if len(self.shares) < 2 or self.offload is None or not self.offload.pipelines:
             return False
         if context not in self._pipelined_at:
-            self._pipelined_at[context] = all(
-                share.weights
-                + sum(i.bytes for i in self._llamacpp_overhead(share, context, 1, PIPELINE_COPIES))
-                + self._account(share.model, context).total
-                <= self.usable
-                for share in self.shares
-            )
+
+            def copies(share: GpuShare) -> int:
+                items = self._llamacpp_overhead(share, context, 1, PIPELINE_COPIES)
+                return sum(i.bytes for i in items if i.label == PIPELINE_ITEM)
+
+            # the room left beside one sequence holds the copies on every GPU
+            self._pipelined_at[context] = all(self._room(share, context)[1] >= copies(share) for share in self.shares)
         return self._pipelined_at[context]
 
     def _room(self, share: GpuShare, context: int) -> tuple[float, int]:
-        """The sequences of `context` tokens whose cache fits beside the share's weights and overhead, and the room
-        left with one of them."""
-        budget = self.usable - share.weights - sum(i.bytes for i in self._llamacpp_overhead(share, context, 1))
-        per_sequence = self._account(share.model, context).total
-        return (max(0, budget) // per_sequence if per_sequence else float("inf")), budget - per_sequence
+        """The sequences of `context` tokens whose cache fits beside the share's weights and overhead (one copy of
+        the inputs), and the room left with one of them; once per share and context."""
+        key = (share.index, context)
+        if key not in self._room_at:
+            budget = self.usable - share.weights - sum(i.bytes for i in self._llamacpp_overhead(share, context, 1))
+            per_sequence = self._account(share.model, context).total
+            fits = max(0, budget) // per_sequence if per_sequence else float("inf")
+            self._room_at[key] = fits, budget - per_sequence
+        return self._room_at[key]
 
     def fullest(self, context: int) -> GpuShare | None:
         """llama.cpp: the GPU that decides at `context`, the one fitting the fewest sequences, then with the least

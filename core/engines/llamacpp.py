@@ -177,6 +177,7 @@ class Offload:
     layers: range  # decoder layers on the GPU
     output: bool  # the output layer (final norm and head) on the GPU
     cpu_experts: range = range(0)  # GPU layers whose routed experts stay in system RAM
+    in_ram: int | None = None  # one GPU's part of a split (Offload.split): the leading layers the whole leaves in RAM
 
     @classmethod
     def of(
@@ -194,7 +195,8 @@ class Offload:
 
     @property
     def on_cpu(self) -> range:
-        return range(0, self.layers.start)
+        """The layers left in system RAM: those before the GPU's, or before the first GPU's for a part of a split."""
+        return range(0, self.layers.start if self.in_ram is None else self.in_ram)
 
     @property
     def pipelines(self) -> bool:
@@ -209,16 +211,14 @@ class Offload:
         output layer last) goes to the first device whose cumulative share exceeds i ÷ act, i.e. device
         ⌊i × n_devices ÷ act⌋. So the first GPU holds the most layers and the last holds the output layer.
         A GPU with less free memory (one driving a display) gives a boundary layer to its neighbour."""
-        slots = [*self.layers, *([self.layers.stop] if self.output else [])]
-        act = len(slots)
-        device = [i * n_devices // act for i in range(act)]
+        n, act = len(self.layers), len(self.layers) + self.output  # the output layer is slot n
 
         def part(d: int) -> Offload:
-            mine = [layer for layer, at in zip(slots, device, strict=True) if at == d and layer < self.layers.stop]
-            layers = range(mine[0], mine[-1] + 1) if mine else range(self.layers.stop, self.layers.stop)
+            first, stop = -(-d * act // n_devices), -(-(d + 1) * act // n_devices)  # its slots: first .. stop - 1
+            layers = range(self.layers.start + first, self.layers.start + min(stop, n))
             experts = range(max(layers.start, self.cpu_experts.start), min(layers.stop, self.cpu_experts.stop))
-            last = bool(device) and device[-1] == d and self.output
-            return Offload(layers, last, experts if experts.start < experts.stop else range(0))
+            output = self.output and first < stop == act
+            return Offload(layers, output, experts if experts.start < experts.stop else range(0), self.layers.start)
 
         return tuple(part(d) for d in range(n_devices))
 
