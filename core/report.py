@@ -165,7 +165,7 @@ def breakdown_records(fit: Fit) -> list[dict]:
     (vLLM's fullest pipeline stage, llama.cpp's deciding GPU, transformers' even share) parted as its account is."""
     out = []
     for r in fit.rows:
-        whole = r.account.token_bytes + r.account.fixed_bytes
+        whole = r.account.total
         growing = r.cache_bytes * r.account.token_bytes // whole if whole else 0
         out.append(
             {

@@ -18,7 +18,8 @@ page_config("finders")
 mobile_css()
 st.title("Which card, which model")
 inputs, model, setup = sidebar()
-GPUS = "one" if setup.gpus == 1 else f"{setup.gpus}×"  # the sidebar's GPU count: every row is on that many
+# the sidebar's GPU count: every row is on that many
+ON_GPUS, EACH = ("one", "One GPU") if setup.gpus == 1 else (f"{setup.gpus}×", f"{setup.gpus} GPUs")
 SPEED_NOTE = (
     " Decode tok/s and time to first token: one request at that context (core.speed's roofline, as on Fit a card); "
     "“—” says why a row has none. The error column: how far off such figures were on published runs held out of "
@@ -49,7 +50,7 @@ view = st.segmented_control(
 )
 if view == "models":
     st.caption(
-        f"Every bundled model on {GPUS} {setup.card.name} with {setup.engine.name} at {format_tokens(inputs.ctx)} "
+        f"Every bundled model on {ON_GPUS} {setup.card.name} with {setup.engine.name} at {format_tokens(inputs.ctx)} "
         "tokens per request (a model whose own limit is lower does not fit, and says so). Each is shown in the "
         "largest weight format and KV dtype that fit; models that fit come first, the largest first." + SPEED_NOTE
     )
@@ -63,8 +64,7 @@ else:
     context = min(inputs.ctx, context_limit(setup))
     capped = f" ({model.name}'s limit: {format_tokens(inputs.ctx)} was asked)" if context < inputs.ctx else ""
     st.caption(
-        f"{'One GPU' if setup.gpus == 1 else f'{setup.gpus} GPUs'} of each card (the sidebar's GPUs; figures per GPU), "
-        f"{setup.engine.name}, "
+        f"{EACH} of each card (the sidebar's GPUs; figures per GPU), {setup.engine.name}, "
         f"weights {setup.weights or 'as the checkpoint'}, "
         f"{format_tokens(context)} tokens per request{capped}. Cards that fit come first, ranked by {COST_BASIS}; "
         "the rest follow, closest first, with the reason each falls short." + SPEED_NOTE

@@ -25,6 +25,7 @@ from pathlib import Path
 from llamacpp_compute_runner import write_wide  # this folder: the script's own
 
 BUFFER = re.compile(r"(\S+) (model|KV|RS|compute) buffer size =\s*([\d.]+) MiB")
+DEVICE = re.compile(r"RPC\d+\[(127\.0\.0\.1:\d+)\]")  # every RPC device prints as RPC0[host:port]
 KEEP = ("buffer size", "pipeline parallelism", "sched copies", "graph splits", "offloaded", "n_ctx ")
 
 
@@ -67,14 +68,16 @@ def run_case(build: Path, model: str, case: dict) -> dict:
             server.kill()
             server.wait()
     log = [line for line in done.stderr.splitlines() if any(k in line for k in KEEP)]
-    # every RPC device prints as RPC0[host:port]; the order of --rpc is the device order (GPU 0, 1, ...)
+    # the order of --rpc is the device order (GPU 0, 1, ...)
     index = {f"127.0.0.1:{port}": f"GPU{i}" for i, port in enumerate(ports)}
+
+    def named(text: str) -> str:
+        return DEVICE.sub(lambda m: index[m.group(1)], text)
+
     buffers: dict[str, dict[str, float]] = {"model": {}, "kv": {}, "rs": {}, "compute": {}}
     for line in log:
         for device, kind, mib in BUFFER.findall(line):
-            at = re.search(r"\[(127\.0\.0\.1:\d+)\]", device)
-            device = index[at.group(1)] if at else device
-            part = buffers[kind.lower()]
+            part, device = buffers[kind.lower()], named(device)
             part[device] = round(part.get(device, 0.0) + float(mib), 2)  # a model's two caches (SWA, full) add up
     if not buffers["compute"]:
         raise SystemExit(f"{case['id']}: no compute buffer in the log:\n{done.stderr[-4000:]}")
@@ -83,7 +86,7 @@ def run_case(build: Path, model: str, case: dict) -> dict:
         "buffers": buffers,
         "pipeline_parallel": any("pipeline parallelism enabled" in line for line in log),
         "command": " ".join(Path(c).name if i in (0, 2) else c for i, c in enumerate(cmd)).replace(endpoints, "…"),
-        "log": [re.sub(r"RPC0\[(127\.0\.0\.1:\d+)\]", lambda m: index[m.group(1)], line) for line in log],
+        "log": [named(line) for line in log],
     }
 
 
