@@ -297,6 +297,55 @@ def test_each_layer_of_a_kernel_chain_pays_its_overhead_once_per_pass(field, mod
     assert math.isclose(with_.prefill.overhead_s - without.prefill.overhead_s, passes * layers * 1e-3, rel_tol=1e-9)
 
 
+@pytest.mark.parametrize(
+    ("engine", "gpus", "ngl", "hops"),
+    [
+        ("llama.cpp", 1, None, 0),
+        ("llama.cpp", 4, None, 3),  # -sm layer: a pass goes GPU 0 -> 1 -> 2 -> 3
+        ("llama.cpp", 8, None, 7),
+        ("llama.cpp", 4, 3, 2),  # -ngl 3: 2 layers and the output, 3 slots; GPU 3 of 4 holds none (Offload.split)
+        ("llama.cpp", 4, 0, 0),  # only the output layer on a GPU
+        ("vllm", 4, None, 0),  # tensor parallel: timed by each GPU's share, in parallel
+    ],
+)
+def test_a_pass_pays_a_hop_for_each_gpu_of_llamacpps_split_it_goes_on_to(engine, gpus, ngl, hops):
+    """llama.cpp's layer split runs a pass through its GPUs one after another, each handing the hidden state to the
+    next (overhead_hop_s per GPU past the first that holds a slot of the offload); vLLM's tensor parallel does not."""
+    from core.fit import on_gpus
+
+    base = replace(efficiency_for(engine, "gpu", "cuda", "consumer"), overhead_hop_s=0.0)
+    extra = replace(base, overhead_hop_s=1e-3)
+    setup = on_gpus(Setup(load_model("Qwen/Qwen3-8B"), configured(engine), card_named("RTX 3090"), gpu_layers=ngl,
+                          weights="q4_k_m" if engine == "llama.cpp" else "bf16"), gpus)  # fmt: skip
+
+    def speed(eff):
+        return predict(setup, Hardware(50.0, 8), 4096, table={(engine, "gpu"): eff, (engine, "cpu"): eff})
+
+    without, with_ = speed(base), speed(extra)
+    assert with_.decode.hops == hops
+    assert math.isclose(with_.decode.overhead_s - without.decode.overhead_s, hops * 1e-3, abs_tol=1e-12)
+    passes = math.ceil(4096 / setup.engine.options.n_ubatch) if engine == "llama.cpp" else with_.prefill.passes
+    assert math.isclose(with_.prefill.overhead_s - without.prefill.overhead_s, passes * hops * 1e-3, abs_tol=1e-12)
+
+
+def test_the_hop_is_fitted_only_from_runs_on_one_card_beside_several():
+    """The hop's cost shows only where a backend's runs on several cards sit beside runs on one, and is never pooled
+    over backends."""
+    from tests.bench.fit_corpus import Terms, fit_keys, loss
+
+    def run(hops: int, measured: float) -> Terms:
+        return Terms(0.01, 0.0, 0.0, 0.0, 1, False, True, "legacy", 1, measured, 1, 128, hops=hops)
+
+    one, four = run(0, 100.0), run(3, 1 / (0.01 + 3e-3))
+    assert "overhead_hop_s" in fit_keys([one, four])
+    assert "overhead_hop_s" not in fit_keys([one, one]) and "overhead_hop_s" not in fit_keys([four, four])
+    assert "overhead_hop_s" not in fit_keys([one, four], pooled=True)
+    p = {"bandwidth": 1.0, "decode_compute": 1.0, "decode_attention": 1.0, "flash_off": 1.0, "expert_bandwidth": 1.0,
+         "prefill_half_tokens": 1.0, "overhead_step_s": 0.0, "overhead_recurrent_s": 0.0, "overhead_moe_s": 0.0,
+         "overhead_hop_s": 0.0}  # fmt: skip
+    assert loss([one, four], p | {"overhead_hop_s": 1e-3}, None) < 1e-9 < loss([one, four], p, None)
+
+
 def test_the_moe_overhead_is_fitted_beside_dense_runs_and_not_pulled_from_nothing():
     """The per-MoE-layer overhead is fitted only where a backend has MoE runs beside dense ones (never pooled over
     backends, as the experts' bandwidth share), and a parent that never fitted it (0) does not pin it: a log pull

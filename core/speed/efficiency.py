@@ -66,6 +66,10 @@ class Efficiency:
     # per pass and layer with routed experts: the router's and mul_mat_id's chain of small kernels (top-k, the ids'
     # grouping, the gathered expert matmuls), which a decode step pays on top of the experts' bytes
     overhead_moe_s: float = 0.0
+    # per pass and GPU past the first that llama.cpp's layer split (-sm layer) runs it through: the hidden state's
+    # copy to the next GPU and the wait for it. In one source's b2824 runs of a model on 1 and on 4 identical cards,
+    # a decode step took 0.2-0.5 ms more per card added (xiongjiedai: A40, L40S, RTX A6000 and Ada, 3090, 4090)
+    overhead_hop_s: float = 0.0
     # the share of a prompt's MMQ tile traffic (weights once per column tile, activations once per row tile: core
     # .speed.groups.mmq_traffic_bytes) that crosses memory, the most no fitted run of the group beats; 0: not timed
     tile_traffic: float = 0.0
@@ -77,12 +81,12 @@ class Efficiency:
     def compute_unit(self) -> str:
         return "GFLOP/s per thread" if self.device == "cpu" else "× card dense peak"
 
-    def overhead_s(self, layers: int, recurrent: int = 0, moe: int = 0) -> float:
+    def overhead_s(self, layers: int, recurrent: int = 0, moe: int = 0, hops: int = 0) -> float:
         """Per pass, for `layers` decoder layers of which `recurrent` update their state by a chain of kernels and
-        `moe` route tokens to experts."""
+        `moe` route tokens to experts, run through `hops` GPUs past the first."""
         return (
             self.overhead_step_s + self.overhead_layer_s * layers + self.overhead_recurrent_s * recurrent
-            + self.overhead_moe_s * moe
+            + self.overhead_moe_s * moe + self.overhead_hop_s * hops
         )  # fmt: skip
 
     def isa_factor(self, family: str, prefill: bool, isa: str) -> float | None:

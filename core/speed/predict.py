@@ -210,6 +210,7 @@ class Timing:
     chained: int = 0
     driver: Efficiency | None = None
     moe: int = 0  # layers with routed experts
+    hops: int = 0  # GPUs past the first that each pass runs through (llama.cpp's layer split: gpu_hops)
 
     @property
     def memory_s(self) -> float:
@@ -558,8 +559,17 @@ def _timing(work: PassWork, setup: Setup, hw: Hardware, prefill: bool, table: Ta
             parts.append(_part("cpu", work, cpu, setup, hw, prefill, table, per_pass))
     # the overhead of the device that drives the pass: the GPU's whenever one takes part
     eff = _eff(table, setup, hw, driver(setup, hw))
-    chained, moe = chained_layers(setup), sum(1 for w in work.layers if w.routing[0])
-    return Timing(tuple(parts), eff.overhead_s(n, chained, moe) * passes, passes, n, chained, eff, moe)
+    chained, moe, hops = chained_layers(setup), sum(1 for w in work.layers if w.routing[0]), gpu_hops(setup, hw)
+    return Timing(tuple(parts), eff.overhead_s(n, chained, moe, hops) * passes, passes, n, chained, eff, moe, hops)
+
+
+def gpu_hops(setup: Setup, hw: Hardware) -> int:
+    """The GPUs past the first that each pass of llama.cpp's layer split runs through, one after another (those
+    that hold a slot of the offload: Offload.split); vLLM's tensor and pipeline parallel are timed by their shares."""
+    if not isinstance(setup.engine, LlamaCppEngine) or setup.gpus < 2:
+        return 0
+    where = placement(setup, hw)
+    return max(0, sum(bool(p.layers) or p.output for p in where.split(setup.gpus)) - 1)
 
 
 def offloads(setup: Setup, hw: Hardware, pass_tokens: int) -> bool:
@@ -654,7 +664,14 @@ def prefill_chunk(setup: Setup, context: int) -> int:
 
 def _add(a: Timing, b: Timing) -> Timing:
     return Timing(
-        a.parts + b.parts, a.overhead_s + b.overhead_s, a.passes + b.passes, a.layers, a.chained, a.driver, a.moe
+        a.parts + b.parts,
+        a.overhead_s + b.overhead_s,
+        a.passes + b.passes,
+        a.layers,
+        a.chained,
+        a.driver,
+        a.moe,
+        a.hops,
     )
 
 

@@ -117,17 +117,17 @@ EARLY_2024_SOURCES = frozenset({"llamacpp-pr-4766-backend-sched", "llamacpp-pr-4
 SAME_TEST = ("source_id", "card", "backend", "kind", "model", "weights", "n_prompt", "n_gen", "n_ubatch", "flash_attn")
 FLOORS = {
     "overhead_step_s": 1e-5, "old_overhead_s": 1e-5, "prefill_half_tokens": 1.0, "overhead_recurrent_s": 1e-6,
-    "overhead_moe_s": 1e-6, "expert_half_tokens": 1.0,
+    "overhead_moe_s": 1e-6, "expert_half_tokens": 1.0, "overhead_hop_s": 1e-6,
 }  # fmt: skip
 DEEP = 4096  # runs whose context reaches this many tokens (cached + their own) time the attention kernels
 HOST = Hardware(ram_gb_s=50.0, threads=8)  # unused: every corpus layer is on the GPU (-ngl 99)
 RATE_KEYS = ("bandwidth", "decode_compute", "decode_attention", "prefill_compute", "prefill_attention")
 # fitted per backend only (never pooled over backends); 0 where nothing fitted them: seconds added per MoE layer, and
 # the experts' own fill curve (0: the dense one's)
-UNPOOLED = ("overhead_moe_s", "expert_half_tokens")
+UNPOOLED = ("overhead_moe_s", "expert_half_tokens", "overhead_hop_s")
 KEYS = (
     *RATE_KEYS, "overhead_step_s", "flash_off", "prefill_half_tokens", "expert_bandwidth", "overhead_recurrent_s",
-    "overhead_moe_s", "expert_half_tokens", "dequant_bandwidth",
+    "overhead_moe_s", "expert_half_tokens", "dequant_bandwidth", "overhead_hop_s",
 )  # fmt: skip
 UNIT = Efficiency("unit", "gpu", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, "unit", "")
 # a family's stand-in where kvscope does not know the exact llama.cpp type (bytes come from size_bytes anyway)
@@ -205,10 +205,12 @@ def to_row(r: dict) -> Row:
         raise InputError("no model_id")
     if r.get("concurrency", 1) != 1:
         raise InputError("concurrency > 1")
-    if r.get("n_devices", 1) != 1 and r["kind"] == "prefill":
+    devices = r.get("n_devices", 1)
+    if devices != 1 and r["kind"] == "prefill":
         # llama.cpp's default -sm layer gives each card its layers; a decode step runs them in turn (each card reads
-        # its share: one card's roofline, kept), but a prompt's micro-batches are pipelined across the cards
-        # (llama-context.cpp: pipeline_parallel, the scheduler's n_copies), which a one-card roofline cannot time
+        # its share, then hands the hidden state on: one card's roofline plus a hop per card, overhead_hop_s), but a
+        # prompt's micro-batches are pipelined across the cards (llama-context.cpp: pipeline_parallel, the
+        # scheduler's n_copies), which a one-card roofline cannot time
         raise InputError("prefill on several cards (llama.cpp's pipelined layer split is not modelled)")
     if "SUSPECT" in (r.get("notes") or ""):  # the corpus' own flag: a figure its source contradicts
         raise InputError("flagged SUSPECT in the corpus")
@@ -234,7 +236,7 @@ def to_row(r: dict) -> Row:
     model = model_of(r["model_id"])
     size = r.get("size_bytes")
     wfile = WeightFile("llama-bench size", "gguf", int(size), (), 0, 0) if size else None
-    setup = Setup(model, engine, card, weights=fmt, weights_file=wfile)
+    setup = Setup(model, engine, card, gpus=devices, weights=fmt, weights_file=wfile)
     return Row(r, setup, backend, klass, format_family(fmt), r["kind"])
 
 
@@ -349,6 +351,7 @@ class Terms:
     expert_columns: int = 1  # the columns each expert's prompt GEMM computes (core.speed.groups.expert_columns)
     tiles: float = 0.0  # a prompt's MMQ tile traffic with no reuse (core.speed.groups.mmq_traffic_bytes; unit seconds)
     dequant: float = 0.0  # the weights' conversion to FP16 for cuBLAS (core.speed.groups.fp16_dequant; unit seconds)
+    hops: int = 0  # GPUs past the first a pass runs through (core.speed.predict.gpu_hops)
 
     def tok_s(self, p: dict) -> float:
         return self.tokens / sum(self.sides(p))
@@ -372,6 +375,7 @@ class Terms:
         matmuls = max(read, tiles, dense / rate + experts / expert_rate)
         matmuls += self.dequant / (p["bandwidth"] * p["dequant_bandwidth"]) if self.dequant else 0.0
         overhead = p["overhead_step_s"] + p["overhead_recurrent_s"] * self.recurrent + p["overhead_moe_s"] * self.moe
+        overhead += p.get("overhead_hop_s", 0.0) * self.hops
         overhead += p.get("old_overhead_s", 0.0) if self.old else 0.0
         return matmuls, max(self.cache / p["bandwidth"], self.attention / attn) + overhead * self.passes
 
@@ -390,7 +394,7 @@ def terms(row: Row) -> Terms:
         sum(p.expert_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts), recurrent=chained_layers(row.setup),
         tiled=any(p.expert_note for p in t.parts), moe=t.moe, expert_columns=experts.expert_columns,
         tiles=sum(p.tile_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts),
-        dequant=sum(p.dequant_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts),
+        dequant=sum(p.dequant_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts), hops=t.hops,
     )  # fmt: skip
 
 
@@ -498,6 +502,10 @@ def fit_keys(rows: list[Terms], pooled: bool = False) -> list[str]:
         keys.remove("expert_half_tokens")
     if not any(t.recurrent for t in rows):  # only models with such layers show their kernels' overhead
         keys.remove("overhead_recurrent_s")
+    if pooled or not any(t.hops for t in rows) or all(t.hops for t in rows):
+        # only runs of the same kind on one card beside several tell the hop from the rest, and never pooled over
+        # backends (each has its own copy between devices); a backend without such runs keeps 0
+        keys.remove("overhead_hop_s")
     if pooled or not any(t.dequant for t in rows):  # only runs converting their weights to FP16 show its rate
         keys.remove("dequant_bandwidth")
     fams = {f"{t.family}:{'prefill' if t.prefill else 'decode'}" for t in rows if t.family != "float"}
@@ -521,7 +529,7 @@ def as_entry(engine: str, backend: str, klass: str, p: dict, fit_rows: list[Row]
         "flash_off": p["flash_off"], "prefill_half_tokens": p["prefill_half_tokens"],
         "expert_bandwidth": p["expert_bandwidth"], "expert_half_tokens": p["expert_half_tokens"],
         "overhead_recurrent_s": p["overhead_recurrent_s"],
-        "overhead_moe_s": p["overhead_moe_s"], "tile_traffic": p["tile_traffic"],
+        "overhead_moe_s": p["overhead_moe_s"], "overhead_hop_s": p["overhead_hop_s"], "tile_traffic": p["tile_traffic"],
         "dequant_bandwidth": p["dequant_bandwidth"],
         "families": families,
         "status": "fitted",
