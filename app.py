@@ -6,9 +6,10 @@ import streamlit as st
 from core.engines.llamacpp import FRONTENDS
 from core.errors import InputError
 from core.explain import row_lines, usable_line
-from core.fit import Setup, context_limit, fit, table_contexts
+from core.fit import Setup, cache_in_ram, context_limit, fit, table_contexts
 from core.llamacpp_autofit import AUTOFIT_FRONTENDS, fit_params
 from core.report import (
+    IN_RAM,
     breakdown_records,
     constant_table,
     display_records,
@@ -175,8 +176,9 @@ formats = {c: "%.3f" for c in shown[0] if "GiB" in c} | {
     "aggregate tok/s": "%.0f",
 }
 # A row that does not fit has no speed (null): "—" with why, where a bare None would read as missing data. Only the
-# speed columns can be null; the values stay numbers.
-no_fit = "— (does not fit)"
+# speed columns can be null, and the requests where llama.cpp keeps every layer's cache in system RAM (-ngl 0),
+# which is then every row's; the values stay numbers.
+no_fit = IN_RAM if cache_in_ram(result, result.rows[0]) else "— (does not fit)"
 column_help = {"decode tok/s": "one sequence", "aggregate tok/s": "all sequences together, with as many running as fit"}
 if painted():
     mobile_css()  # it moves the data grid below its toolbar on phones: no grid, no CSS (or its chunks)

@@ -34,7 +34,7 @@ from core.engines.vllm_engine import VERSIONS, VllmOptions
 from core.errors import InputError
 from core.files import read_regular_file
 from core.finders import COST_BASIS, DEFAULT_CONTEXT, card_record, model_record, rank_cards, rank_models
-from core.fit import Setup, default_split, fit
+from core.fit import Setup, cache_in_ram, default_split, fit
 from core.llamacpp_autofit import autofit_record, fit_params, print_autofit
 from core.memory.gguf_hub import gguf_name
 from core.memory.gpus import MAX_GB_S, MAX_TFLOPS, Card, card_named, cards, with_figures
@@ -353,7 +353,10 @@ def cmd_fit(args: argparse.Namespace) -> dict:
         "max_context": result.max_context,
         "context_limit": result.context_limit,
         "notes": [*([warning] if warning else []), *result.notes],
-        "contexts": table_records(result),
+        "contexts": [
+            r | ({"requests": "in RAM"} if cache_in_ram(result, row) else {})  # -ngl 0: the cache is in system RAM
+            for r, row in zip(table_records(result), result.rows, strict=True)
+        ],
     }
     if result.vllm is not None:
         out["vllm"] = {
@@ -375,11 +378,16 @@ def print_fit(out: dict) -> None:
         f"{out['model']} on {out['gpus']}× {out['card']} ({format_bytes(out['card_memory_bytes'])} each), "
         f"{out['engine']}, weights {out['weights']}, KV {out['kv_dtype']}"
     )
-    first = format_tokens(out["contexts"][0]["context"]) if out["contexts"] else "the first context"
+    row = out["contexts"][0] if out["contexts"] else {}
+    first = format_tokens(row["context"]) if row else "the first context"
+    # llama.cpp over several GPUs: the figures of the GPU the first row shows, and the heaviest GPU's weights
+    gpu = row.get("gpu")
+    weights = row.get("weights_bytes", out["weights_bytes"]) if gpu else out["weights_bytes"]
+    most = f" (the most on one GPU: {format_bytes(out['weights_bytes'])})" if weights != out["weights_bytes"] else ""
     print(
-        f"per GPU: usable {format_bytes(out['usable_bytes'])}, weights {format_bytes(out['weights_bytes'])}, "
-        f"overhead {format_bytes(out['overhead_bytes'])} and KV budget {format_bytes(out['kv_budget_bytes'])} at "
-        f"{first} (the overhead column: at each context)"
+        f"{f'on {gpu}' if gpu else 'per GPU'}: usable {format_bytes(out['usable_bytes'])}, weights "
+        f"{format_bytes(weights)}{most}, overhead {format_bytes(out['overhead_bytes'])} and KV budget "
+        f"{format_bytes(out['kv_budget_bytes'])} at {first} (the overhead column: at each context)"
     )
     print(f"max context for one sequence: {out['max_context']:,} tokens (limit {out['context_limit']:,})")
     print(f"rules: {out['engine_rules']}")
@@ -397,7 +405,7 @@ def print_fit(out: dict) -> None:
         print(
             f"{format_tokens(r['context']):>8}  "
             + "  ".join(f"{c:>11}" for c in cells)
-            + f"  {fits:>4}  {r['max_concurrency']:>11.2f}"
+            + f"  {fits:>4}  {r.get('requests') or format(r['max_concurrency'], '11.2f'):>11}"
         )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from core.engines.base import CacheAccount, KindLine
 from core.engines.vllm_engine import VllmEngine
 from core.engines.vllm_pipeline import fullest_stage_fraction, stage_bytes_per_block
-from core.fit import Fit, Row, Solver
+from core.fit import Fit, Row, Solver, cache_in_ram
 from core.memory.llamacpp_compute import PIPELINE_ITEM
 from core.units import format_bytes, format_tokens
 
@@ -86,6 +86,8 @@ def _concurrency_line(fit: Fit, row: Row, solver: Solver) -> str:
             f"{cap.num_blocks:,} blocks; {cap.num_blocks:,} blocks ÷ {cap.blocks_per_request:,} blocks per request "
             f"= {cap.max_concurrency:.2f} requests of {format_tokens(row.context)}"
         )
+    if cache_in_ram(fit, row):
+        return f"**Concurrency**: {left}; no cache on the GPU: system RAM bounds the requests (not sized here)"
     if not row.cache_bytes:
         return f"**Concurrency**: {left}; nothing grows per sequence, so any number of requests fits"
     return f"**Concurrency**: {left}; ⌊{kept:,} B ÷ {row.cache_bytes:,} B per sequence⌋ = {row.max_concurrency:,.0f}"
@@ -100,7 +102,11 @@ def row_lines(fit: Fit, row: Row) -> list[str]:
         per_gpu = f" on {row.gpu}"
         decides = "the GPU that decides at this context, where the fewest sequences fit (llama.cpp's layer split)"
         out.append(f"- on {row.gpu}, {decides}")
-    out += [f"- {line}" for line in cache_lines(row.account, solver)]
+    if cache_in_ram(fit, row):
+        ngl = setup.gpu_layers
+        out.append(f"- none on the GPU: every decoder layer, with its cache, is in system RAM (-ngl {ngl})")
+    else:
+        out += [f"- {line}" for line in cache_lines(row.account, solver)]
     if setup.pp > 1 and not row.gpu:
         total = row.account.total
         if isinstance(solver.engine, VllmEngine):
@@ -121,6 +127,7 @@ def row_lines(fit: Fit, row: Row) -> list[str]:
         f"cache {format_bytes(row.cache_bytes)} = {format_bytes(row.total_bytes)}; "
         f"usable {format_bytes(fit.usable_bytes)} − total {format_bytes(row.total_bytes)} = "
         f"{format_bytes(row.headroom_bytes)} headroom"
+        + (f"; {row.tightest} has less left: {format_bytes(row.tightest_headroom_bytes)}" if row.tightest else "")
     )
     out.append(_concurrency_line(fit, row, solver))
     return out

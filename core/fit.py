@@ -57,6 +57,10 @@ class Row:
     account: CacheAccount = field(repr=False, compare=False)
     overhead: tuple[Item, ...] = field(default=(), repr=False, compare=False)
     gpu: str = ""  # llama.cpp over several GPUs: which one these figures are (Solver.fullest)
+    # llama.cpp over several GPUs: the GPU with the least left beside one sequence, where it is another than `gpu`
+    # (Solver.tightest), and what it has left
+    tightest: str = ""
+    tightest_headroom_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,12 @@ class Fit:
     rows: tuple[Row, ...]
     vllm: Capacity | None = None
     notes: tuple[str, ...] = ()
+
+
+def cache_in_ram(fit: Fit, row: Row) -> bool:
+    """llama.cpp with every decoder layer left in system RAM (-ngl 0, or 1: only the output layer offloaded): the
+    GPU holds none of the cache, and the host's RAM, which kvscope does not size, bounds the requests."""
+    return isinstance(fit.setup.engine, LlamaCppEngine) and not row.account.lines
 
 
 def layer_bytes(count: ParamCount, fmt: str, dtype_bytes: int) -> tuple[list[int], list[int], int]:
@@ -109,7 +119,11 @@ class GpuShare:
 
     def label(self, gpus: int) -> str:
         layers = self.where.layers
-        held = f"layers {layers.start}–{layers.stop - 1}" if layers else "no decoder layer"
+        held = (
+            ("no decoder layer" if not layers else f"layer {layers.start}")
+            if len(layers) < 2
+            else f"layers {layers.start}–{layers.stop - 1}"
+        )
         return f"GPU {self.index} of {gpus} ({held}{' and the output layer' if self.where.output else ''})"
 
 
@@ -203,6 +217,7 @@ class Solver:
         self._fullest_at: dict[int, GpuShare] = {}
         self._room_at: dict[tuple[int, int], tuple[float, int]] = {}
         self._pipelined_at: dict[int, bool] = {}
+        self._headroom_at: dict[tuple[int, int], int] = {}
         self.cpu_weight = 0  # llama.cpp: the largest weight tensor left in RAM that op_offload copies to the GPU
         self.relaid = 0  # bytes vLLM's MoE kernel layout adds to the checkpoint's MXFP4 experts
         count = count_params(setup.model)
@@ -276,8 +291,9 @@ class Solver:
         return self.setup.pp
 
     def _account(self, model: ModelSpec, context: int) -> CacheAccount:
-        if not model.layers:
-            return CacheAccount(model.name, self.engine.name, self.setup.kv_dtype, context, 1, ())
+        if not model.layers:  # no layer on this GPU: no cache, in the type the engine would keep
+            kv = self.engine.kv_dtype(self.setup.model, self.setup.kv_dtype).name
+            return CacheAccount(model.name, self.engine.name, kv, context, 1, ())
         return self.engine.account(model, context, 1, self.setup.kv_dtype)
 
     def _llamacpp_overhead(self, share: GpuShare, context: int, sequences: int, copies: int = 1) -> tuple[Item, ...]:
@@ -316,13 +332,33 @@ class Solver:
 
     def fullest(self, context: int) -> GpuShare | None:
         """llama.cpp: the GPU that decides at `context`, the one fitting the fewest sequences, then with the least
-        room left (None for the other engines). The first GPU holds the most layers, the last the output layer and
-        its logits; which decides depends on the context."""
+        left beside one of them (None for the other engines). The first GPU holds the most layers, the last the
+        output layer and its logits; which decides depends on the context."""
         if not self.shares:
             return None
         if context not in self._fullest_at:
-            self._fullest_at[context] = min(self.shares, key=lambda share: self._room(share, context))
+            self._fullest_at[context] = min(
+                self.shares, key=lambda share: (self._room(share, context)[0], self.headroom(share, context))
+            )
         return self._fullest_at[context]
+
+    def headroom(self, share: GpuShare, context: int) -> int:
+        """What a llama.cpp GPU has left beside its weights, its overhead as the row counts it (the pipeline copies
+        where they fit) and one sequence of `context` tokens (Row.headroom_bytes, for this GPU)."""
+        key = (share.index, context)
+        if key not in self._headroom_at:
+            copies = PIPELINE_COPIES if self.pipelined(context) else 1
+            overhead = sum(i.bytes for i in self._llamacpp_overhead(share, context, 1, copies))
+            self._headroom_at[key] = self.usable - share.weights - overhead - self._account(share.model, context).total
+        return self._headroom_at[key]
+
+    def tightest(self, context: int) -> GpuShare | None:
+        """llama.cpp over several GPUs: the GPU with the least left beside one sequence of `context` tokens. It need
+        not be the one that fits the fewest (fullest): a GPU with more weights and less cache per sequence has
+        less to spare but room for more sequences."""
+        if len(self.shares) < 2:
+            return None
+        return min(self.shares, key=lambda share: self.headroom(share, context))
 
     def account(self, context: int) -> CacheAccount:
         """One sequence's cache: on llama.cpp the fullest GPU's, else the whole model's (per_gpu divides it)."""
@@ -415,7 +451,8 @@ class Solver:
         weights = self._weights(context)
         total = weights + sum(i.bytes for i in overhead) + cache
         concurrency = self.concurrency(context)
-        share = self.fullest(context)
+        share, tight = self.fullest(context), self.tightest(context)
+        other = tight is not None and share is not None and tight.index != share.index
         return Row(
             context=context,
             cache_bytes=cache,
@@ -428,6 +465,8 @@ class Solver:
             account=account,
             overhead=overhead,
             gpu=share.label(self.setup.gpus) if share and self.setup.gpus > 1 else "",
+            tightest=tight.label(self.setup.gpus) if other and tight else "",
+            tightest_headroom_bytes=self.headroom(tight, context) if other and tight else 0,
         )
 
 

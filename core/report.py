@@ -12,7 +12,7 @@ from core.engines.hf_transformers import TransformersEngine
 from core.engines.llamacpp import LlamaCppEngine
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
-from core.fit import Fit, Row, Setup, Solver, default_split
+from core.fit import Fit, Row, Setup, Solver, cache_in_ram, default_split
 from core.memory.quant import FORMATS, format_named
 from core.model.params import count_params
 from core.model.spec import ModelSpec
@@ -44,7 +44,8 @@ def display_records(fit: Fit) -> list[dict]:
         {
             "context": format_tokens(r["context"]),
             "fits": r["fits"],
-            "requests": r["max_concurrency"],
+            # no count where the cache is all in system RAM (in_ram): a grid shows infinity as "Infinity"
+            "requests": None if math.isinf(r["max_concurrency"]) else r["max_concurrency"],
             "memory used (%)": r["memory_used"] * 100,
             "total (GiB)": r["total_bytes"] / GIB,
             "cache (GiB)": r["cache_bytes"] / GIB,
@@ -99,15 +100,19 @@ def requests_text(fit: Fit, row: Row) -> str:
     """Requests of this length at once; vLLM's fractional count only when at least one fits."""
     n = row.max_concurrency
     if n == float("inf"):
-        # no cache on the GPU: every layer's is in system RAM (-ngl 0), which kvscope does not size
-        return "unlimited" if row.account.lines else "— (cache in system RAM)"
+        return IN_RAM if cache_in_ram(fit, row) else "unlimited"
     if not row.fits:
         return f"none ({n:.2f} of one)" if fit.vllm is not None and n > 0 else "none"
     return f"{n:,.2f}" if fit.vllm is not None else f"{int(n):,}"
 
 
-def cache_kind(row: Row) -> str:
-    """`KV bf16`, or what a model without attention keeps instead."""
+IN_RAM = "— (cache in system RAM)"
+
+
+def cache_kind(fit: Fit, row: Row) -> str:
+    """`KV bf16`, or what a model without attention keeps instead, or where the cache is when not on the GPU."""
+    if cache_in_ram(fit, row):
+        return "cache in system RAM"
     if any(line.bytes_per_token for line in row.account.lines):
         return f"KV {row.account.kv_dtype}"
     return "no KV cache, fixed state only" if row.account.fixed_bytes else "no cache"
@@ -190,7 +195,7 @@ class Verdict:
 def verdict(fit: Fit, row: Row) -> Verdict:
     s = fit.setup
     where = f"{s.gpus}× {s.card.name}" if s.gpus > 1 else s.card.name
-    what = f"{s.model.name} ({fit.weights_format} weights, {s.engine.name}, {cache_kind(row)}) on {where}"
+    what = f"{s.model.name} ({fit.weights_format} weights, {s.engine.name}, {cache_kind(fit, row)}) on {where}"
     if row.weights_bytes > fit.usable_bytes:
         return Verdict(
             False,
@@ -219,10 +224,19 @@ def verdict(fit: Fit, row: Row) -> Verdict:
         )
     else:
         reach = f"one sequence can reach {format_tokens(fit.max_context)} tokens"
-    requests = "an unlimited number of requests" if n == float("inf") else plural(n, "request", requests_text(fit, row))
-    return Verdict(
-        True,
-        "Fits",
-        f"{what}: {tokens_phrase(row.context)} fits with {format_bytes(row.headroom_bytes)} to "
-        f"spare; {reach}; {requests} of {format_tokens(row.context)} can run at once.",
-    )
+    if cache_in_ram(fit, row):
+        requests = (
+            f"the cache is in system RAM (-ngl {s.gpu_layers}), which bounds the requests of "
+            f"{format_tokens(row.context)} that can run at once; kvscope does not size the host's RAM"
+        )
+    elif n == float("inf"):
+        requests = f"an unlimited number of requests of {format_tokens(row.context)} can run at once"
+    else:
+        requests = f"{plural(n, 'request', requests_text(fit, row))} of {format_tokens(row.context)} can run at once"
+    spare = f"{format_bytes(row.headroom_bytes)} to spare"
+    if row.tightest:  # another GPU than the row's has less left: the spare memory is its
+        spare = (
+            f"{format_bytes(row.tightest_headroom_bytes)} to spare on {row.tightest}, the least of any GPU (the "
+            f"table shows {row.gpu}, which fits the fewest requests)"
+        )
+    return Verdict(True, "Fits", f"{what}: {tokens_phrase(row.context)} fits with {spare}; {reach}; {requests}.")

@@ -18,7 +18,7 @@ from core.compare import (
     with_model,
 )
 from core.errors import InputError
-from core.fit import Setup, context_limit
+from core.fit import Setup, context_limit, validate
 from core.model.loading import load_model, presets
 from core.model.whatif import all_full_attention
 from core.speed import Hardware, untimed
@@ -36,20 +36,31 @@ st.title("Hybrid vs full attention")
 inputs, model, setup = sidebar()
 
 
-def _setups(setup: Setup, comparators: tuple[str, ...]) -> list[Setup]:
-    """The model, its all-full-attention skeleton (models without attention have none) and the comparators."""
-    setups = [setup]
+def _setups(setup: Setup, comparators: tuple[str, ...]) -> tuple[list[Setup], tuple[str, ...]]:
+    """The model, its all-full-attention skeleton (models without attention have none) and the comparators that
+    this setup can run; and why each other comparator is left out (fewer layers than the GPUs, say)."""
+    setups, left_out = [setup], []
     with suppress(InputError):
         setups.append(with_model(setup, all_full_attention(setup.model)))
-    return setups + [with_model(setup, load_model(n, isolated=True)) for n in comparators if n != setup.model.name]
+    for name in comparators:
+        if name == setup.model.name:
+            continue
+        other = with_model(setup, load_model(name, isolated=True))
+        try:
+            validate(other)
+        except InputError as err:
+            left_out.append(f"{name}: {err}")
+            continue
+        setups.append(other)
+    return setups, tuple(left_out)
 
 
 @st.cache_data(show_spinner="Comparing…", max_entries=64)
 def compute(_setup: Setup, comparators: tuple[str, ...], key: str):
     """`key` (the setup's repr) stands in for the setup, which Streamlit cannot hash."""
-    setups = _setups(_setup, comparators)
+    setups, left_out = _setups(_setup, comparators)
     grid = context_grid(shown_limit(setups))
-    return [series(s, grid) for s in setups], [max_context_by_card(s) for s in setups], grid[-1]
+    return [series(s, grid) for s in setups], [max_context_by_card(s) for s in setups], grid[-1], left_out
 
 
 @st.cache_data(show_spinner="Timing…", max_entries=64)
@@ -58,7 +69,7 @@ def speed_curves(_setup: Setup, comparators: tuple[str, ...], backend: str | Non
     the card cannot be timed (core.speed.untimed says why)."""
     if untimed(_setup):
         return None
-    setups = _setups(_setup, comparators)
+    setups, _ = _setups(_setup, comparators)
     grid = context_grid(shown_limit(setups))
     hw = Hardware(ram_gb_s=60.0, threads=8, backend=backend)  # only layers left in RAM (llama.cpp -ngl) use RAM
     return {s.model.name: curve(s, hw, [c for c in grid if c <= context_limit(s)]) for s in setups}
@@ -78,10 +89,12 @@ chosen = st.multiselect(
 )
 
 try:
-    all_series, reach, shown = compute(setup, tuple(chosen), repr(setup))
+    all_series, reach, shown, left_out = compute(setup, tuple(chosen), repr(setup))
 except InputError as err:
     st.error(str(err))
     st.stop()
+for why in left_out:
+    st.warning(f"Comparator left out, {why}")
 base = all_series[0]
 colors = palette([s.name for s in all_series])
 if base.layout == "all full attention":

@@ -30,9 +30,10 @@ from core.memory.gpus import Card, card_named
 from core.memory.llamacpp_compute import PIPELINE_COPIES, compute_buffers
 from core.memory.weightfiles import summarise
 from core.model.loading import load_model, model_from_config
+from core.report import IN_RAM, display_records, requests_text, verdict
 from core.speed import Hardware, predict
-from core.units import MIB
-from tests.test_app import app, opened
+from core.units import MIB, format_bytes
+from tests.test_app import app, open_page, opened
 from tests.test_app_formulas import check_line
 
 QWEN3 = load_model("Qwen/Qwen3-8B")  # 36 uniform full-attention layers
@@ -114,6 +115,50 @@ def test_requests_are_the_scarcest_gpus():
             overhead = sum(i.bytes for i in solver._llamacpp_overhead(share, context, 1))
             each.append((solver.usable - share.weights - overhead) // solver._account(share.model, context).total)
         assert solver.concurrency(context) == min(each)
+
+
+def test_the_verdict_spares_what_the_fullest_gpu_has_left_where_another_fits_the_fewest():
+    """Qwen3.5-35B-A3B on 3 GPUs at 32K: GPU 1 fits the fewest sequences (its layers hold more attention cache) and is
+    the row, but GPU 0 holds more weights and has less left beside one sequence; the verdict's spare memory is GPU 0's,
+    named, and the explanation says so too. With equal counts the row is the GPU with the least left."""
+    setup = replace(_setup(load_model("Qwen/Qwen3.5-35B-A3B"), 3), card=card_named("RTX 3060"))
+    result, solver = fit(setup, [32768]), Solver(setup)
+    row = result.rows[0]
+    left = []
+    for share in solver.shares:  # each GPU's room beside one sequence, its overhead as the row counts it
+        copies = PIPELINE_COPIES if solver.pipelined(32768) else 1
+        overhead = sum(i.bytes for i in solver._llamacpp_overhead(share, 32768, 1, copies))
+        left.append(solver.usable - share.weights - overhead - solver._account(share.model, 32768).total)
+    assert row.gpu.startswith("GPU 1 of 3") and row.headroom_bytes == left[1]
+    assert min(left) == left[0] < left[1]
+    assert row.tightest.startswith("GPU 0 of 3") and row.tightest_headroom_bytes == left[0]
+    text = verdict(result, row).sentence
+    assert f"{format_bytes(left[0])} to spare on GPU 0 of 3" in text and format_bytes(left[1]) not in text
+    assert any(f"{row.tightest} has less left: {format_bytes(left[0])}" in line for line in row_lines(result, row))
+    # gpt-oss-20b on 4 × 6 GiB at 64K: GPUs 0 and 3 both fit 6; GPU 3 (the head, and more pipeline copies) has less
+    small = replace(_setup(load_model("openai/gpt-oss-20b"), 4), card=Card.custom(6))
+    tie = fit(small, [65536]).rows[0]
+    assert tie.gpu.startswith("GPU 3 of 4") and not tie.tightest
+
+
+def test_every_layer_in_ram_leaves_the_gpus_no_cache_and_the_requests_to_the_ram():
+    """-ngl 0 over 2 GPUs: no cache on either, so no request count (the host's RAM bounds it, not sized), never
+    'unlimited' or 'no cache'; the cache type is still llama.cpp's f16."""
+    result = fit(_setup(QWEN3, 2, gpu_layers=0), [32768])
+    row = result.rows[0]
+    text = verdict(result, row).sentence
+    assert "cache in system RAM" in text and "unlimited" not in text and "no cache" not in text
+    assert display_records(result)[0]["requests"] is None and requests_text(result, row) == IN_RAM
+    assert row.account.kv_dtype == "fp16"
+    lines = row_lines(result, row)
+    assert any("none on the GPU" in line for line in lines) and not any("any number" in line for line in lines)
+
+
+def test_a_gpu_with_one_layer_is_labelled_so():
+    parts = Solver(_setup(QWEN3, 3, gpu_layers=3)).shares  # two layers and the output layer: a slot each
+    assert [share.label(3) for share in parts] == [
+        "GPU 0 of 3 (layer 34)", "GPU 1 of 3 (layer 35)", "GPU 2 of 3 (no decoder layer and the output layer)"
+    ]  # fmt: skip
 
 
 def test_more_gpus_never_fit_less_and_the_split_needs_no_nccl():
@@ -292,3 +337,12 @@ def test_a_gpus_part_of_gemma_3_keeps_its_global_layers_where_the_whole_model_ha
             full = [share.where.layers.start + i for i, layer in enumerate(seen(share.model).layers)
                     if layer.kind == "full_attention"]  # fmt: skip
             assert full == [il for il in share.where.layers if il % 6 == 5]
+
+
+def test_a_comparator_with_fewer_layers_than_gpus_is_left_out_not_the_page():
+    """Llama-3.1-70B (80 layers) on 40 GPUs: the default comparator Qwen3-8B's 36 layers cannot fill them; the page
+    names it and draws the rest, where it stopped with the comparator's error as if it were the model's."""
+    at = open_page("pages/1_hybrid_vs_dense.py", {"model": "meta-llama/Llama-3.1-70B-Instruct", "gpus": "40"})
+    assert not at.error, [e.value for e in at.error]
+    assert any("Qwen/Qwen3-8B: the model's 36 layers cannot fill 40 GPUs" in w.value for w in at.warning)
+    assert at.dataframe and "meta-llama/Llama-3.1-70B-Instruct" in list(at.dataframe[0].value["model"])
