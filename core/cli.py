@@ -439,7 +439,7 @@ def print_cards(out: dict) -> None:
     print(f"{'card':<48} {'memory':>10} {'fits':>4} {'max context':>11} {'requests':>8}  weights / why not")
     for c in out["cards"]:
         requests = "∞" if c["requests"] is None else f"{c['requests']:.2f}"
-        tail = c["weights"] if c["fits"] else c["why_not"]
+        tail = (f"{c['weights']}{', ' + c['split'] if c['split'] else ''}") if c["fits"] else c["why_not"]
         print(
             f"{c['card'][:48]:<48} {format_bytes(c['memory_bytes']):>10} {'yes' if c['fits'] else 'no':>4} "
             f"{format_tokens(c['max_context']):>11} {requests:>8}  {tail}"
@@ -477,7 +477,7 @@ def print_models(out: dict) -> None:
             f"{m['model'][:40]:<40} {m['params'] / 1e9:>7.1f}B {'yes' if m['fits'] else 'no':>4} {m['weights']:>8} "
             f"{m['kv_dtype']:>9} {format_tokens(m['max_context']):>11} {requests:>8}"
         )
-        print(line + ("" if m["fits"] else f"  {m['why_not']}"))
+        print(line + (f"  {m['split']}" if m["split"] else "") + ("" if m["fits"] else f"  {m['why_not']}"))
 
 
 def cmd_ollama(args: argparse.Namespace) -> dict:

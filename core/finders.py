@@ -319,39 +319,60 @@ def _speed_cells(speed: AnswerSpeed) -> dict[str, str]:
     }  # fmt: skip
 
 
+def split_text(result: Fit | None) -> str:
+    """vLLM over several GPUs: the tensor × pipeline parallel plan the answer was sized on (fit.on_gpus), or ""."""
+    if result is None or not isinstance(result.setup.engine, VllmEngine) or result.setup.gpus == 1:
+        return ""
+    return f"TP {result.setup.tp} × PP {result.setup.pp}"
+
+
+def _with_split(rows: list[dict[str, str]], results: list[Fit | None]) -> list[dict[str, str]]:
+    """The rows, each with its vLLM plan after the fit columns where any has one."""
+    splits = [split_text(r) for r in results]
+    if not any(splits):
+        return rows
+    return [{**row, "vLLM split": split or "—"} for row, split in zip(rows, splits, strict=True)]
+
+
 def card_rows(answers: list[CardAnswer], speeds: list[AnswerSpeed]) -> list[dict[str, str]]:
-    return [
-        {
-            "card": a.card.name,
-            "memory": format_bytes(a.card.memory_bytes),
-            "fits": "yes" if a.fits else "no",
-            "max context": _max_context_cell(a.result),
-            "context": format_tokens(a.context),
-            "requests": _requests_cell(a.result, a.fits),
-            **_speed_cells(s),
-            "weights": a.weights_format,
-            "why not": a.why_not or "",
-        }
-        for a, s in zip(answers, speeds, strict=True)
-    ]
+    return _with_split(
+        [
+            {
+                "card": a.card.name,
+                "memory": format_bytes(a.card.memory_bytes),
+                "fits": "yes" if a.fits else "no",
+                "max context": _max_context_cell(a.result),
+                "context": format_tokens(a.context),
+                "requests": _requests_cell(a.result, a.fits),
+                **_speed_cells(s),
+                "weights": a.weights_format,
+                "why not": a.why_not or "",
+            }
+            for a, s in zip(answers, speeds, strict=True)
+        ],
+        [a.result for a in answers],
+    )
 
 
 def model_rows(answers: list[ModelAnswer], speeds: list[AnswerSpeed]) -> list[dict[str, str]]:
-    return [
-        {
-            "model": a.model.name,
-            "parameters": f"{a.params / 1e9:,.1f}B",
-            "fits": "yes" if a.fits else "no",
-            "best weights": a.weights_format,
-            "KV dtype": a.result.rows[0].account.kv_dtype if a.result else a.kv_dtype,
-            "max context": _max_context_cell(a.result),
-            "context": format_tokens(a.context),
-            "requests": _requests_cell(a.result, a.fits),
-            **_speed_cells(s),
-            "why not": a.why_not or "",
-        }
-        for a, s in zip(answers, speeds, strict=True)
-    ]
+    return _with_split(
+        [
+            {
+                "model": a.model.name,
+                "parameters": f"{a.params / 1e9:,.1f}B",
+                "fits": "yes" if a.fits else "no",
+                "best weights": a.weights_format,
+                "KV dtype": a.result.rows[0].account.kv_dtype if a.result else a.kv_dtype,
+                "max context": _max_context_cell(a.result),
+                "context": format_tokens(a.context),
+                "requests": _requests_cell(a.result, a.fits),
+                **_speed_cells(s),
+                "why not": a.why_not or "",
+            }
+            for a, s in zip(answers, speeds, strict=True)
+        ],
+        [a.result for a in answers],
+    )
 
 
 # --- records: one dict per answer, for the command line's JSON and the pages' tables ------------------------------
@@ -369,6 +390,7 @@ def card_record(answer: CardAnswer) -> dict:
         "weights": answer.weights_format,
         "weights_bytes": answer.weights_bytes,
         "usable_bytes": answer.usable_bytes,
+        "split": split_text(answer.result),
         "why_not": answer.why_not,
     }
 
@@ -384,5 +406,6 @@ def model_record(answer: ModelAnswer) -> dict:
         "max_context": answer.max_context,
         "requests": round(answer.requests, 2) if answer.requests != float("inf") else None,
         "weights_bytes": answer.result.weights_bytes if answer.result else None,
+        "split": split_text(answer.result),
         "why_not": answer.why_not,
     }

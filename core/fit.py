@@ -134,9 +134,21 @@ def setup_format(setup: Setup) -> str:
 
 
 def on_gpus(setup: Setup, gpus: int) -> Setup:
-    """The setup on `gpus` GPUs, split the engine's own way (default_split)."""
+    """The setup on `gpus` GPUs, split the engine's own way (default_split). Under vLLM, where tensor parallel over
+    all of them cannot divide the model's heads (32 heads on 3 GPUs), the largest tensor parallel that can, with
+    pipeline stages for the rest (as `vllm serve` must be told: 3 GPUs run TP 1 × PP 3)."""
     tp, pp = default_split(setup.engine, gpus)
-    return replace(setup, gpus=gpus, tp=tp, pp=pp)
+    whole = replace(setup, gpus=gpus, tp=tp, pp=pp)
+    if not isinstance(setup.engine, VllmEngine) or gpus == 1:
+        return whole
+    for tp in (t for t in range(gpus, 0, -1) if gpus % t == 0):
+        split = replace(whole, tp=tp, pp=gpus // tp)
+        try:
+            validate(split)
+        except InputError:
+            continue
+        return split
+    return whole  # no split runs it: the whole TP's error says why
 
 
 def default_split(engine: Engine, gpus: int, tp: int | None = None, pp: int | None = None) -> tuple[int, int]:

@@ -186,6 +186,22 @@ def test_the_finders_take_a_gpu_count_and_rank_each_card_on_that_many():
     assert on_two["Qwen/Qwen3-32B"].result.setup.tp == 2  # vLLM shards heads over them
 
 
+def test_vllm_on_gpus_its_heads_cannot_all_shard_over_runs_pipeline_stages_for_the_rest(capsys):
+    """vLLM cannot shard Llama-3.1-8B's 32 heads over 3 GPUs (tensor parallel 3); `vllm serve` then needs pipeline
+    stages: the finders size it as TP 1 × PP 3 and say so, where every model read "no"; 6 GPUs: TP 2 × PP 3."""
+    model, card = load_model("meta-llama/Llama-3.1-8B-Instruct"), card_named("H100 80GB SXM")
+    three = rank_models([model], configured("vllm"), card, 8192, gpus=3)[0]
+    assert three.fits and (three.result.setup.tp, three.result.setup.pp) == (1, 3)
+    six = rank_models([model], configured("vllm"), card, 8192, gpus=6)[0]
+    assert (six.result.setup.tp, six.result.setup.pp) == (2, 3)
+    assert main(["models", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100", "--gpus", "3", "--engine", "vllm",
+                 "--json"]) == 0  # fmt: skip
+    record = json.loads(capsys.readouterr().out)["models"][0]
+    assert record["fits"] and record["split"] == "TP 1 × PP 3"
+    assert main(["cards", "meta-llama/Llama-3.1-8B-Instruct", "--gpus", "3", "--engine", "vllm"]) == 0
+    assert "TP 1 × PP 3" in capsys.readouterr().out
+
+
 def test_the_cards_and_models_commands_take_gpus(capsys):
     assert main(["cards", "Qwen/Qwen3-32B", "--engine", "llama.cpp", "--weights", "Q4_K_M", "--gpus", "2",
                  "--context", "32k", "--json"]) == 0  # fmt: skip
