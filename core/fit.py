@@ -128,8 +128,11 @@ class GpuShare:
 
 
 def setup_format(setup: Setup) -> str:
-    """The weight format the setup sizes: the one asked for, else the checkpoint's; as a GGUF on llama.cpp."""
+    """The weight format the setup sizes: the one asked for, else the checkpoint's; as a GGUF on llama.cpp; the
+    checkpoint's for a GGUF type on transformers, which dequantises GGUF weights when it loads them."""
     fmt = setup.weights or default_format(setup.model)
+    if isinstance(setup.engine, TransformersEngine) and format_named(fmt).gguf is not None:
+        return default_format(setup.model)
     return as_gguf(fmt) if isinstance(setup.engine, LlamaCppEngine) else fmt
 
 

@@ -13,7 +13,7 @@ from core.engines.llamacpp import LlamaCppEngine
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
 from core.fit import Fit, Row, Setup, Solver, cache_in_ram, default_split
-from core.memory.quant import FORMATS, format_named
+from core.memory.quant import FORMATS, default_format, format_named
 from core.model.params import count_params
 from core.model.spec import ModelSpec
 from core.units import GIB, format_bytes, format_tokens, plural, tokens_phrase
@@ -139,9 +139,10 @@ def engine_format_warning(engine: Engine, weights: str, model: ModelSpec | None 
             "pick awq, gptq, fp8 or bf16 for a reliable vLLM estimate."
         )
     if isinstance(engine, TransformersEngine) and gguf:
+        sized = f": sized here as the checkpoint's {default_format(model)}" if model else ""  # fit.setup_format
         return (
             f"transformers dequantises GGUF ({weights}) weights to 16/32-bit when loading, so {weights} sizes do not "
-            "apply; pick bf16, fp8, awq or gptq."
+            f"apply{sized}; pick bf16, fp8, awq or gptq."
         )
     return None
 

@@ -4,10 +4,13 @@ the model; and gpt-oss's GGUFs keep their MXFP4 experts (core.memory.quant._gguf
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from core.engines import configured
+from core.fit import Setup, fit
+from core.memory.gpus import card_named
 from core.model.loading import load_model
 from core.model.params import count_params
 from core.report import engine_format_warning
@@ -51,3 +54,13 @@ def test_gpt_oss_weights_as_a_gguf_keep_the_experts_mxfp4_and_say_so():
     assert not any("routed experts stay MXFP4" in note for note in moe["notes"])  # that type makes them so itself
     widened = experts * (2 - 17 / 32)  # bytes the experts would add at 16 bits instead of MXFP4's 17 per 32
     assert 0 < f16["weights_bytes"] - moe["weights_bytes"] < widened / 4
+
+
+def test_transformers_sizes_a_gguf_type_as_the_checkpoint_it_dequantises_to():
+    """transformers dequantises GGUF weights when it loads them: a q4_k_m asked for is sized as the checkpoint's
+    bf16 (the warning says so), where the verdict said "Fits" on q4_k_m's 7.92 GiB a GPU beside that warning."""
+    model, engine = load_model("meta-llama/Llama-3.1-70B-Instruct"), configured("transformers")
+    setup = Setup(model=model, engine=engine, card=card_named("A100 80GB"), gpus=5, pp=5, weights="q4_k_m")
+    asked, bf16 = fit(setup, [4096]), fit(replace(setup, weights="bf16"), [4096])
+    assert asked.weights_format == "bf16" and asked.rows[0].weights_bytes == bf16.rows[0].weights_bytes
+    assert "sized here as the checkpoint's bf16" in engine_format_warning(engine, "q4_k_m", model)

@@ -489,7 +489,7 @@ def _check_setup(setup: Setup) -> None:
             st.error(
                 f"{setup.gpus} GPUs: {err}. {setup.engine.name} can split {setup.model.name} over "
                 + ", ".join(map(str, counts))
-                + " GPUs (up to 16); pick one:"
+                + " GPUs (counts up to 16 shown; the sidebar takes any); pick one:"
             )
             cols = st.columns(min(len(counts), 8))
             for i, n in enumerate(counts):

@@ -453,5 +453,6 @@ def llamacpp_overhead(
     ]
     if copies > 1:
         pp = compute_buffers(engine, model, context, n_seq, offload, cpu_weight, n_outputs_max, copies).gpu
-        items.append(Item(PIPELINE_ITEM, pp.bytes - gpu.bytes, f"{pp.label}: {pp.formula} − {gpu.bytes:,} B"))
+        formula = f"{pp.label}: {pp.formula} − the compute buffer with one copy ({gpu.bytes:,} B)"
+        items.append(Item(PIPELINE_ITEM, pp.bytes - gpu.bytes, formula))
     return items
