@@ -123,16 +123,16 @@ def engine_format_warning(engine: Engine, weights: str, model: ModelSpec | None 
     or, given the model, one that quantises only what the model lacks (MXFP4: routed experts)."""
     weights = format_named(weights).name  # as typed: Q4_K_M, F16
     gguf = FORMATS[weights].gguf is not None
-    if isinstance(engine, LlamaCppEngine) and weights == "mxfp4":
-        return "llama.cpp runs GGUF files; its type for MXFP4 experts is mxfp4_moe (experts MXFP4, the rest Q8_0)."
-    if isinstance(engine, LlamaCppEngine) and weights in ("fp8", "fp8_block", "int8", "awq", "gptq", "nvfp4"):
-        return f"llama.cpp runs GGUF files; {weights} checkpoints need converting first (e.g. to q8_0 or q4_k_m)."
     if model is not None and weights in ("mxfp4", "mxfp4_moe") and not count_params(model).experts:
         rest = "Q8_0" if weights == "mxfp4_moe" else "16-bit"
         return (
             f"{weights} quantises only routed experts (gpt-oss's format), and {model.name} has none: every weight "
             f"stays {rest}, so this is the {rest} size; pick a format that quantises every layer."
         )
+    if isinstance(engine, LlamaCppEngine) and weights == "mxfp4":
+        return "llama.cpp runs GGUF files; its type for MXFP4 experts is mxfp4_moe (experts MXFP4, the rest Q8_0)."
+    if isinstance(engine, LlamaCppEngine) and weights in ("fp8", "fp8_block", "int8", "awq", "gptq", "nvfp4"):
+        return f"llama.cpp runs GGUF files; {weights} checkpoints need converting first (e.g. to q8_0 or q4_k_m)."
     if isinstance(engine, VllmEngine) and gguf:
         return (
             f"vLLM serves GGUF ({weights}) only experimentally and dequantises some tensors; "

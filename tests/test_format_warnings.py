@@ -28,7 +28,9 @@ def fit_json(*args: str) -> dict:
     [
         ("meta-llama/Llama-3.1-8B-Instruct", "vllm", "mxfp4", "has none: every weight stays 16-bit"),
         ("meta-llama/Llama-3.1-8B-Instruct", "llama.cpp", "MXFP4_MOE", "has none: every weight stays Q8_0"),
-        ("Qwen/Qwen3-8B", "llama.cpp", "mxfp4", "its type for MXFP4 experts is mxfp4_moe"),
+        ("Qwen/Qwen3-30B-A3B", "llama.cpp", "mxfp4", "its type for MXFP4 experts is mxfp4_moe"),
+        # a dense model first hears that it has no experts for MXFP4 to quantise (it said: "use mxfp4_moe")
+        ("Qwen/Qwen3-8B", "llama.cpp", "mxfp4", "has none: every weight stays 16-bit"),
         ("Qwen/Qwen3-8B", "llama.cpp", "awq", "awq checkpoints need converting first"),
         ("Qwen/Qwen3-8B", "transformers", "Q4_K_M", "transformers dequantises GGUF (q4_k_m)"),  # as typed
     ],
