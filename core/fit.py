@@ -170,7 +170,10 @@ def validate(setup: Setup) -> None:
             f"tensor parallel {setup.tp} × pipeline parallel {setup.pp} must equal the GPU count {setup.gpus}"
         )
     if setup.tp > 1 and not isinstance(setup.engine, VllmEngine):
-        raise InputError(f"{setup.engine.name} splits layers across GPUs, not heads; use pipeline parallel (--pp)")
+        raise InputError(
+            f"{setup.engine.name} splits layers across GPUs, not heads (tensor parallel {setup.tp}): each GPU is a "
+            f"pipeline stage, so leave --tp and --pp out, or give --pp {setup.gpus}"
+        )
     heads = setup.model.config.get("num_attention_heads")
     if isinstance(heads, int) and heads % setup.tp:
         raise InputError(f"tensor parallel {setup.tp} does not divide the {heads} attention heads")

@@ -131,6 +131,7 @@ def test_fit_cli_table_for_the_eight_gb_card():
         (["--gpu-mem-gib", "-8"], "must be positive"),
         (["--gpu", "RTX 9999"], "unknown card"),
         (["--gpu", "H100", "--engine", "vllm", "--gpus", "3"], "does not divide"),
+        (["--gpu", "H100", "--engine", "llama.cpp", "--gpus", "4", "--pp", "2"], "leave --tp and --pp out"),
         (["--gpu", "H100", "--context", "1M"], "above the limit"),
         (["--gpu", "H100", "--engine", "vllm", "--max-model-len", "1M"], "above"),
         (["--gpu", "H100", "--weights", "q7_z"], "q7_z"),
@@ -150,6 +151,16 @@ def test_card_lookup_names_the_ambiguity():
     with pytest.raises(InputError, match="ambiguous"):
         card_named("4060")
     assert card_named("h200").memory_bytes == 143771 << 20
+
+
+@pytest.mark.parametrize(
+    ("typed", "card"),
+    [("H100 PCIe", "H100 80GB PCIe"), ("h100 sxm", "H100 80GB SXM5"), ("A100 PCIe", "A100 80GB PCIe"),
+     ("PCIe A100", "A100 80GB PCIe"), ("4060 Ti 16GB", "GeForce RTX 4060 Ti 16GB")],
+)  # fmt: skip
+def test_a_card_is_found_by_its_words_in_any_order(typed, card):
+    """'H100 PCIe' was an unknown card: no name holds 'h100pcie' whole, though one holds both words."""
+    assert card_named(typed).name == card
 
 
 def test_llamacpp_partial_offload_keeps_the_rest_in_ram():

@@ -187,6 +187,13 @@ ALIASES = {
 }
 
 
+def _by_words(name: str, table: dict[str, Card]) -> list[Card]:
+    """The cards whose name holds each word of `name` in one of its words, in any order: 'H100 PCIe' is
+    'H100 80GB PCIe', whose key does not hold 'h100pcie' whole."""
+    words = [_key(w) for w in re.split(r"[\s_/()-]+", name) if _key(w)]
+    return [c for n, c in table.items() if all(any(w in _key(part) for part in n.split()) for w in words)]
+
+
 def card_named(name: str) -> Card:
     """A card by name: exact, alias, or an unambiguous part of its name ('4090', 'rtx 3060')."""
     table = cards()
@@ -198,7 +205,7 @@ def card_named(name: str) -> Card:
     if key in ALIASES:
         return table[ALIASES[key]]
     exact = [c for n, c in table.items() if _key(n) == key]
-    matches = exact or [c for n, c in table.items() if key in _key(n)]
+    matches = exact or [c for n, c in table.items() if key in _key(n)] or _by_words(name, table)
     if len(matches) == 1:
         return matches[0]
     if not matches:

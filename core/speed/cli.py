@@ -10,7 +10,7 @@ from dataclasses import asdict, replace
 from core.argtypes import MAX_RAM_GB_S, add_json_flag, positive_int
 from core.engines.llamacpp import LlamaCppEngine
 from core.errors import InputError
-from core.fit import Setup, Solver
+from core.fit import Setup, Solver, setup_format
 from core.speed import calibration
 from core.speed.groups import BACKENDS, ErrorBar, checked_backend
 from core.speed.predict import (
@@ -152,10 +152,13 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
         "pcie_gb_s": hw.pcie_gb_s,  # the op offload's copies of layers in RAM, where a pass makes them
         "threads": hw.threads,
         "cpu_isa": hw.isa or None,  # the kernel factors' ISA; None: not known, the pooled factors
+        "gpus": 0 if cpu_only else setup.gpus,
+        "tp": setup.tp,
+        "pp": setup.pp,
         "layers_on_gpu": on_gpu,
         "layers": len(setup.model.layers),
-        "weights": setup.weights or "checkpoint",
-        "kv_dtype": setup.kv_dtype,
+        "weights": setup_format(setup),  # as fit names it: the checkpoint's where none was asked
+        "kv_dtype": setup.engine.kv_dtype(setup.model, setup.kv_dtype).name,
         "backend": backend_of(setup, hw),
         "flash_attn": flash_attn(setup),
         "n_ubatch": prefill_chunk(setup, 1 << 30) if isinstance(setup.engine, LlamaCppEngine) else None,
@@ -166,10 +169,13 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
 
 
 def print_speed(out: dict) -> None:
-    where = "CPU only" if out["device"] == "cpu" else out["device"]
+    several = out["gpus"] > 1
+    count = f"{out['gpus']}× " if several else ""
+    where = "CPU only" if out["device"] == "cpu" else count + out["device"]
     print(
         f"{out['model']} on {where}, {out['engine']} ({out['backend']}, flash attention "
-        f"{'on' if out['flash_attn'] else 'off'}), {out['layers_on_gpu']} of {out['layers']} layers on the GPU"
+        f"{'on' if out['flash_attn'] else 'off'}), weights {out['weights']}, KV {out['kv_dtype']}, "
+        f"{out['layers_on_gpu']} of {out['layers']} layers on the GPU{'s' if several else ''}"
     )
     if out["ram_gb_s"]:
         isa = f", {ISA_NAMES[out['cpu_isa']]} CPU" if out.get("cpu_isa") else ""
