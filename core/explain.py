@@ -10,6 +10,7 @@ from core.engines.vllm_engine import VllmEngine
 from core.engines.vllm_pipeline import fullest_stage_fraction, stage_bytes_per_block
 from core.fit import Fit, Row, Solver, cache_in_ram
 from core.memory.llamacpp_compute import PIPELINE_ITEM
+from core.memory.overhead import PER_SEQUENCE
 from core.units import format_bytes, format_tokens
 
 
@@ -88,6 +89,14 @@ def _concurrency_line(fit: Fit, row: Row, solver: Solver) -> str:
         )
     if cache_in_ram(fit, row):
         return f"**Concurrency**: {left}; no cache on the GPU: system RAM bounds the requests (not sized here)"
+    grows = solver.batch_overhead(row.context)
+    if grows:  # transformers: the budget holds one sequence's prefill overhead, each more sequence its own
+        kinds = ", ".join(item.label for item in row.overhead if item.label in PER_SEQUENCE)
+        return (
+            f"**Concurrency** (transformers prefills a batch's prompts together, so each sequence brings its own "
+            f"{kinds}): {left}; ⌊({kept:,} B + {grows:,} B) ÷ ({row.cache_bytes:,} B + {grows:,} B per sequence)⌋ "
+            f"= {row.max_concurrency:,.0f}"
+        )
     if not row.cache_bytes:
         return f"**Concurrency**: {left}; nothing grows per sequence, so any number of requests fits"
     return f"**Concurrency**: {left}; ⌊{kept:,} B ÷ {row.cache_bytes:,} B per sequence⌋ = {row.max_concurrency:,.0f}"

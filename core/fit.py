@@ -15,7 +15,7 @@ from core.engines.vllm_pipeline import fullest_stage_fraction, pipeline_capacity
 from core.errors import InputError
 from core.memory.gpus import Card
 from core.memory.llamacpp_compute import PIPELINE_COPIES, PIPELINE_ITEM, llamacpp_overhead
-from core.memory.overhead import Item, transformers_overhead, vllm_overhead
+from core.memory.overhead import PER_SEQUENCE, Item, transformers_overhead, vllm_overhead
 from core.memory.quant import STORED_FTYPE, as_gguf, default_format, format_named
 from core.memory.weightfiles import WeightFile
 from core.model.params import ParamCount, count_params
@@ -442,9 +442,17 @@ class Solver:
         share = self.fullest(context)
         if share is not None:  # every GPU must hold its layers' cache: the scarcest decides
             return self._room(share, context)[0]
-        budget = self.budget(context)
-        per_sequence = self.cache(context)
-        return max(0, budget) // per_sequence if per_sequence else float("inf")
+        # transformers: the budget holds one sequence's prefill overhead, and each more sequence brings its own
+        grows = self.batch_overhead(context)
+        per_sequence = self.cache(context) + grows
+        return max(0, self.budget(context) + grows) // per_sequence if per_sequence else float("inf")
+
+    def batch_overhead(self, context: int) -> int:
+        """transformers: the overhead each sequence of a batch adds (PER_SEQUENCE: generate() prefills the batch's
+        prompts together); 0 for the engines whose overhead does not grow with the sequences in flight this way."""
+        if not isinstance(self.engine, TransformersEngine):
+            return 0
+        return sum(item.bytes for item in self.overhead(context) if item.label in PER_SEQUENCE)
 
     def fits(self, context: int) -> bool:
         return self.concurrency(context) >= 1

@@ -210,3 +210,19 @@ def test_the_breakdown_bars_add_up_to_each_rows_total_on_several_gpus(engine):
     for bars, row in zip(breakdown_records(result), result.rows, strict=True):
         assert bars["weights"] + bars["attention cache"] + bars["fixed state"] + bars["overhead"] == row.total_bytes
         assert bars["fixed state"] > 0 and bars["attention cache"] > 0
+
+
+def test_transformers_requests_each_bring_their_prefill_overhead():
+    """transformers' generate() prefills a batch's prompts in one pass: n requests of 8K hold n × 8K tokens of
+    activations and n last-token logits. Llama-3.1-70B on 8 RTX 3090s allowed 16 requests of 8K (one sequence's
+    activations counted) while one 32K request did not fit; 8K × 16 is 4 × 32K of prefill."""
+    model = load_model("meta-llama/Llama-3.1-70B-Instruct")
+    setup = Setup(model, engine_named("transformers"), card_named("RTX 3090"), gpus=8, pp=8, weights="bf16")
+    result = fit(setup, [8192, 32768])
+    row, long = result.rows
+    h, ffn, vocab = model.hidden_size, model.config["intermediate_size"], model.vocab_size
+    each = 8192 * 2 * (4 * h + 3 * ffn) + vocab * 4 + row.cache_bytes  # activations, logits, cache per request
+    fixed = row.weights_bytes + row.overhead_bytes - (each - row.cache_bytes)  # weights, CUDA context, NCCL
+    n = row.max_concurrency
+    assert fixed + n * each <= result.usable_bytes < fixed + (n + 1) * each
+    assert not long.fits and n * 8192 < 32768  # as many 8K prompts as one 32K prompt's room holds, not 16

@@ -70,13 +70,19 @@ def vllm_overhead(
     ]
 
 
+# transformers' overhead items that one sequence brings: generate() prefills a batch's prompts in one forward pass,
+# so their activations, last-token logits and the prompt K/V sliding layers pin grow with the batch
+PER_SEQUENCE = ("prefill activations", "last-token logits", "sliding-window prefill transient")
+
+
 def transformers_overhead(model: ModelSpec, context: int, sliding_transient: int, world: int = 1) -> list[Item]:
-    """`sliding_transient`: bytes of prompt K/V that sliding layers pin beyond their window after a prefill."""
+    """`sliding_transient`: bytes of prompt K/V that sliding layers pin beyond their window after a prefill. One
+    sequence's; the items named in PER_SEQUENCE come again with each sequence of a batch."""
     items = [
         Item("CUDA context", CUDA_CONTEXT, "512 MiB"),
-        activations(model, context, "prefill activations"),
-        Item("last-token logits", model.vocab_size * 4, f"{model.vocab_size:,} vocab × 4 B"),
+        activations(model, context, PER_SEQUENCE[0]),
+        Item(PER_SEQUENCE[1], model.vocab_size * 4, f"{model.vocab_size:,} vocab × 4 B"),
     ]
     if sliding_transient:
-        items.append(Item("sliding-window prefill transient", sliding_transient, "prompt K/V pinned until decode"))
+        items.append(Item(PER_SEQUENCE[2], sliding_transient, "prompt K/V pinned until decode"))
     return items + parallel_items(world)
