@@ -181,6 +181,7 @@ def breakdown_records(fit: Fit) -> list[dict]:
                 "fixed state": r.cache_bytes - growing,
                 "overhead": r.overhead_bytes,
                 "usable": fit.usable_bytes,
+                "gpu": r.gpu,  # llama.cpp over several GPUs: whose bars these are ("" otherwise)
             }
         )
     return out

@@ -210,6 +210,14 @@ def test_the_breakdown_bars_add_up_to_each_rows_total_on_several_gpus(engine):
     for bars, row in zip(breakdown_records(result), result.rows, strict=True):
         assert bars["weights"] + bars["attention cache"] + bars["fixed state"] + bars["overhead"] == row.total_bytes
         assert bars["fixed state"] > 0 and bars["attention cache"] > 0
+        assert bars["gpu"] == row.gpu and bool(row.gpu) == (engine == "llama.cpp")  # the hover names it
+    if engine == "llama.cpp":  # each bar's hover names its row's GPU
+        from ui.charts import breakdown
+
+        fig = breakdown(breakdown_records(result))
+        assert list(fig.data[0].customdata) == [row.gpu for row in result.rows]
+        assert "on %{customdata}" in fig.data[0].hovertemplate
+        assert fig.layout.yaxis.title.text == "GiB on the deciding GPU"
 
 
 def test_transformers_requests_each_bring_their_prefill_overhead():

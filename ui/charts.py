@@ -21,9 +21,11 @@ COLORS = {"weights": "#64748b", "attention cache": "#2563eb", "fixed state": "#f
 
 
 def breakdown(rows: list[dict]) -> go.Figure:
-    """Stacked bars per context: weights, growing cache, fixed state, overhead (GiB)."""
+    """Stacked bars per context: weights, growing cache, fixed state, overhead (GiB); over a llama.cpp split, each
+    context's bars are its row's GPU's, which the hover names (the deciding GPU can change with the context)."""
     fig = go.Figure()
     labels = [r["label"] for r in rows]
+    split = any(r.get("gpu") for r in rows)
     for part, color in COLORS.items():
         if not any(r[part] for r in rows):
             continue  # e.g. no fixed state in a dense model
@@ -32,7 +34,8 @@ def breakdown(rows: list[dict]) -> go.Figure:
             x=labels,
             y=[r[part] / GIB for r in rows],
             marker_color=color,
-            hovertemplate="%{x}: %{y:.3f} GiB<extra>" + part + "</extra>",
+            customdata=[r.get("gpu", "") for r in rows],
+            hovertemplate="%{x}: %{y:.3f} GiB" + (" on %{customdata}" if split else "") + "<extra>" + part + "</extra>",
         )
     if rows:
         fig.add_hline(
@@ -40,7 +43,7 @@ def breakdown(rows: list[dict]) -> go.Figure:
         )
     fig.update_layout(
         barmode="stack",
-        yaxis_title="GiB per GPU",
+        yaxis_title="GiB on the deciding GPU" if split else "GiB per GPU",
         xaxis_title="context",
         height=380,
         margin={"t": 30, "b": 10},
