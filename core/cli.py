@@ -432,13 +432,18 @@ def cmd_cards(args: argparse.Namespace) -> dict:
     }
 
 
+def _count(requests: float) -> str:
+    """Whole sequences as a whole number; vLLM's fractional concurrency to two places."""
+    return f"{requests:,.0f}" if requests == int(requests) else f"{requests:,.2f}"
+
+
 def print_cards(out: dict) -> None:
     gpus = "one GPU" if out["gpus"] == 1 else f"{out['gpus']} GPUs of each card (figures per GPU)"
     print(f"{out['model']} on {out['engine']}, {gpus}, {format_tokens(out['context'])} tokens per request")
     print(f"ranked by: {out['ranked_by']}")
     print(f"{'card':<48} {'memory':>10} {'fits':>4} {'max context':>11} {'requests':>8}  weights / why not")
     for c in out["cards"]:
-        requests = "∞" if c["requests"] is None else f"{c['requests']:.2f}"
+        requests = "∞" if c["requests"] is None else _count(c["requests"])
         tail = (f"{c['weights']}{', ' + c['split'] if c['split'] else ''}") if c["fits"] else c["why_not"]
         print(
             f"{c['card'][:48]:<48} {format_bytes(c['memory_bytes']):>10} {'yes' if c['fits'] else 'no':>4} "
@@ -457,8 +462,8 @@ def cmd_models(args: argparse.Namespace) -> dict:
         "gpus": args.gpus,
         "engine": engine.name,
         "context": args.context,
-        "ranked_by": "fits first, then total parameters (largest first), each in the largest weight format and "
-        "KV dtype that fit",
+        "ranked_by": "fits first, largest first (total parameters), each in the largest weight format and KV dtype "
+        "that fit; then those that do not, smallest (closest to fitting) first",
         "models": [model_record(a) for a in answers],
     }
 
@@ -472,7 +477,7 @@ def print_models(out: dict) -> None:
     print(f"ranked by: {out['ranked_by']}")
     print(f"{'model':<40} {'params':>8} {'fits':>4} {'weights':>8} {'KV':>9} {'max context':>11} {'requests':>8}")
     for m in out["models"]:
-        requests = "∞" if m["requests"] is None else f"{m['requests']:.2f}"
+        requests = "∞" if m["requests"] is None else _count(m["requests"])
         line = (
             f"{m['model'][:40]:<40} {m['params'] / 1e9:>7.1f}B {'yes' if m['fits'] else 'no':>4} {m['weights']:>8} "
             f"{m['kv_dtype']:>9} {format_tokens(m['max_context']):>11} {requests:>8}"

@@ -185,7 +185,7 @@ def validate(setup: Setup) -> None:
         if not isinstance(setup.engine, LlamaCppEngine):
             raise InputError("partial offload (-ngl / gpu_layers) is a llama.cpp setting; choose --engine llama.cpp")
         if setup.gpu_layers < 0:
-            raise InputError(f"gpu_layers must be 0 or more, got {setup.gpu_layers}")
+            raise InputError(f"-ngl (--n-gpu-layers) must be 0 or more, got {setup.gpu_layers}")
     if setup.cpu_experts:
         if not isinstance(setup.engine, LlamaCppEngine):
             raise InputError("--n-cpu-moe is a llama.cpp setting; choose --engine llama.cpp")
