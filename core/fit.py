@@ -9,7 +9,7 @@ from core.engines import Engine
 from core.engines.base import CacheAccount, per_count, sized_tensors, sized_weights
 from core.engines.hf_transformers import TransformersEngine
 from core.engines.llamacpp import LlamaCppEngine, Offload, as_llamacpp_sees
-from core.engines.vllm_engine import NEEDS_CC, ON_APPLE, Capacity, VllmEngine, serve_defaults
+from core.engines.vllm_engine import NEEDS_CC, ON_APPLE, Capacity, VllmEngine
 from core.engines.vllm_mxfp4 import Kernel, kernel_for, loading_growth
 from core.engines.vllm_pipeline import fullest_stage_fraction, pipeline_capacity
 from core.errors import InputError
@@ -221,11 +221,9 @@ class Solver:
         self.setup = setup
         engine = setup.engine
         if isinstance(engine, VllmEngine):
-            engine = engine.with_options(
-                tensor_parallel=setup.tp,
-                pipeline_parallel=setup.pp,
-                gdn_flashinfer=setup.card.hopper,
-                max_num_seqs=serve_defaults(setup.card).max_num_seqs,  # `vllm serve`'s pick, as on the cluster page
+            # `vllm serve`'s batch defaults for the card, as on the cluster page
+            engine = engine.served_on(setup.card).with_options(
+                tensor_parallel=setup.tp, pipeline_parallel=setup.pp, gdn_flashinfer=setup.card.hopper
             )
         self.engine = engine
         self.format = setup_format(setup)
@@ -402,8 +400,7 @@ class Solver:
         for the engine's own maximum."""
         model, world = self.setup.model, self.setup.gpus
         if isinstance(self.engine, VllmEngine):
-            options = self.engine.options
-            return tuple(vllm_overhead(model, options.max_num_batched_tokens, world, self.engine.sampler_rows()))
+            return tuple(vllm_overhead(model, self.engine.batched_tokens(), world, self.engine.sampler_rows()))
         share = self.fullest(context)
         if share is not None:
             copies = PIPELINE_COPIES if self.pipelined(context) else 1

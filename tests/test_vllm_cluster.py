@@ -275,3 +275,24 @@ def test_one_gpu_plan_holds_what_fit_says_vllm_loads(name):
     model = load_model(name)
     plan = evaluate(model, Cluster(H100, 1, 1), Layout(), 8192)
     assert plan.weights.total == (fit(Setup(model, configured("vllm"), H100), [8192]).weights_bytes,)
+
+
+@pytest.mark.parametrize(("card", "batched"), [("H100", 8192), ("H200", 8192), ("B200", 16384), ("A100 80GB", 2048)])
+def test_fit_takes_vllm_serves_batch_defaults_for_the_card_as_the_cluster_plan_does(card, batched):
+    """fit took `vllm serve`'s max_num_seqs for the card but kept 2,048 batched tokens: on H100 its profile run's
+    activations were a quarter of vLLM's (3.06 against 4.42 GiB per GPU for Llama-3.1-70B on 4). Now both come
+    from serve_defaults, the cluster plan's rule, and --max-num-batched-tokens still overrides."""
+    from core.engines import configured
+    from core.fit import Setup, fit
+
+    model = load_model("meta-llama/Llama-3.1-70B-Instruct")
+    setup = Setup(model, configured("vllm"), card_named(card), gpus=4, tp=4)
+    profile = {i.label: i.formula for i in fit(setup, [8192]).rows[0].overhead}["profile-run activations"]
+    assert profile.startswith(f"{batched:,} tokens")
+    asked = Setup(model, configured("vllm", max_num_batched_tokens=4096), card_named(card), gpus=4, tp=4)
+    assert {i.label: i.formula for i in fit(asked, [8192]).rows[0].overhead}["profile-run activations"].startswith(
+        "4,096 tokens"
+    )
+    plan = evaluate(model, Cluster(card_named(card), 1, 4), Layout(4, 1, 1, False), 8192)
+    # within two blocks: fit splits every weight evenly, the plan keeps the norms whole on every rank
+    assert abs(fit(setup, [8192]).vllm.kv_cache_tokens - plan.cache_tokens) <= 32

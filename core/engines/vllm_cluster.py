@@ -357,7 +357,7 @@ def evaluate(
         growth = loading_growth(model.config, kernel_for(cluster.card))
         whole = stage_weights(model, Layout(), fmt).experts[0]
         sw = replace(sw, experts=tuple(e + -(-growth * e // whole) if whole else e for e in sw.experts))
-    batched = engine.options.max_num_batched_tokens
+    batched = engine.batched_tokens()
     overhead = tuple(vllm_overhead(model, batched, cluster.gpus, max_num_seqs=engine.sampler_rows()))
     usable = int(cluster.card.memory_bytes * gpu_memory_utilization)
     budgets = tuple(usable - w - sum(i.bytes for i in overhead) for w in sw.total)

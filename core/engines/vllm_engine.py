@@ -139,8 +139,9 @@ class VllmOptions:
     block_size: int | None = None  # None: what vLLM picks (16 on CUDA, 128 on CPU)
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
-    # `vllm serve`'s default on cards under 70 GiB, on A100, and on CPU at world size 1 (2048 × world size there)
-    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
+    # None: `vllm serve`'s default for the card (served_on: 8,192 on H100/H200-class CUDA cards, 16,384 from 160 GiB),
+    # else 2048, SchedulerConfig's (cards under 70 GiB, A100, CPU at world size 1, and where no card is known)
+    max_num_batched_tokens: int | None = None
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS  # serve_defaults(card) gives vLLM's own for a card
     async_scheduling: bool | None = None  # None: on for CUDA (vLLM's default); the CPU backend forces it off
     prefix_caching: bool = True
@@ -244,8 +245,21 @@ class VllmEngine(Engine):
             return False  # "MLA is enabled on a non-GPU platform; forcing ... prefix caching to be disabled"
         return self.options.prefix_caching
 
+    def batched_tokens(self) -> int:
+        """The tokens one scheduler step holds: as set, else SchedulerConfig's default (served_on sets the card's)."""
+        return self.options.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS
+
+    def served_on(self, card: Card) -> VllmEngine:
+        """The engine as `vllm serve` runs it on `card` (serve_defaults): its max_num_seqs, and its
+        max_num_batched_tokens where none was set; the CPU backend keeps SchedulerConfig's 2048."""
+        defaults = serve_defaults(card)
+        batched = self.options.max_num_batched_tokens
+        if batched is None and self.options.platform == "cuda":
+            batched = defaults.max_num_batched_tokens
+        return self.with_options(max_num_seqs=defaults.max_num_seqs, max_num_batched_tokens=batched)
+
     def max_num_batched_tokens(self, model: ModelSpec | None = None, max_model_len: int | None = None) -> int:
-        value = self.options.max_num_batched_tokens
+        value = self.batched_tokens()
         if model is not None and max_model_len and self._cpu_reference_mla(model):
             # chunked prefill off: one batch must hold a whole prompt
             value = max(max_model_len, DEFAULT_MAX_NUM_BATCHED_TOKENS)
@@ -254,7 +268,7 @@ class VllmEngine(Engine):
     def sampler_rows(self) -> int:
         """Vocabulary rows the start-up profile run samples: its dummy batch has min(tokens, max_num_seqs)
         requests (vllm 0.32.0 v1/worker/gpu_model_runner.py:5606, _dummy_run), one logits row each (:5942)."""
-        return min(self.options.max_num_batched_tokens, self.options.max_num_seqs)
+        return min(self.batched_tokens(), self.options.max_num_seqs)
 
     def in_flight_tokens(self, model: ModelSpec | None = None, max_model_len: int | None = None) -> int:
         """VllmConfig.max_in_flight_tokens: one max_num_batched_tokens per concurrent batch."""

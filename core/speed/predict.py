@@ -658,7 +658,7 @@ def prefill_chunk(setup: Setup, context: int) -> int:
     if isinstance(engine, LlamaCppEngine):
         return max(1, min(engine.options.n_ubatch, engine.options.n_batch))
     if isinstance(engine, VllmEngine):
-        return max(1, engine.options.max_num_batched_tokens)
+        return max(1, engine.served_on(setup.card).batched_tokens())
     return context
 
 
