@@ -553,7 +553,8 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
                 "(its RPC backend, tests/test_llamacpp_split.py)"
             )
             if where.pipelines:
-                off = ", ".join(format_tokens(c) for c in wanted if not solver.pipelined(c))
+                # where even one sequence fits: a row that does not fit has no run to drop the copies from
+                off = ", ".join(format_tokens(c) for c in wanted if solver.fits(c) and not solver.pipelined(c))
                 notes.append(
                     "llama.cpp runs the GPUs as a pipeline (pipeline parallelism: a prompt's micro-batches overlap), "
                     f"keeping {PIPELINE_COPIES} copies of each GPU's inputs, an overhead item of their own"

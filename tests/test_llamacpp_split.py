@@ -304,6 +304,8 @@ def test_pipeline_copies_need_every_layer_on_the_gpus_and_no_override():
     tight = Solver(no_fa)  # 8 GB cards: at 38K one sequence fits with one copy, not with four
     assert tight.pipelined(37888) and not tight.pipelined(38912) and tight.fits(38912)
     assert not any(i.label == "pipeline-parallel copies" for i in tight.overhead(38912))
+    note = next(n for n in fit(no_fa, [38912, 40960]).notes if "runs the GPUs as a pipeline" in n)
+    assert note.endswith("at 38K they do not fit and it runs without them (one copy)")  # not at 40K: nothing fits
     row = fit(_setup(QWEN3, 2), [4096]).rows[0]
     copies = next(i.bytes for i in row.overhead if i.label == "pipeline-parallel copies")
     assert Solver(_setup(QWEN3, 2)).budget(4096) == row.headroom_bytes + row.cache_bytes + copies
