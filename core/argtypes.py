@@ -110,3 +110,14 @@ def byte_size(text: str) -> int:
 def add_json_flag(p: argparse.ArgumentParser) -> None:
     """--json, which every command takes."""
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of the text report")
+
+
+def format_name(text: str) -> str:
+    """An argparse type: a weight format's name, not blank (blank read as "the checkpoint's", which leaving the flag
+    out already says)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: name a format (e.g. bf16, Q4_K_M), or leave the flag out")
+    return text
+
+
+format_name.__name__ = "format"  # argparse names the type by it

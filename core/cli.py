@@ -17,6 +17,7 @@ from core.argtypes import (
     byte_size,
     finite_float,
     float_range,
+    format_name,
     gb_per_s,
     gpu_gib,
     int32,
@@ -592,7 +593,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_card_options(fitp, "card name, e.g. 'RTX 4090', H100, 'A100 40GB'", split=True)
     fitp.add_argument(
-        "--weights", help="weight format, e.g. bf16, fp8, int4-awq, mxfp4, Q4_K_M (default: the checkpoint's)"
+        "--weights",
+        type=format_name,
+        help="weight format, e.g. bf16, fp8, int4-awq, mxfp4, Q4_K_M (default: the checkpoint's)",
     )
     add_kv_dtype_flag(fitp)
     fitp.add_argument(
@@ -619,7 +622,7 @@ def build_parser() -> argparse.ArgumentParser:
     cardsp = sub.add_parser("cards", help="every card ranked for a model: fits?, max context, requests")
     cardsp.add_argument("model", help="Hugging Face repo id, bundled preset, or path to a config.json")
     cardsp.add_argument("--context", type=tokens, default=DEFAULT_CONTEXT, help="tokens per request (default 8K)")
-    cardsp.add_argument("--weights", help="weight format (default: the checkpoint's)")
+    cardsp.add_argument("--weights", type=format_name, help="weight format (default: the checkpoint's)")
     add_kv_dtype_flag(cardsp)
     cardsp.add_argument("--gpu-mem-gib", type=gpu_gib, help="also rank a card of this memory in GiB")
     cardsp.add_argument("--gpus", type=positive_int, default=1, help=GPUS_HELP)
@@ -651,7 +654,7 @@ def build_parser() -> argparse.ArgumentParser:
     ollamap.add_argument("--kv-cache-type", default="f16", help=f"OLLAMA_KV_CACHE_TYPE: {', '.join(OLLAMA_KV_TYPES)}")
     ollamap.add_argument("--flash-attention", choices=("on", "off"), help="OLLAMA_FLASH_ATTENTION (default unset)")
     ollamap.add_argument("--gpu-overhead", type=byte_size, default=0, help="OLLAMA_GPU_OVERHEAD: bytes or e.g. 512MiB")
-    ollamap.add_argument("--weights", default="q4_k_m", help="GGUF weight format (default q4_k_m)")
+    ollamap.add_argument("--weights", type=format_name, default="q4_k_m", help="GGUF weight format (default q4_k_m)")
     ollamap.add_argument(
         "--ram-gbs", help=f"host RAM bandwidth in GB/s, or '{MEASURED}' (default: a typical DDR5-5600 desktop)"
     )
@@ -663,7 +666,9 @@ def build_parser() -> argparse.ArgumentParser:
     speed.add_argument("model", help="Hugging Face repo id, bundled preset, or path to a config.json")
     add_card_options(speed, "card name, e.g. 'RTX 4090', H100 (needs a bandwidth and peak figure)", split=True)
     speed.add_argument("--device", choices=("gpu", "cpu"), default="gpu", help="cpu: no GPU, all in system RAM")
-    speed.add_argument("--weights", help="weight format, e.g. bf16, fp8, Q4_K_M (default: the checkpoint's)")
+    speed.add_argument(
+        "--weights", type=format_name, help="weight format, e.g. bf16, fp8, Q4_K_M (default: the checkpoint's)"
+    )
     add_kv_dtype_flag(speed)
     add_engine_options(speed)
     speed.add_argument("--context", type=tokens, action="append", help="tokens, e.g. 32k (repeatable)")
@@ -697,7 +702,7 @@ def build_parser() -> argparse.ArgumentParser:
     autofitp = sub.add_parser("autofit", help="what llama.cpp's --fit picks for -c and -ngl on a card (llama-server)")
     autofitp.add_argument("model", help="Hugging Face repo id, bundled preset, or path to a config.json")
     add_card_options(autofitp, "card name, e.g. 'RTX 4060 8GB'", split=False)
-    autofitp.add_argument("--weights", default="q4_k_m", help="GGUF weight format (default q4_k_m)")
+    autofitp.add_argument("--weights", type=format_name, default="q4_k_m", help="GGUF weight format (default q4_k_m)")
     autofitp.add_argument("--free", help="free GPU memory, e.g. 7.1GiB (default: the whole card)")
     add_kv_dtype_flag(autofitp)
     autofitp.add_argument(
@@ -722,7 +727,7 @@ def build_parser() -> argparse.ArgumentParser:
     clusterp.add_argument("--nodes", type=positive_int, default=1, help="nodes (default 1)")
     clusterp.add_argument("--gpus-per-node", type=positive_int, default=8, help="GPUs in each node (default 8)")
     clusterp.add_argument("--context", type=tokens, default=DEFAULT_CONTEXT, help="tokens per request (default 8K)")
-    clusterp.add_argument("--weights", help="weight format (default: the checkpoint's)")
+    clusterp.add_argument("--weights", type=format_name, help="weight format (default: the checkpoint's)")
     add_kv_dtype_flag(clusterp)
     clusterp.add_argument(
         "--expert-parallel",

@@ -135,6 +135,7 @@ def test_fit_cli_table_for_the_eight_gb_card():
         (["--gpu", "H100", "--context", "1M"], "above the limit"),
         (["--gpu", "H100", "--engine", "vllm", "--max-model-len", "1M"], "above"),
         (["--gpu", "H100", "--weights", "q7_z"], "q7_z"),
+        (["--gpu", "H100", "--weights", " "], "--weights: is empty"),  # it read as the checkpoint's format
         ([], "give the card"),
         (["--gpu", "H100", "--gpu-mem-gib", "8"], "give the card"),
         (["--gpu", "H100", "--engine", "vllm", "--gpu-memory-utilization", "1.5"], "gpu_memory_utilization"),
