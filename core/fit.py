@@ -533,9 +533,11 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
         placed = (
             f"all {n} layers and the output layer"
             if where.layers.start == 0 and where.output
-            else (
-                f"-ngl {setup.gpu_layers}: the last {len(where.layers)} of {n} layers"
-                + (" and the output layer" if where.output else "")
+            else f"-ngl {setup.gpu_layers}: "
+            + (
+                (f"the last {len(where.layers)} of {n} layers" + (" and the output layer" if where.output else ""))
+                if where.layers
+                else ("only the output layer" if where.output else "no layer")
             )
         )
         moe = where.cpu_experts
@@ -544,7 +546,7 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
             in_ram = f"the routed experts of layers {moe.start}-{moe.stop - 1} and the token embedding "
             in_ram += "table stay in system RAM"
         notes.append(f"llama.cpp: {placed} on the {'GPUs' if setup.gpus > 1 else 'GPU'}; {in_ram}")
-        if setup.gpus > 1:
+        if setup.gpus > 1 and where.layers:
             parts = "; ".join(share.label(setup.gpus) for share in solver.shares)
             notes.append(
                 f"llama.cpp splits the layers over the {setup.gpus} GPUs by their free memory, here taken as equal: "

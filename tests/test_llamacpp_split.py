@@ -152,6 +152,9 @@ def test_every_layer_in_ram_leaves_the_gpus_no_cache_and_the_requests_to_the_ram
     assert row.account.kv_dtype == "fp16"
     lines = row_lines(result, row)
     assert any("none on the GPU" in line for line in lines) and not any("any number" in line for line in lines)
+    one = fit(_setup(QWEN3, 2, gpu_layers=1), [32768])  # it read "-ngl 1: the last 0 of 36 layers", then "splits
+    assert "llama.cpp: -ngl 1: only the output layer on the GPUs" in one.notes[0]  # the layers over the 2 GPUs"
+    assert not any("splits the layers over" in note for note in one.notes)
 
 
 def test_a_gpu_with_one_layer_is_labelled_so():
