@@ -34,6 +34,8 @@ def table_records(fit: Fit) -> list[dict]:
             "max_concurrency": r.max_concurrency,
         }
         | ({"gpu": r.gpu} if r.gpu else {})  # llama.cpp over several GPUs: the one these figures are
+        # and the GPU with the least left, where it is another (Row.tightest)
+        | ({"tightest_gpu": r.tightest, "tightest_headroom_bytes": r.tightest_headroom_bytes} if r.tightest else {})
         for r in fit.rows
     ]
 

@@ -30,7 +30,7 @@ from core.memory.gpus import Card, card_named
 from core.memory.llamacpp_compute import PIPELINE_COPIES, compute_buffers
 from core.memory.weightfiles import summarise
 from core.model.loading import load_model, model_from_config
-from core.report import IN_RAM, display_records, requests_text, verdict
+from core.report import IN_RAM, display_records, requests_text, table_records, verdict
 from core.speed import Hardware, predict
 from core.units import MIB, format_bytes
 from tests.test_app import app, open_page, opened
@@ -135,6 +135,8 @@ def test_the_verdict_spares_what_the_fullest_gpu_has_left_where_another_fits_the
     text = verdict(result, row).sentence
     assert f"{format_bytes(left[0])} to spare on GPU 0 of 3" in text and format_bytes(left[1]) not in text
     assert any(f"{row.tightest} has less left: {format_bytes(left[0])}" in line for line in row_lines(result, row))
+    record = table_records(result)[0]  # the CLI's JSON and text carry it too
+    assert (record["tightest_gpu"], record["tightest_headroom_bytes"]) == (row.tightest, left[0])
     # gpt-oss-20b on 4 × 6 GiB at 64K: GPUs 0 and 3 both fit 6; GPU 3 (the head, and more pipeline copies) has less
     small = replace(_setup(load_model("openai/gpt-oss-20b"), 4), card=Card.custom(6))
     tie = fit(small, [65536]).rows[0]
