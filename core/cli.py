@@ -638,7 +638,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     modelsp = sub.add_parser("models", help="every bundled model ranked for a card, in the best format that fits")
     modelsp.add_argument("models", nargs="*", help="repo ids, presets or config paths (default: every bundled preset)")
-    add_card_options(modelsp, "card name, e.g. 'RTX 4060', H100", split=False)
+    add_card_options(modelsp, "card name, e.g. 'RTX 4060 8GB', H100", split=False)
     modelsp.add_argument("--context", type=tokens, default=DEFAULT_CONTEXT, help="tokens per request (default 8K)")
     modelsp.add_argument("--gpus", type=positive_int, default=1, help=GPUS_HELP)
     add_engine_options(modelsp)

@@ -20,7 +20,7 @@ from core.memory.quant import STORED_FTYPE, as_gguf, default_format, format_name
 from core.memory.weightfiles import WeightFile
 from core.model.params import ParamCount, count_params
 from core.model.spec import ModelSpec
-from core.units import format_bytes, format_tokens
+from core.units import format_bytes, format_tokens, layer_span
 
 TABLE_CONTEXTS = tuple(1 << k for k in range(12, 24))  # 4K … 8M, cut at the model's max
 SSM_CONTEXT_LIMIT = 1 << 24  # pure state-space models have no position limit; search stops here
@@ -119,11 +119,7 @@ class GpuShare:
 
     def label(self, gpus: int) -> str:
         layers = self.where.layers
-        held = (
-            ("no decoder layer" if not layers else f"layer {layers.start}")
-            if len(layers) < 2
-            else f"layers {layers.start}–{layers.stop - 1}"
-        )
+        held = layer_span(layers.start, layers.stop - 1) if layers else "no decoder layer"
         return f"GPU {self.index} of {gpus} ({held}{' and the output layer' if self.where.output else ''})"
 
 
@@ -543,7 +539,7 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
         moe = where.cpu_experts
         in_ram = "the token embedding table stays in system RAM"
         if moe and count.experts:
-            in_ram = f"the routed experts of layers {moe.start}-{moe.stop - 1} and the token embedding "
+            in_ram = f"the routed experts of {layer_span(moe.start, moe.stop - 1)} and the token embedding "
             in_ram += "table stay in system RAM"
         notes.append(f"llama.cpp: {placed} on the {'GPUs' if setup.gpus > 1 else 'GPU'}; {in_ram}")
         if setup.gpus > 1 and where.layers:

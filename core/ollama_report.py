@@ -46,7 +46,7 @@ from core.speed import calibration
 from core.speed.cli import calibrated_host, error_record, hardware
 from core.speed.predict import Hardware, Speed, predict
 from core.speed.report import speed_lines
-from core.units import byte_amount, format_bytes, format_tokens, plural
+from core.units import byte_amount, format_bytes, format_tokens, layer_span, plural
 
 # The cards issue 13 asks about: 8, 12, 16 and 24 GB (names as in core/memory/data/gpus.csv).
 DEFAULT_CARDS = (
@@ -388,7 +388,7 @@ def print_report(out: dict) -> None:
             f"{r['decode_tok_s']:>12.1f} {r['prefill_tok_s']:>13.0f} {error_short(r['decode_error']):>11} "
             f"{f'{estimate}/{blocks}' if estimate is not None else '-':>8} "
             f"{format_bytes(r['ollama_vram_bytes']) if estimate is not None else '-':>9} {go:>9}"
-            + (f"  layers {r['fit_cpu_experts'][0]}-{r['fit_cpu_experts'][1]}" if r["fit_cpu_experts"] else "")
+            + (f"  {layer_span(*r['fit_cpu_experts'])}" if r["fit_cpu_experts"] else "")
         )
     bars = {(r["decode_error"]["label"], r["prefill_error"]["label"]) for r in out["rows"] if r["decode_error"]}
     for decode, prefill in sorted(bars):
@@ -513,7 +513,7 @@ def runtime_line(row: OllamaRow) -> str:
         f"~{row.decode_tok_s:.1f} tok/s"
     )
     if row.fit_cpu_experts:
-        line += f", the routed experts of layers {row.fit_cpu_experts[0]}-{row.fit_cpu_experts[1]} in system RAM"
+        line += f", the routed experts of {layer_span(*row.fit_cpu_experts)} in system RAM"
     if not row.kvscope_fits:
         line += "; kvscope's llama.cpp account of that split does not fit the card"
     return line + f" (layers in RAM at {row.ram_gb_s:.1f} GB/s, {plural(row.threads, 'thread')})."

@@ -63,6 +63,11 @@ def tokens_phrase(n: int) -> str:
     return f"{'an' if lead.startswith('8') or lead in ('11', '18') else 'a'} {text}-token context"
 
 
+def layer_span(first: int, last: int) -> str:
+    """Decoder layers first..last as a reader says them: "layer 23", "layers 23–31"."""
+    return f"layer {first}" if first == last else f"layers {first}–{last}"
+
+
 def plural(n: float, word: str, text: str | None = None) -> str:
     """`1 request`, `3 requests`, `0.50 requests`; `text` is the number as already formatted."""
     return f"{text if text is not None else n} {word}{'' if n == 1 else 's'}"

@@ -22,7 +22,7 @@ from core.ollama_report import (
 )
 from core.speed.cli import error_record
 from core.speed.predict import PREFILL_SPANS, prefill_spans
-from core.units import GIB, MIB, format_tokens, parse_tokens, plural
+from core.units import GIB, MIB, format_tokens, layer_span, parse_tokens, plural
 from ui.inputs import list_to_link, list_widget_value, sidebar, toggle_to_link
 from ui.layout import mobile_css, opened, page_config, painted
 from ui.state import BOUNDS, MAX_OLLAMA_CARDS, OLLAMA_FLASH, OLLAMA_RAM, OLLAMA_WEIGHTS
@@ -119,7 +119,7 @@ table = pd.DataFrame(
         "decode ±": error_short(error_record(r.speed.decode_error)),
         "prefill tok/s": r.prefill_tok_s,
         "prefill ±": error_short(error_record(r.speed.prefill_error)),
-        "fit: experts in RAM": f"layers {r.fit_cpu_experts[0]}-{r.fit_cpu_experts[1]}" if r.fit_cpu_experts else "",
+        "fit: experts in RAM": layer_span(*r.fit_cpu_experts) if r.fit_cpu_experts else "",
         f"{ESTIMATOR_VERSION} layers": "" if r.estimate_layers is None else f"{r.estimate_layers}/{r.blocks + 1}",
         "Ollama VRAM (GiB)": None if r.ollama_vram_bytes is None else r.ollama_vram_bytes / GIB,
         "Ollama total (GiB)": None if r.ollama_total_bytes is None else r.ollama_total_bytes / GIB,
@@ -165,7 +165,7 @@ st.dataframe(
         "TTFT (s)": st.column_config.NumberColumn("TTFT (s)", format="%.2f", help="prefill of a num_ctx prompt"),
         f"{ESTIMATOR_VERSION} layers": st.column_config.TextColumn(
             f"{ESTIMATOR_VERSION} layers",
-            help="what Ollama {ESTIMATOR_VERSION}'s estimateGPULayers chose, where it sized the load (the llama.cpp "
+            help=f"what Ollama {ESTIMATOR_VERSION}'s estimateGPULayers chose, where it sized the load (the llama.cpp "
             "runner's attention-only models); its VRAM and total estimates beside",
         ),
     },

@@ -41,7 +41,7 @@ def test_experts_of_the_first_layers_leave_the_gpu():
         moved = fit(setup(cpu_experts=range(n)), [8192])
         assert whole.weights_bytes - moved.weights_bytes == expert_bytes(range(n))
         assert moved.rows[0].cache_bytes == whole.rows[0].cache_bytes  # attention stays on the GPU
-        assert f"routed experts of layers 0-{n - 1}" in " ".join(moved.notes)
+        assert f"routed experts of {'layer 0' if n == 1 else f'layers 0–{n - 1}'}" in " ".join(moved.notes)
     every = fit(setup(cpu_experts=range(48)), [8192]).weights_bytes
     assert fit(setup(cpu_experts=range(10**6)), [8192]).weights_bytes == every  # --cpu-moe
     # llama.cpp's --fit keeps the experts of the last layers in RAM instead: any run of layers is accounted
@@ -97,7 +97,7 @@ def test_the_sidebar_input_reaches_the_solver_and_the_link():
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.number_input(key="in_ncmoe").value == 48
-    assert any("routed experts of layers 0-47 and the token embedding" in i.value for i in at.info)
+    assert any("routed experts of layers 0–47 and the token embedding" in i.value for i in at.info)
     eight = card_named("GeForce RTX 4060 8GB")
     moved = fit(setup(card=eight, cpu_experts=range(48)), [8192])
     shown = {m.label: m.value for m in at.metric}
@@ -107,7 +107,7 @@ def test_the_sidebar_input_reaches_the_solver_and_the_link():
     assert ram.value is None and ram.placeholder.startswith("measured here: ")  # empty: this server's own figure
     at.number_input(key="in_ncmoe").set_value(0).run()
     assert {m.label: m.value for m in at.metric}["Fits?"] == "no"
-    assert not any("routed experts of layers 0-47 and the token embedding" in i.value for i in at.info)
+    assert not any("routed experts of layers 0–47 and the token embedding" in i.value for i in at.info)
 
 
 def test_the_hosts_ram_threads_and_isa_for_layers_in_ram_travel_in_the_link():
