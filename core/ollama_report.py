@@ -320,6 +320,14 @@ SPEED_AT = (
     "one request: decode with num_ctx tokens cached (the window Ollama allocated, full); prefill of a "
     "num_ctx-token prompt"
 )
+# what OLLAMA_GPU_OVERHEAD changes in the release kvscope follows (read from its source, not run)
+GPU_OVERHEAD_NOTE = (
+    f"OLLAMA_GPU_OVERHEAD: Ollama {OLLAMA_VERSION} subtracts it only when it picks the default num_ctx from the "
+    "cards' total memory (server/routes.go) and in a log line (server/sched.go); llama-server's --fit, which places "
+    "the layers, is not told of it (llm/llama_server.go sets no fit target but a vision projector's), so the "
+    f"'layers' column does not move with it; the '{ESTIMATOR_VERSION}' and 'Go engine' columns, whose releases "
+    "subtracted it from the free memory, do"
+)
 UNCHECKED = (
     f"Ollama {OLLAMA_VERSION} runs every model on llama-server and passes no -ngl, so 'layers' is llama-server's "
     f"--fit (common/fit.cpp); '{ESTIMATOR_VERSION}' is that release's estimateGPULayers where it sized the load (the "
@@ -373,6 +381,8 @@ def print_report(out: dict) -> None:
     print(f"host RAM {out['ram_gb_s']:.1f} GB/s ({out['ram_source']}), {plural(out['threads'], 'thread')}")
     print(f"speed: {out['speed_at']}")
     print(f"note: {out['note']}")
+    if s["gpu_overhead"]:
+        print(f"note: {GPU_OVERHEAD_NOTE}")
     head = f"{'model':<34} {'card':<25} {'runner':<12} {'num_ctx':>7} {'KV':>4} {'layers':>6} "
     print(
         head + f"{'kvscope GPU':>11} {'fits':>4} {'decode tok/s':>12} {'prefill tok/s':>13} {'±decode':>11} "

@@ -11,6 +11,7 @@ from core.errors import InputError
 from core.memory.gpus import card_named, cards
 from core.model.loading import load_model, presets
 from core.ollama_report import (
+    GPU_OVERHEAD_NOTE,
     MEASURED,
     SPEED_AT,
     TYPICAL_SOURCE,
@@ -69,7 +70,9 @@ with st.expander(f"Ollama settings and host: {summary}"):  # every control is bo
     parallel = int(c2.number_input("OLLAMA_NUM_PARALLEL", *BOUNDS["onp"], key="in_onp"))
     kv_type = c2.selectbox("OLLAMA_KV_CACHE_TYPE", OLLAMA_KV_TYPES, key="in_okv", help="q8_0/q4_0 need flash attention")
     flash = c2.radio("OLLAMA_FLASH_ATTENTION", list(OLLAMA_FLASH), horizontal=True, key="in_ofa")
-    overhead_mib = c2.number_input("OLLAMA_GPU_OVERHEAD (MiB)", *BOUNDS["oover"], step=256, key="in_oover")
+    overhead_mib = c2.number_input(
+        "OLLAMA_GPU_OVERHEAD (MiB)", *BOUNDS["oover"], step=256, key="in_oover", help=GPU_OVERHEAD_NOTE
+    )
     free_text = c1.text_input(
         "Free GPU memory", key="in_ofree", max_chars=20, placeholder="the whole card",
         help="as Ollama logs it ('available'), e.g. 7.1GiB: what another program or the desktop leaves free",
@@ -182,6 +185,8 @@ st.caption(
     "Binary units: 1 GiB = 2³⁰ bytes. "
     + (f"Each card has {free_text.strip()} free." if free is not None else "Each card is taken as empty.")
 )
+if overhead_mib:
+    st.caption(GPU_OVERHEAD_NOTE + ".")
 for decode_bar, prefill_bar in sorted({(r.speed.decode_error.label, r.speed.prefill_error.label) for r in rows}):
     st.caption(f"Error bar: decode {decode_bar}; prefill {prefill_bar}.")
 for spec in specs:

@@ -455,3 +455,15 @@ def test_free_memory_is_what_the_split_goes_into(capsys):
 def test_bad_free_memory_is_a_clean_message(capsys, argv, message):
     assert main(["ollama", *argv]) != 0
     assert message in capsys.readouterr().err
+
+
+def test_the_gpu_overhead_says_what_it_moves_in_current_ollama(capsys):
+    """OLLAMA_GPU_OVERHEAD does not reach llama-server's --fit in current Ollama (only the default num_ctx and a
+    log line), so the layers column stays put: the report says so where the setting is given, not as if ignored."""
+    args = ["ollama", "Qwen/Qwen3-8B", "--gpu", "GeForce RTX 4060 8GB", "--ram-gbs", "40", "--threads", "8"]
+    assert main(args) == 0
+    plain = capsys.readouterr().out
+    assert main([*args, "--gpu-overhead", "2GiB"]) == 0
+    given = capsys.readouterr().out
+    assert "llama-server's --fit, which places the layers, is not told of it" in given
+    assert "is not told of it" not in plain
