@@ -65,3 +65,14 @@ def test_a_byte_order_mark_is_read_alike_in_a_file_and_in_pasted_text():
     assert parse_json(text, "pasted") == parse_json(text.encode("utf-8"), "uploaded") == {
         "model_type": "llama", "hidden_size": 64,
     }  # fmt: skip
+
+
+def test_a_config_that_gives_no_sizes_says_its_figures_are_transformers_defaults():
+    """{"model_type": "llama"} resolves to transformers' default Llama (32 layers, 4,096 wide): sized without a word,
+    it read as a model. It now says so; a real config leaving out a size equal to its class default (Gemma 3's
+    text_config has no num_attention_heads) does not."""
+    from core.model.loading import load_model
+
+    bare = model_from_config({"model_type": "llama"}, "bare")
+    assert any("neither its layer count nor its hidden size" in n and "num_hidden_layers 32" in n for n in bare.notes)
+    assert not any("transformers' defaults" in n for n in load_model("google/gemma-3-4b-it").notes)

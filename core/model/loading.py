@@ -155,11 +155,41 @@ def _gguf_config(name: GGUFName, prefer_hub: bool) -> tuple[str, dict[str, Any],
     return str(name), raw, f"{GGUF_ORIGIN}{found.summary()}: config of {base} ({origin}), named by its {key}{warning}"
 
 
+# a model's sizes, each with the other names configs give it. transformers writes a config without the values equal
+# to its class's defaults (Gemma 3's text_config has no num_attention_heads: 8 is the default), so one missing size is
+# normal; a config giving neither the layer count nor the hidden size describes no model, and its defaults (for a bare
+# {"model_type": "llama"}, a whole 7B Llama) are nobody's
+SIZES = {
+    "num_hidden_layers": ("n_layer", "num_layers", "n_layers"),
+    "hidden_size": ("d_model", "n_embd", "dim"),
+    "num_attention_heads": ("n_head", "n_heads", "num_heads"),
+    "vocab_size": (),
+}
+
+
+def defaulted_sizes(raw: dict[str, Any], resolved: dict[str, Any]) -> list[str]:
+    """The sizes the config leaves out and the resolution filled in (with its value), in SIZES' order."""
+    given = [raw, raw.get("text_config") if isinstance(raw.get("text_config"), dict) else {}]
+    return [
+        f"{key} {resolved[key]:,}"
+        for key, aliases in SIZES.items()
+        if isinstance(resolved.get(key), int) and not any(k in where for where in given for k in (key, *aliases))
+    ]
+
+
 def model_from_config(raw: dict[str, Any], name: str, isolated: bool = False) -> ModelSpec:
     """A ModelSpec from a raw config.json dict. Both ways read the shipped/cached resolution first; on a miss
     `isolated` resolves in a child process (keeps torch out of a long-lived server), else in this process."""
     resolved = resolve_isolated(raw) if isolated else resolve_cached(raw)
-    return model_from_resolved(resolved, name)
+    model = model_from_resolved(resolved, name)
+    filled = defaulted_sizes(raw, resolved)
+    if not {"num_hidden_layers", "hidden_size"} <= {f.split()[0] for f in filled}:
+        return model
+    note = (
+        f"the config gives neither its layer count nor its hidden size, so these figures are transformers' defaults "
+        f"for {resolved.get('model_type')} ({', '.join(filled)}), not a model's; give the checkpoint's config.json"
+    )
+    return replace(model, notes=(*model.notes, note))
 
 
 def model_from_resolved(cfg: dict[str, Any], name: str) -> ModelSpec:
