@@ -76,3 +76,9 @@ def test_a_config_that_gives_no_sizes_says_its_figures_are_transformers_defaults
     bare = model_from_config({"model_type": "llama"}, "bare")
     assert any("neither its layer count nor its hidden size" in n and "num_hidden_layers 32" in n for n in bare.notes)
     assert not any("transformers' defaults" in n for n in load_model("google/gemma-3-4b-it").notes)
+
+
+@pytest.mark.parametrize("key", ["num_attention_heads", "num_key_value_heads"])
+def test_zero_heads_are_named_not_a_division_by_zero(key):
+    with pytest.raises(InputError, match=f"{key}=0 in the config: a model has at least one attention head"):
+        model_from_config({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, key: 0}, "zero")

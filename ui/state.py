@@ -269,7 +269,8 @@ def _check(key: str, value: str):
         return parse_tokens(value)
     if key in CHOICES:
         if value not in CHOICES[key]:
-            raise InputError(f"use one of {', '.join(CHOICES[key])}")
+            named = ", ".join(c for c in CHOICES[key] if c)
+            raise InputError(f"use one of {named}" + (", or leave it empty" if "" in CHOICES[key] else ""))
         return value
     if key == "pat":
         # Letters core.model.whatif rejects still travel, so the receiver sees the sender's "edit not applied" too.

@@ -168,6 +168,10 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
     for where in (raw, text_raw if isinstance(text_raw, dict) else {}):
         for key in ("num_hidden_layers", "n_layer", "num_layers"):
             check_layer_count(where.get(key))
+        for key in ("num_attention_heads", "num_key_value_heads"):  # transformers divides by them
+            heads = where.get(key)
+            if isinstance(heads, int) and not isinstance(heads, bool) and heads < 1:
+                raise InputError(f"{key}={heads} in the config: a model has at least one attention head")
     top_dtype = _dtype_name(raw.get("dtype") or raw.get("torch_dtype"))
 
     from transformers import CONFIG_MAPPING, AutoConfig
