@@ -147,3 +147,19 @@ def test_the_command_line_names_the_threads_and_the_rate_they_reach(threads, lin
     args = ["speed", MODEL, "--device", "cpu", "--engine", "llama.cpp", "--weights", "Q4_K_M", "--threads"]
     assert main([*args, str(threads), "--context", "4k"]) == 0
     assert line in capsys.readouterr().out
+
+
+def test_a_unified_memory_machines_layers_in_ram_are_not_timed_as_this_hosts_without_saying_so(capsys):
+    """-ngl on an M2 Ultra runs the layers left in RAM on the Mac's own Arm CPU from its unified memory: this host's
+    x86 vector set is not applied, an x86 one given is refused, and the figures say they are this host's RAM."""
+    from core.cli import main
+
+    args = ["speed", "Qwen/Qwen3-8B", "--engine", "llama.cpp", "--weights", "Q4_K_M", "--gpu", "M2 Ultra", "-ngl",
+            "10", "--context", "4k"]  # fmt: skip
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["cpu_isa"] is None and "unified memory: give --ram-gbs" in out["host_note"]
+    assert main([*args, "--cpu-isa", "avx512"]) == 2
+    assert "x86 vector set" in capsys.readouterr().err
+    assert main([*args, "--ram-gbs", "200", "--json"]) == 0  # the Mac's own figure given: nothing to say
+    assert json.loads(capsys.readouterr().out)["host_note"] == ""

@@ -121,6 +121,12 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
             hw, ram_source = hardware(args.ram_gbs, args.threads, cpu_only, cap_threads=True)
             hw = replace(hw, backend=backend)
         hw = replace(hw, calibration=cal)
+        if args.cpu_isa in ("avx512", "avx2") and not cpu_only and setup.card.vendor == "Apple":
+            raise InputError(
+                f"--cpu-isa {args.cpu_isa} is an x86 vector set; {setup.card.name}'s CPU is Arm: give --cpu-isa other"
+            )
+        if setup.card.vendor == "Apple" and not cpu_only and not args.cpu_isa:
+            hw = replace(hw, isa="")  # an Arm CPU: not this host's x86 vector set (the pooled factors)
         if args.cpu_isa:  # another machine's, or this one's said outright
             hw = replace(hw, isa="" if args.cpu_isa == "other" else args.cpu_isa)
     if args.pcie_gbs:
@@ -138,6 +144,15 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
                 effs[part.device] = asdict(part.efficiency)
             rows.append(record(s) | {"max_concurrency": fits, "fits": fits is None or fits >= batch})
     on_gpu = len(placement(setup, hw).layers)
+    # a unified-memory machine runs its layers in RAM on its own CPU, from the same memory: this host's figures are
+    # not that machine's unless given
+    foreign = not cpu_only and setup.card.unified_memory and needs_ram(setup, hw) and args.ram_gbs is None
+    host_note = (
+        f"the layers in RAM are timed with this host's CPU and RAM ({ram_source}); on {setup.card.name} they run on "
+        "its own CPU from its unified memory: give --ram-gbs, --threads and --cpu-isa for that machine"
+        if foreign
+        else ""
+    )
     return {
         "model": setup.model.name,
         "engine": setup.engine.name,
@@ -149,6 +164,7 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
         "ram_gb_s": hw.ram_gb_s if needs_ram(setup, hw) else None,
         "ram_stream_gb_s": hw.ram_stream_gb_s if needs_ram(setup, hw) else None,  # at `threads` threads
         "ram_source": ram_source,
+        "host_note": host_note,
         "pcie_gb_s": hw.pcie_gb_s,  # the op offload's copies of layers in RAM, where a pass makes them
         "threads": hw.threads,
         "cpu_isa": hw.isa or None,  # the kernel factors' ISA; None: not known, the pooled factors
@@ -182,6 +198,8 @@ def print_speed(out: dict) -> None:
         reach = f" (reaching {out['ram_stream_gb_s']:.1f} GB/s)" if out["ram_stream_gb_s"] < out["ram_gb_s"] else ""
         threads = plural(out["threads"], "thread")
         print(f"system RAM {out['ram_gb_s']:.1f} GB/s ({out['ram_source']}), {threads}{reach}{isa}")
+        if out["host_note"]:
+            print(f"note: {out['host_note']}")
     for device, e in out["efficiencies"].items():
         print(
             f"{device} efficiencies ({e['status']}): bandwidth ×{e['bandwidth']:.3g}"
