@@ -84,6 +84,17 @@ def cache_in_ram(fit: Fit, row: Row) -> bool:
     return isinstance(fit.setup.engine, LlamaCppEngine) and not row.account.lines
 
 
+def flag_notes(setup: Setup) -> list[str]:
+    """What llama.cpp's flags do other than as given: an -ub past -b, --n-cpu-moe on a model without routed
+    experts (fit's notes and speed's)."""
+    if not isinstance(setup.engine, LlamaCppEngine):
+        return []
+    notes = [setup.engine.ubatch_note()]
+    if setup.cpu_experts and not count_params(setup.model).experts:
+        notes.append(f"--n-cpu-moe changes nothing here: {setup.model.name} has no routed experts")
+    return [n for n in notes if n]
+
+
 def layer_bytes(count: ParamCount, fmt: str, dtype_bytes: int) -> tuple[list[int], list[int], int]:
     """Per decoder layer, the bytes of its tensors but routed experts and those of its routed experts; and the bytes
     of the output layer (final norm and head). With tied embeddings llama.cpp loads the token embedding a second
@@ -510,9 +521,6 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
     rows = tuple(solver.row(c) for c in wanted)
     notes = list(setup.model.notes)
     count = count_params(setup.model)
-    ubatch = solver.engine.ubatch_note() if isinstance(solver.engine, LlamaCppEngine) else ""
-    if ubatch:
-        notes.append(ubatch)
     vllm = None
     if isinstance(solver.engine, VllmEngine):
         vllm = solver.vllm_capacity(solver.limit)
@@ -558,8 +566,7 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
                     f"keeping {PIPELINE_COPIES} copies of each GPU's inputs, an overhead item of their own"
                     + (f"; at {off} they do not fit and it runs without them (one copy)" if off else "")
                 )
-        if setup.cpu_experts and not count.experts:
-            notes.append(f"--n-cpu-moe changes nothing here: {setup.model.name} has no routed experts")
+        notes += flag_notes(setup)
     if count.stored and format_named(solver.format).gguf and solver.format != STORED_FTYPE[count.stored]:
         notes.append(
             f"llama.cpp: the routed experts stay {count.stored} in every GGUF type, as the checkpoint ships them (the "

@@ -154,3 +154,18 @@ def test_an_ubatch_past_the_batch_runs_as_the_batch_unless_b_is_raised_with_it()
     proc = run_cli("speed", *base, "-ub", "4k", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["n_ubatch"] == 2048  # the pass it times
+
+
+def test_speed_says_what_fit_says_of_the_llamacpp_flags(capsys):
+    """-ub past -b runs -b tokens a pass, and --n-cpu-moe on a dense model moves nothing: fit said so, speed did
+    not, though it times both (core.fit.flag_notes serves both)."""
+    from core.cli import main
+
+    args = ["Qwen/Qwen3-8B", "--gpu", "RTX 4090", "--engine", "llama.cpp", "-ub", "100000", "--n-cpu-moe", "4",
+            "--json"]  # fmt: skip
+    assert main(["speed", *args, "--context", "4k"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert main(["fit", *args]) == 0
+    fit_notes = json.loads(capsys.readouterr().out)["notes"]
+    assert len(notes) == 2 and all(n in fit_notes for n in notes)
+    assert "raise -b" in notes[0] and "has no routed experts" in notes[1]

@@ -10,7 +10,7 @@ from dataclasses import asdict, replace
 from core.argtypes import MAX_RAM_GB_S, add_json_flag, positive_int
 from core.engines.llamacpp import LlamaCppEngine
 from core.errors import InputError
-from core.fit import Setup, Solver, setup_format
+from core.fit import Setup, Solver, flag_notes, setup_format
 from core.speed import calibration
 from core.speed.groups import BACKENDS, ErrorBar, checked_backend
 from core.speed.predict import (
@@ -165,6 +165,7 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
         "ram_stream_gb_s": hw.ram_stream_gb_s if needs_ram(setup, hw) else None,  # at `threads` threads
         "ram_source": ram_source,
         "host_note": host_note,
+        "notes": flag_notes(setup),
         "pcie_gb_s": hw.pcie_gb_s,  # the op offload's copies of layers in RAM, where a pass makes them
         "threads": hw.threads,
         "cpu_isa": hw.isa or None,  # the kernel factors' ISA; None: not known, the pooled factors
@@ -200,6 +201,8 @@ def print_speed(out: dict) -> None:
         print(f"system RAM {out['ram_gb_s']:.1f} GB/s ({out['ram_source']}), {threads}{reach}{isa}")
         if out["host_note"]:
             print(f"note: {out['host_note']}")
+    for note in out["notes"]:
+        print(f"note: {note}")
     for device, e in out["efficiencies"].items():
         print(
             f"{device} efficiencies ({e['status']}): bandwidth ×{e['bandwidth']:.3g}"
