@@ -106,6 +106,11 @@ def row_lines(fit: Fit, row: Row) -> list[str]:
     setup = fit.setup
     solver = Solver(setup)
     per_gpu = f" per GPU (÷ {setup.gpus})" if setup.gpus > 1 else ""
+    if solver.stage_weights:  # vLLM: sharded as it shards them, not evenly
+        per_gpu = (
+            " on the heaviest GPU (vLLM keeps norms, routers and MLA's down-projections whole on each of its "
+            f"{setup.tp} tensor-parallel ranks, the embedding on the first stage and the head on the last)"
+        )
     out = [f"### At {format_tokens(row.context)} tokens", "**Cache**"]
     if row.gpu:  # llama.cpp: each GPU holds its own layers; the figures are the fullest one's
         per_gpu = f" on {row.gpu}"

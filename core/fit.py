@@ -9,6 +9,7 @@ from core.engines import Engine
 from core.engines.base import CacheAccount, per_count, sized_tensors, sized_weights
 from core.engines.hf_transformers import TransformersEngine
 from core.engines.llamacpp import LlamaCppEngine, Offload, as_llamacpp_sees
+from core.engines.vllm_cluster import Layout, rank_weights
 from core.engines.vllm_engine import NEEDS_CC, ON_APPLE, Capacity, VllmEngine
 from core.engines.vllm_mxfp4 import Kernel, kernel_for, loading_growth
 from core.engines.vllm_pipeline import fullest_stage_fraction, pipeline_capacity
@@ -256,6 +257,13 @@ class Solver:
                 self.relaid = loading_growth(setup.model.config, self.kernel)
                 self.weights_total += self.relaid
         self.weights = -(-self.weights_total // setup.gpus)
+        # vLLM over several GPUs: each rank's weights as vLLM shards them (norms, routers and MLA's down-projections
+        # whole on every TP rank, the embedding on the first stage, the head on the last), as the cluster plan does
+        self.stage_weights: tuple[int, ...] = ()
+        if isinstance(engine, VllmEngine) and setup.weights_file is None and setup.gpus > 1:
+            layout, platform = Layout(tp=setup.tp, pp=setup.pp), engine.options.platform
+            self.stage_weights = rank_weights(setup.model, layout, self.format, setup.card, platform).total
+            self.weights = max(self.stage_weights)
         if isinstance(engine, LlamaCppEngine):
             self.shares = self._llamacpp_shares(count, dtype_bytes)
             self.weights_total = sum(share.weights for share in self.shares)
@@ -435,9 +443,10 @@ class Solver:
 
     def vllm_capacity(self, max_model_len: int) -> Capacity:
         assert isinstance(self.engine, VllmEngine)
-        # every stage has the same budget per GPU; the stage with the most cache per block decides
+        # each stage's budget beside its own weights (one budget where they are split evenly); the stage with the
+        # fewest blocks decides
         budget = max(0, self.budget(max_model_len))
-        stages = [budget] * self.setup.pp
+        stages = [max(0, budget + self.weights - w) for w in self.stage_weights] or [budget] * self.setup.pp
         return pipeline_capacity(self.engine, self.setup.model, stages, max_model_len, self.setup.kv_dtype)
 
     def concurrency(self, context: int) -> float:

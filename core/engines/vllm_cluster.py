@@ -226,6 +226,17 @@ def stage_weights(model: ModelSpec, layout: Layout, weights: str | None = None) 
     return StageWeights(tuple(experts), tuple(split), tuple(replicated))
 
 
+def rank_weights(model: ModelSpec, layout: Layout, fmt: str, card: Card, platform: str = "cuda") -> StageWeights:
+    """stage_weights as vLLM loads them on `card`: MXFP4 experts re-laid for its MoE kernel (vllm_mxfp4.py), each
+    rank growing by its share of the experts. What the cluster plan and Fit a card size each GPU by."""
+    sw = stage_weights(model, layout, fmt)
+    if fmt != "mxfp4":
+        return sw
+    growth = loading_growth(model.config, kernel_for(card, platform))
+    whole = stage_weights(model, Layout(), fmt).experts[0]
+    return replace(sw, experts=tuple(e + -(-growth * e // whole) if whole else e for e in sw.experts))
+
+
 @dataclass(frozen=True)
 class PlanResult:
     model: ModelSpec = field(repr=False, compare=False)
@@ -352,11 +363,7 @@ def evaluate(
         engine.plan(model, kv_dtype)  # vLLM refuses some splits (KV heads, state widths TP cannot divide)
     except InputError as err:
         return replace(result, why_not=str(err))
-    sw = stage_weights(model, layout, fmt)
-    if fmt == "mxfp4":  # vLLM re-lays MXFP4 experts for its MoE kernel (vllm_mxfp4.py): each rank grows by its share
-        growth = loading_growth(model.config, kernel_for(cluster.card))
-        whole = stage_weights(model, Layout(), fmt).experts[0]
-        sw = replace(sw, experts=tuple(e + -(-growth * e // whole) if whole else e for e in sw.experts))
+    sw = rank_weights(model, layout, fmt, cluster.card)
     batched = engine.batched_tokens()
     overhead = tuple(vllm_overhead(model, batched, cluster.gpus, max_num_seqs=engine.sampler_rows()))
     usable = int(cluster.card.memory_bytes * gpu_memory_utilization)
