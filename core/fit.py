@@ -241,7 +241,7 @@ class Solver:
         self._fullest_at: dict[int, GpuShare] = {}
         self._room_at: dict[tuple[int, int], tuple[float, int]] = {}
         self._pipelined_at: dict[int, bool] = {}
-        self._headroom_at: dict[tuple[int, int], int] = {}
+        self._copies_at: dict[tuple[int, int], int] = {}
         self.cpu_weight = 0  # llama.cpp: the largest weight tensor left in RAM that op_offload copies to the GPU
         self.relaid = 0  # bytes vLLM's MoE kernel layout adds to the checkpoint's MXFP4 experts
         count = count_params(setup.model)
@@ -341,14 +341,20 @@ class Solver:
         if len(self.shares) < 2 or self.offload is None or not self.offload.pipelines:
             return False
         if context not in self._pipelined_at:
-
-            def copies(share: GpuShare) -> int:
-                items = self._llamacpp_overhead(share, context, 1, PIPELINE_COPIES)
-                return sum(i.bytes for i in items if i.label == PIPELINE_ITEM)
-
             # the room left beside one sequence holds the copies on every GPU
-            self._pipelined_at[context] = all(self._room(share, context)[1] >= copies(share) for share in self.shares)
+            self._pipelined_at[context] = all(
+                self._room(share, context)[1] >= self._copies(share, context) for share in self.shares
+            )
         return self._pipelined_at[context]
+
+    def _copies(self, share: GpuShare, context: int) -> int:
+        """The pipeline copies' bytes on a GPU (the overhead item four copies add to one); once per share and
+        context."""
+        key = (share.index, context)
+        if key not in self._copies_at:
+            items = self._llamacpp_overhead(share, context, 1, PIPELINE_COPIES)
+            self._copies_at[key] = sum(i.bytes for i in items if i.label == PIPELINE_ITEM)
+        return self._copies_at[key]
 
     def _room(self, share: GpuShare, context: int) -> tuple[float, int]:
         """The sequences of `context` tokens whose cache fits beside the share's weights and overhead (one copy of
@@ -375,13 +381,10 @@ class Solver:
 
     def headroom(self, share: GpuShare, context: int) -> int:
         """What a llama.cpp GPU has left beside its weights, its overhead as the row counts it (the pipeline copies
-        where they fit) and one sequence of `context` tokens (Row.headroom_bytes, for this GPU)."""
-        key = (share.index, context)
-        if key not in self._headroom_at:
-            copies = PIPELINE_COPIES if self.pipelined(context) else 1
-            overhead = sum(i.bytes for i in self._llamacpp_overhead(share, context, 1, copies))
-            self._headroom_at[key] = self.usable - share.weights - overhead - self._account(share.model, context).total
-        return self._headroom_at[key]
+        where they fit) and one sequence of `context` tokens (Row.headroom_bytes, for this GPU): the room `_room`
+        leaves, less the copies where they are kept."""
+        room = self._room(share, context)[1]
+        return room - self._copies(share, context) if self.pipelined(context) else room
 
     def tightest(self, context: int) -> GpuShare | None:
         """llama.cpp over several GPUs: the GPU with the least left beside one sequence of `context` tokens. It need

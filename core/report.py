@@ -46,7 +46,7 @@ def display_records(fit: Fit) -> list[dict]:
         {
             "context": format_tokens(r["context"]),
             "fits": r["fits"],
-            # no count where the cache is all in system RAM (in_ram): a grid shows infinity as "Infinity"
+            # no count where the cache is all in system RAM (cache_in_ram): a grid shows infinity as "Infinity"
             "requests": None if math.isinf(r["max_concurrency"]) else r["max_concurrency"],
             "memory used (%)": r["memory_used"] * 100,
             "total (GiB)": r["total_bytes"] / GIB,
