@@ -407,6 +407,7 @@ def print_fit(out: dict) -> None:
             f"{format_tokens(r['context']):>8}  "
             + "  ".join(f"{c:>11}" for c in cells)
             + f"  {fits:>4}  {r.get('requests') or _count(r['max_concurrency']):>11}"
+            + ("  (every slot)" if "slots" in r else "")
             + (
                 f"  ({r['tightest_gpu']} has {format_bytes(r['tightest_headroom_bytes'])} left)"
                 if "tightest_gpu" in r

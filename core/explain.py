@@ -6,25 +6,32 @@ them), so each formula is built from the same quantities core used, not from a s
 from __future__ import annotations
 
 from core.engines.base import CacheAccount, KindLine
+from core.engines.llamacpp import LlamaCppEngine
 from core.engines.vllm_engine import VllmEngine
 from core.engines.vllm_pipeline import fullest_stage_fraction, stage_bytes_per_block
-from core.fit import Fit, Row, Solver, cache_in_ram
+from core.fit import Fit, GpuShare, Row, Solver, cache_in_ram
 from core.memory.llamacpp_compute import PIPELINE_ITEM
 from core.memory.overhead import PER_SEQUENCE
 from core.units import format_bytes, format_tokens
 
 
+def _copies(n: int, batch: int) -> str:
+    """The multiplier of a line's total: its sequences, or the engine's slots where they are more (llama.cpp)."""
+    return "" if n == 1 else f" × {n} {'sequences' if n == batch else 'slots'}"
+
+
 def _plain_line(line: KindLine, batch: int) -> list[str]:
     parts = []
-    seqs = f" × {batch} sequences" if batch > 1 else ""
     if line.token_bytes_total:
+        held = f" — {line.tokens_held:,} cells: {line.held_note}" if line.held_note else ""
         parts.append(
-            f"{line.count} × {line.bytes_per_token:,} B/token × {line.tokens_held:,} tokens held{seqs}"
-            f" = {format_bytes(line.token_bytes_total)}"
+            f"{line.count} × {line.bytes_per_token:,} B/token × {line.tokens_held:,} tokens held"
+            f"{_copies(line.token_copies, batch)} = {format_bytes(line.token_bytes_total)}{held}"
         )
     if line.fixed_bytes_total:
         parts.append(
-            f"{line.count} × {line.fixed_bytes:,} B state per sequence{seqs} = {format_bytes(line.fixed_bytes_total)}"
+            f"{line.count} × {line.fixed_bytes:,} B state per sequence{_copies(line.fixed_copies, batch)} = "
+            f"{format_bytes(line.fixed_bytes_total)}"
         )
     return parts
 
@@ -99,7 +106,35 @@ def _concurrency_line(fit: Fit, row: Row, solver: Solver) -> str:
         )
     if not row.cache_bytes:
         return f"**Concurrency**: {left}; nothing grows per sequence, so any number of requests fits"
+    share = solver.fullest(row.context)
+    if share is not None and isinstance(solver.engine, LlamaCppEngine) and solver.engine.options.kv_unified:
+        return _shared_line(row, solver, share)
     return f"**Concurrency**: {left}; ⌊{kept:,} B ÷ {row.cache_bytes:,} B per sequence⌋ = {row.max_concurrency:,.0f}"
+
+
+def _shared_line(row: Row, solver: Solver, share: GpuShare) -> str:
+    """llama.cpp's unified cache: n sequences share pad(n × context) cells, so the count is the most whose cache
+    and overhead (masks over every cell) fit, shown for it and for one more; or the slots, where they bound it."""
+    assert isinstance(solver.engine, LlamaCppEngine)
+    n, slots = int(row.max_concurrency), solver.engine.options.n_seq_max
+
+    def left(k: int) -> str:
+        overhead, cache = solver.need(share, row.context, k)
+        total = share.weights + overhead + cache
+        return (
+            f"{k} sequence{'s' if k > 1 else ''}: {share.weights:,} B weights + {overhead:,} B overhead + "
+            f"{cache:,} B cache = {total:,} B, {'within' if total <= solver.usable else 'over'} the "
+            f"{solver.usable:,} B usable"
+        )
+
+    head = (
+        "**Concurrency** (llama.cpp's unified cache: the sequences share one stream of cells, each slot with its own "
+        "windows and state, and the attention masks span every cell)"
+    )
+    if n >= 1 and n == slots:
+        return f"{head}: {left(n)}; at most {slots} run at once, the front end's slots (-np)"
+    shown = [left(k) for k in (n, n + 1) if k >= 1]
+    return f"{head}: " + "; ".join(shown) + f" — {n} fit"
 
 
 def row_lines(fit: Fit, row: Row) -> list[str]:

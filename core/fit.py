@@ -62,6 +62,7 @@ class Row:
     # (Solver.tightest), and what it has left
     tightest: str = ""
     tightest_headroom_bytes: int = 0
+    slots: int = 0  # llama.cpp's unified cache: the front end's slots, where they and not memory bound the requests
 
 
 @dataclass(frozen=True)
@@ -321,11 +322,11 @@ class Solver:
     def _layer_split(self) -> int:
         return self.setup.pp
 
-    def _account(self, model: ModelSpec, context: int) -> CacheAccount:
+    def _account(self, model: ModelSpec, context: int, sequences: int = 1) -> CacheAccount:
         if not model.layers:  # no layer on this GPU: no cache, in the type the engine would keep
             kv = self.engine.kv_dtype(self.setup.model, self.setup.kv_dtype).name
-            return CacheAccount(model.name, self.engine.name, kv, context, 1, ())
-        return self.engine.account(model, context, 1, self.setup.kv_dtype)
+            return CacheAccount(model.name, self.engine.name, kv, context, sequences, ())
+        return self.engine.account(model, context, sequences, self.setup.kv_dtype)
 
     def _llamacpp_overhead(self, share: GpuShare, context: int, sequences: int, copies: int = 1) -> tuple[Item, ...]:
         assert isinstance(self.engine, LlamaCppEngine)
@@ -363,9 +364,41 @@ class Solver:
         if key not in self._room_at:
             budget = self.usable - share.weights - sum(i.bytes for i in self._llamacpp_overhead(share, context, 1))
             per_sequence = self._account(share.model, context).total
-            fits = max(0, budget) // per_sequence if per_sequence else float("inf")
+            if not per_sequence:
+                fits: float = float("inf")
+            elif isinstance(self.engine, LlamaCppEngine) and self.engine.options.kv_unified:
+                fits = self._shared(share, context) if budget >= per_sequence else 0
+            else:
+                fits = max(0, budget) // per_sequence
             self._room_at[key] = fits, budget - per_sequence
         return self._room_at[key]
+
+    def _shared(self, share: GpuShare, context: int) -> int:
+        """A unified cache (--kv-unified; llama-server's default): n sequences share one stream of pad(n × context)
+        cells, with a window (and a recurrent state) per slot and attention masks spanning every cell, so the cache is
+        not n times one sequence's. The most sequences whose cache and overhead fit beside the share's weights, given
+        that one does: at most the front end's slots where it fixes them (llama-server's 4), else by doubling."""
+        assert isinstance(self.engine, LlamaCppEngine)
+
+        def fits(n: int) -> bool:
+            return share.weights + sum(self.need(share, context, n)) <= self.usable
+
+        lo, hi = 1, self.engine.options.n_seq_max  # fits(lo); hi: the slots, or 0 to search for a bound
+        if not hi:
+            hi = 2
+            while fits(hi):
+                lo, hi = hi, 2 * hi
+        elif fits(hi):
+            return hi
+        while hi - lo > 1:  # fits(lo), not fits(hi)
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        return lo
+
+    def need(self, share: GpuShare, context: int, sequences: int) -> tuple[int, int]:
+        """llama.cpp: a GPU's overhead and cache with `sequences` of `context` tokens in flight."""
+        overhead = sum(i.bytes for i in self._llamacpp_overhead(share, context, sequences))
+        return overhead, self._account(share.model, context, sequences).total
 
     def fullest(self, context: int) -> GpuShare | None:
         """llama.cpp: the GPU that decides at `context`, the one fitting the fewest sequences, then with the least
@@ -509,7 +542,15 @@ class Solver:
             gpu=share.label(self.setup.gpus) if share and self.setup.gpus > 1 else "",
             tightest=tight.label(self.setup.gpus) if other and tight else "",
             tightest_headroom_bytes=self.headroom(tight, context) if other and tight else 0,
+            slots=self.slot_bound(concurrency),
         )
+
+    def slot_bound(self, concurrency: float) -> int:
+        """The slots of a unified llama.cpp cache when they, not memory, bound `concurrency` (0 otherwise)."""
+        if not isinstance(self.engine, LlamaCppEngine) or not self.engine.options.kv_unified:
+            return 0
+        slots = self.engine.options.n_seq_max
+        return slots if slots and concurrency == slots else 0
 
 
 def table_contexts(limit: int) -> list[int]:
@@ -579,6 +620,8 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
                     + (f"; at {off} they do not fit and it runs without them (one copy)" if off else "")
                 )
         notes += flag_notes(setup)
+        if solver.engine.fixed_slots() and solver.engine.options.kv_unified:
+            notes.append(solver.engine.slots_note(setup.model))
     if count.stored and format_named(solver.format).gguf and solver.format != STORED_FTYPE[count.stored]:
         notes.append(
             f"llama.cpp: the routed experts stay {count.stored} in every GGUF type, as the checkpoint ships them (the "

@@ -151,6 +151,8 @@ def fit_params(
     if sequences < 1 or (n_ctx is not None and n_ctx < 1) or margin < 0 or min_ctx < 1:
         raise InputError("context, sequences and the minimum context must be positive, the margin 0 or more")
     build = engine.options.build
+    # -np is the slots: a unified cache is made for them (LlamaCppEngine.slots), one stream each otherwise
+    setup = replace(setup, engine=engine.with_options(n_seq_max=sequences))
     if not build.output_first:
         raise InputError(
             f"llama.cpp {build.spec}: kvscope models --fit from PR #{OUTPUT_FIRST.pr} ({OUTPUT_FIRST.merged}, "

@@ -36,6 +36,7 @@ def table_records(fit: Fit) -> list[dict]:
         | ({"gpu": r.gpu} if r.gpu else {})  # llama.cpp over several GPUs: the one these figures are
         # and the GPU with the least left, where it is another (Row.tightest)
         | ({"tightest_gpu": r.tightest, "tightest_headroom_bytes": r.tightest_headroom_bytes} if r.tightest else {})
+        | ({"slots": r.slots} if r.slots else {})  # the front end's slots, not memory, bound the requests
         for r in fit.rows
     ]
 
@@ -105,6 +106,8 @@ def requests_text(fit: Fit, row: Row) -> str:
         return IN_RAM if cache_in_ram(fit, row) else "unlimited"
     if not row.fits:
         return f"none ({n:.2f} of one)" if fit.vllm is not None and n > 0 else "none"
+    if row.slots:
+        return f"{row.slots} (every slot)"
     return f"{n:,.2f}" if fit.vllm is not None else f"{int(n):,}"
 
 
@@ -235,6 +238,11 @@ def verdict(fit: Fit, row: Row) -> Verdict:
         )
     elif n == float("inf"):
         requests = f"an unlimited number of requests of {format_tokens(row.context)} can run at once"
+    elif row.slots:
+        requests = (
+            f"{row.slots} requests of {format_tokens(row.context)} can run at once, every slot llama.cpp makes "
+            "(-np N makes N)"
+        )
     else:
         requests = f"{plural(n, 'request', requests_text(fit, row))} of {format_tokens(row.context)} can run at once"
     spare = f"{format_bytes(row.headroom_bytes)} to spare"

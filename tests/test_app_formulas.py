@@ -112,3 +112,19 @@ def test_the_app_prints_the_checked_formulas():
     text = "\n".join(m.value for m in opened(at, "kv_how").markdown)
     assert "layer slots ×" in text and "blocks per request" in text
     assert sum(check_line(line) for line in text.splitlines()) >= 6
+
+
+@pytest.mark.parametrize("model", ["google/gemma-3-12b-it", "Qwen/Qwen3.5-9B", "meta-llama/Llama-3.1-8B-Instruct"])
+def test_llama_server_unified_cache_formulas_add_up(model):
+    """llama-server's 4 slots share one cache: a window and a state per slot, and the count is found by trying n
+    and n + 1 sequences, both shown as sums that must come out as printed."""
+    setup = Setup(model=load_model(model), engine=configured("llama.cpp", frontend="llama-server"),
+                  card=card_named("RTX 4090"), weights="q4_k_m")  # fmt: skip
+    result = fit(setup, [4096, 65536, 131072])
+    text = "\n".join(line for row in result.rows for line in row_lines(result, row))
+    assert "unified cache" in text
+    if model.startswith("Qwen"):
+        assert "B state per sequence × 4 slots" in text
+    if model.startswith("google"):
+        assert "4 slots × 1,024 window + 512 micro-batch tokens" in text
+    assert sum(check_line(line) for line in text.splitlines()) >= 12

@@ -62,6 +62,11 @@ class KindLine:
     fixed_bytes: int  # per layer, per sequence
     token_bytes_total: int  # growing part, all layers of this kind, all sequences
     fixed_bytes_total: int  # constant part, likewise
+    # what the totals multiply: the copies of the tokens held (streams) and of the fixed state (sequences, or
+    # llama.cpp's slots); and how the tokens held come about, where an engine's rule makes them ("" if plain)
+    token_copies: int = 1
+    fixed_copies: int = 1
+    held_note: str = ""
 
     @property
     def total(self) -> int:
@@ -152,6 +157,8 @@ class Engine:
             fixed_bytes=fixed,
             token_bytes_total=len(layers) * per_token * held * batch,
             fixed_bytes_total=len(layers) * fixed * batch,
+            token_copies=batch,
+            fixed_copies=batch,
         )
 
     def account(self, model: ModelSpec, context: int, batch: int = 1, kv_dtype: str = "auto") -> CacheAccount:

@@ -12,7 +12,9 @@ llama-memory-hybrid.cpp, llama-memory-recurrent.cpp, llama-hparams.cpp and ggml/
   [row, cells, streams]. kvscope's `account(model, context, batch)` means `batch` sequences of `context` tokens each,
   i.e. n_seq_max = batch and n_ctx = batch × context (what `llama-server -np batch -c batch×context` asks for). Split
   across streams that is pad(context, 256) cells per sequence; with kv_unified one stream of pad(batch × context,
-  256) cells that all sequences share.
+  256) cells that all sequences share. A unified cache may be made for more slots than sequences in flight
+  (`LlamaCppOptions.n_seq_max`: llama-server's automatic -np starts 4); then n_seq_max is the slots, which the
+  windows, the recurrent states and the graph's token rounding below follow.
 - Windowed layers (llama-kv-cache-iswa.cpp): `size_swa = GGML_PAD(min(size_base, n_swa × (unified ? n_seq_max : 1)
   + n_ubatch), 256)` cells per stream, or the base size with swa_full. n_ubatch is min(n_ubatch, n_batch, n_ctx)
   (llama-context.cpp). The SWA cache has the requested -ctk/-ctv types like the base (PR 21277, which kept it F16,
@@ -267,6 +269,9 @@ class LlamaCppOptions:
     n_ubatch: int = 512  # -ub
     swa_full: bool = False  # --swa-full: sliding layers keep the whole context
     kv_unified: bool = False  # --kv-unified: all sequences share one stream of cells
+    # -np with a unified cache: the slots (n_seq_max) the context is made with, however few requests are in flight;
+    # llama-server's automatic -np makes 4 (`slots`). 0, or a cache that is not unified: one slot per sequence
+    n_seq_max: int = 0
     n_batch: int = 2048  # -b; the ubatch is capped by it
     flash_attn: bool = True  # -fa; "auto" counts as on when the cache is made (cparams.flash_attn = type != DISABLED)
     n_rs_seq: int = 0  # recurrent rollback snapshots per slot (llama-server sets --draft-max for MTP/EAGLE3 drafts)
@@ -293,7 +298,7 @@ FRONTENDS: dict[str, Frontend] = {
         "kv_unified false); tools/cli/cli.cpp parses them with LLAMA_EXAMPLE_CLI, which changes none of them",
     ),
     "llama-server": Frontend(
-        LlamaCppOptions(kv_unified=True, n_outputs_max=4),
+        LlamaCppOptions(kv_unified=True, n_outputs_max=4, n_seq_max=4),
         4,
         "common/arg.cpp:1403 (LLAMA_EXAMPLE_SERVER: n_parallel = -1, auto); tools/server/server.cpp:156-160 (auto → "
         "n_parallel = 4 and kv_unified = true); giving -np N keeps kv_unified false (arg.cpp:1724, -kvu)",
@@ -396,6 +401,16 @@ class LlamaCppEngine(Engine):
     def streams(self, batch: int) -> int:
         return 1 if self.options.kv_unified else batch
 
+    def slots(self, batch: int) -> int:
+        """n_seq_max for `batch` sequences in flight. A unified cache is made for the front end's slots (llama-server's
+        4) whoever fills its cells; otherwise each sequence has its own stream (-np = batch)."""
+        return max(batch, self.options.n_seq_max) if self.options.kv_unified else batch
+
+    def fixed_slots(self) -> bool:
+        """Whether the cache holds more slots than one sequence: then a windowed layer keeps a window per slot and a
+        recurrent layer a state per slot whatever the requests, and at most `slots` requests run at once."""
+        return self.slots(1) > 1
+
     def cells(self, context: int, batch: int = 1) -> int:
         """Cells per stream of the full-attention cache for `batch` sequences of `context` tokens."""
         if self.options.kv_unified:
@@ -410,7 +425,7 @@ class LlamaCppEngine(Engine):
         base = self.cells(context, batch)
         if self.options.swa_full:
             return base
-        seqs = batch if self.options.kv_unified else 1
+        seqs = self.slots(batch) if self.options.kv_unified else 1
         return round_up(min(base, cap * seqs + self.ubatch(context, batch)), CELL_PAD)
 
     def tokens_held(self, layer: LayerKind, context: int, batch: int = 1) -> int:
@@ -480,7 +495,7 @@ class LlamaCppEngine(Engine):
             out.append(kv_cache("attn" if hybrid else "kv", attn, base_cells))
         if recurrent:
             rows = self.snapshots(model)
-            slots = max(1, batch) * rows
+            slots = self.slots(batch) * rows
             r = s = 0
             for layer in recurrent:
                 for part in layer.parts():
@@ -490,7 +505,7 @@ class LlamaCppEngine(Engine):
                             r += size
                         else:
                             s += size
-            out.append(LlamaCppCache("recr", len(recurrent), max(1, batch), rows, r_bytes=r, s_bytes=s))
+            out.append(LlamaCppCache("recr", len(recurrent), self.slots(batch), rows, r_bytes=r, s_bytes=s))
         return tuple(out)
 
     def memory_class(self, model: ModelSpec) -> str:
@@ -515,16 +530,50 @@ class LlamaCppEngine(Engine):
         first = layers[0]
         per_token = sum(sum(self._row_bytes(model, p, storage.kv)) for p in self._attention_parts(first))
         held = self.tokens_held(first, context, batch) if first.grows else 0
-        fixed = first.fixed_bytes(storage)
+        fixed = first.fixed_bytes(storage) * self.snapshots(model)
+        streams, slots = self.streams(batch), self.slots(batch)
         return KindLine(
             label=label,
             count=len(layers),
             bytes_per_token=per_token,
             tokens_held=held,
-            fixed_bytes=fixed * self.snapshots(model),
-            token_bytes_total=len(layers) * per_token * held * self.streams(batch),
-            fixed_bytes_total=len(layers) * fixed * batch * self.snapshots(model),
+            fixed_bytes=fixed,
+            token_bytes_total=len(layers) * per_token * held * streams,
+            fixed_bytes_total=len(layers) * fixed * slots,
+            token_copies=streams,
+            fixed_copies=slots,
+            held_note=self.held_note(first, context, batch) if first.grows else "",
         )
+
+    def slots_note(self, model: ModelSpec) -> str:
+        """What a unified cache made for more slots than one sequence holds (fit's note)."""
+        slots = self.slots(1)
+        roles = {c.role for c in self.caches(model, 1)}
+        kept = [
+            what
+            for role, what in (
+                ("swa", f"each sliding-window layer keeps {slots} windows and a micro-batch"),
+                ("recr", f"each recurrent layer keeps {slots} states"),
+            )
+            if any(r.endswith(role) for r in roles)
+        ]
+        held = f"; {' and '.join(kept)}, however few requests run" if kept else ""
+        return (
+            f"llama.cpp: {slots} slots share one unified cache (llama-server's automatic -np, with --kv-unified): -c "
+            f"is every request's tokens together, and one request may fill it{held}; at most {slots} requests run "
+            "at once (-np N makes N streams instead, one per request)"
+        )
+
+    def held_note(self, layer: LayerKind, context: int, batch: int = 1) -> str:
+        """How a windowed layer's cells come about, where the window rule sets them ("" otherwise)."""
+        cap = layer.token_cap
+        seqs = self.slots(batch) if self.options.kv_unified else 1
+        if cap is None or self.options.swa_full:
+            return ""
+        if cap * seqs + self.ubatch(context, batch) >= self.cells(context, batch):
+            return ""  # the whole context, as the full-attention layers
+        windows = f"{seqs} slots × {cap:,} window" if seqs > 1 else f"{cap:,} window"
+        return f"{windows} + {self.ubatch(context, batch):,} micro-batch tokens, rounded up to {CELL_PAD} cells"
 
 
 __all__ = [

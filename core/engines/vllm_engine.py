@@ -499,6 +499,8 @@ class VllmEngine(Engine):
                 fixed_bytes=plan.page_bytes[g.page] if is_state else 0,
                 token_bytes_total=0 if is_state else total,
                 fixed_bytes_total=total if is_state else 0,
+                token_copies=batch,
+                fixed_copies=batch,
             )
             old = lines.get(line.label)
             if old:

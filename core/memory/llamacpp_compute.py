@@ -218,12 +218,13 @@ def ubatch(engine: LlamaCppEngine, model: ModelSpec, context: int, n_seq: int, n
         raise InputError(f"n_outputs_max must be 0 (n_batch) or positive, got {n_outputs_max}")
     first = min(o.n_ubatch, o.n_batch, n_ctx)
     outputs = min(first, n_outputs_max or o.n_batch)  # sched_reserve: n_outputs_pp = min(n_tokens, n_outputs_max)
-    tokens = round_up(first, n_seq)  # graph_reserve: n_tokens rounded up to a multiple of n_seqs (= n_seq_max)
+    slots = engine.slots(n_seq)  # n_seq_max: a unified cache's slots may be more than the sequences in flight
+    tokens = round_up(first, slots)  # graph_reserve: n_tokens rounded up to a multiple of n_seqs (= n_seq_max)
     caps = {p.token_cap for layer in model.census for p in layer.parts() if p.grows and p.token_cap is not None}
     window = engine.window_cells(max(caps), context, n_seq) if caps else 0
     has_full = any(p.grows and p.token_cap is None for layer in model.census for p in layer.parts())
     cells = engine.cells(context, n_seq) if has_full else 0
-    return Ubatch(tokens, outputs, cells, window, engine.streams(n_seq), n_seq)
+    return Ubatch(tokens, outputs, cells, window, engine.streams(n_seq), slots)
 
 
 def inputs(w: Widths, u: Ubatch, flash_attn: bool, attention: bool = True, f32_mask: bool = False) -> Item:

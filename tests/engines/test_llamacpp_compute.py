@@ -159,6 +159,7 @@ class Case:
     swa_full: bool = False
     n_outputs_max: int = 0  # 0: n_batch; llama-server passes its slot count
     kv_type: str = "f16"  # -ctk / -ctv
+    slots: int = 0  # a unified cache's n_seq_max when more than n_seq (llama-server's automatic 4 slots)
 
     @property
     def id(self) -> str:
@@ -166,6 +167,7 @@ class Case:
         flags += [f"b={self.n_batch}"] if self.n_batch != 2048 else []
         flags += [f"outputs={self.n_outputs_max}"] if self.n_outputs_max else []
         flags += [f"kv={self.kv_type}"] if self.kv_type != "f16" else []
+        flags += [f"slots={self.slots}"] if self.slots else []
         fa = "on" if self.flash_attn else "off"
         return " ".join([f"{self.model} ctx={self.n_ctx} ub={self.n_ubatch} fa={fa} s={self.n_seq}", *flags])
 
@@ -181,6 +183,7 @@ class Case:
                 flash_attn=self.flash_attn,
                 kv_unified=self.kv_unified,
                 swa_full=self.swa_full,
+                n_seq_max=self.slots,
             )
         )
 
@@ -189,7 +192,7 @@ class Case:
             "id": self.id,
             "model": self.model,
             "n_ctx": self.n_ctx,
-            "n_seq_max": self.n_seq,
+            "n_seq_max": self.engine().slots(self.n_seq),
             "n_ubatch": self.n_ubatch,
             "n_batch": self.n_batch,
             "flash_attn": "on" if self.flash_attn else "off",
@@ -224,6 +227,9 @@ def _long_cases() -> list[Case]:
         cases.append(Case(LONG[4], ctx, 512, True, 4, kv_unified=True, n_outputs_max=4))
         cases.append(Case(LONG[4], ctx, 512, True, 1))
     cases += [Case(LONG[4], 4096, 512, False, 1), Case(LONG[4], 32768, 128, True, 4)]
+    # llama-server's 4 slots with one sequence in flight: a window and a recurrent state per slot, T a multiple of 4
+    for m, ctx in ((LONG[0], 131072), (LONG[2], 131072), (LONG[4], 32768)):
+        cases.append(Case(m, ctx, 512, True, 1, kv_unified=True, n_outputs_max=4, slots=4))
     return cases
 
 
@@ -238,6 +244,7 @@ def _cases() -> list[Case]:
             Case(m, 8192, 256, False, 1, swa_full=True),
             Case(m, 3000, 2048, True, 3),  # n_ctx not a multiple of 256, ubatch above it
             Case(m, 8192, 512, True, 4, kv_unified=True, n_outputs_max=4),  # llama-server's defaults
+            Case(m, 8192, 510, True, 1, kv_unified=True, n_outputs_max=4, slots=4),  # and one of its 4 slots busy
         ]
     return cases
 

@@ -51,9 +51,10 @@ class Case:
         return {
             "id": self.id,
             "model": self.model,
-            # batch sequences of `context` tokens each: n_seq_max = batch, n_ctx = batch × context
+            # batch sequences of `context` tokens each: n_ctx = batch × context, n_seq_max = batch or, for a unified
+            # cache made for more slots (llama-server's 4), the slots
             "n_ctx": self.context * self.batch,
-            "n_seq_max": self.batch,
+            "n_seq_max": self.engine.slots(self.batch),
             "n_ubatch": o.n_ubatch,
             "n_batch": o.n_batch,
             "type_k": self.kv,
@@ -84,11 +85,17 @@ def _cases() -> list[Case]:
             Case(m, 4096, 4, options={"kv_unified": True}),
             Case(m, 4096, 4, kv="q4_0", options={"kv_unified": True, "n_ubatch": 128}),
             Case(m, 300, 2, options={"n_batch": 100}),
+            # a unified cache made for more slots than sequences in flight: a window per slot (40 of them, so that
+            # the tiny window of 8 shows past the 256-cell padding)
+            Case(m, 4096, 1, options={"kv_unified": True, "n_seq_max": 40, "n_ubatch": 64}),
+            Case(m, 2000, 2, options={"kv_unified": True, "n_seq_max": 30}),
         ]
     for m in ("llama", "gemma3", "deepseek_v3", "qwen3_5", "granite_h"):
         cases.append(Case(m, 1000, 2, options={"flash_attn": False}))
     for m in ROLLBACK:
         cases.append(Case(m, 1000, 2, options={"n_rs_seq": 3}))
+    for m in ("qwen3_5", "mamba", "granite_h", "llama"):  # a recurrent state per slot; plain attention unchanged
+        cases.append(Case(m, 4096, 1, options={"kv_unified": True, "n_seq_max": 4}))
     for front in FRONTENDS.values():
         for m in ("gemma3", "qwen3_5"):
             options = {k: v for k, v in asdict(front.options).items() if v != getattr(LlamaCppOptions(), k)}
@@ -183,7 +190,7 @@ def test_memory_class_cells_and_streams_match_the_log(referee, case):
         for line in result["log"]
         if (m := re.search(r"llama_kv_cache: size = .*\(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)/(\d+) seqs", line))
     ]
-    expected = [(c.cells, c.layers, case.batch, c.streams) for c in ours if c.role != "recr"]
+    expected = [(c.cells, c.layers, engine.slots(case.batch), c.streams) for c in ours if c.role != "recr"]
     assert kv_logged == expected, "\n".join(result["log"])
     rs_logged = [
         tuple(map(int, m.groups()))

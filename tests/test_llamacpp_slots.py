@@ -1,0 +1,84 @@
+"""llama-server's unified cache: 4 slots (its automatic -np) share one stream of cells, whatever the requests.
+
+libllama referees the caches of a unified cache made for more slots than sequences in flight
+(tests/engines/test_llamacpp_engine.py, the n_seq_max cases) and its compute buffer (test_llamacpp_compute.py,
+slots=4). Here: that `fit` sizes a request the way llama-server allocates it, and the requests it reports are the
+most whose cells, windows, states and masks fit, at most the slots."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from core.cli import main
+from core.engines import configured
+from core.fit import Setup, Solver, fit
+from core.llamacpp_autofit import projected
+from core.memory.gpus import card_named
+from core.model.loading import load_model
+from core.report import verdict
+
+SERVER = configured("llama.cpp", frontend="llama-server")
+
+
+def server_setup(model: str, card: str = "RTX 4090", **changes) -> Setup:
+    return Setup(load_model(model), changes.pop("engine", SERVER), card_named(card), weights="q4_k_m", **changes)
+
+
+@pytest.mark.parametrize("model", ["google/gemma-3-12b-it", "Qwen/Qwen3.5-9B", "openai/gpt-oss-20b"])
+def test_one_request_is_sized_as_llama_server_allocates_it(model):
+    """A request of C tokens is `llama-server -c C`: four slots' windows and states beside C cells. The total is
+    what llama.cpp's own --fit projects for that -c over the four slots (a second path through the engine)."""
+    setup = server_setup(model)
+    row = fit(setup, [131072]).rows[0]
+    assert row.total_bytes == projected(setup, 131072, 4, None)
+    one_slot = fit(replace(setup, engine=SERVER.with_options(n_seq_max=0)), [131072])
+    assert row.cache_bytes > one_slot.rows[0].cache_bytes  # a window (Gemma, gpt-oss) or a state (Qwen) per slot
+
+
+def test_gemma_holds_four_windows_and_a_micro_batch():
+    # Gemma 3 12B: 40 sliding layers × 8 KV heads × 256 × 2 (K, V) × 2 B = 8,192 B a token each; llama-server's
+    # 4 slots keep 4 × 1,024 + 512 = 4,608 cells of each (llama-kv-cache-iswa.cpp), one request 1,024 + 512 → 1,536
+    row = fit(server_setup("google/gemma-3-12b-it"), [131072]).rows[0]
+    swa = next(line for line in row.account.lines if line.label.startswith("sliding_window"))
+    assert (swa.count, swa.bytes_per_token, swa.tokens_held) == (40, 8192, 4608)
+    assert "4 slots × 1,024 window + 512 micro-batch tokens" in swa.held_note
+
+
+def test_requests_are_the_most_that_fit_and_at_most_the_slots():
+    setup = server_setup("meta-llama/Llama-3.1-8B-Instruct")
+    solver = Solver(setup)
+    result = fit(setup, [4096, 65536, 131072])
+    small, mid, large = result.rows
+    assert (small.max_concurrency, small.slots) == (4, 4)  # memory has room for more: the slots bound it
+    share = solver.fullest(65536)
+    for row in (mid, large):
+        n = int(row.max_concurrency)
+        assert row.slots == 0 and 1 <= n < 4
+        # n sequences of the context fit on the card, n + 1 do not: weights, overhead and cache, summed here
+        assert share.weights + sum(solver.need(share, row.context, n)) <= solver.usable
+        assert share.weights + sum(solver.need(share, row.context, n + 1)) > solver.usable
+    assert "every slot llama.cpp makes" in verdict(result, small).sentence
+    assert any("4 slots share one unified cache" in note for note in result.notes)
+
+
+def test_without_a_unified_cache_each_request_is_its_own_stream():
+    """-np N (or --no-kv-unified): one stream per request, no slot bound, the llama-cli figures."""
+    split = SERVER.with_options(kv_unified=False)
+    rows = fit(server_setup("meta-llama/Llama-3.1-8B-Instruct", engine=split), [4096]).rows
+    assert rows[0].max_concurrency > 4 and rows[0].slots == 0
+    assert not any("slots share" in note for note in fit(server_setup("Qwen/Qwen3-8B", engine=split)).notes)
+
+
+def test_cli_marks_rows_the_slots_bound(capsys):
+    args = ["fit", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "RTX 4090", "--engine", "llama.cpp"]
+    args += ["--frontend", "llama-server", "--weights", "q4_k_m", "--context", "4K", "--context", "128K"]
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [row.get("slots") for row in out["contexts"]] == [4, None]
+    assert out["engine_options"]["n_seq_max"] == 4
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "4  (every slot)" in text and "-np N makes N streams instead" in text
