@@ -27,15 +27,16 @@ from core.engines.runtimes import (
     OLLAMA_VERSION,
     OllamaSettings,
     OllamaSplit,
+    estimate_kv_type,
     estimator_covers,
     gguf_arch,
     gguf_blocks,
     gguf_facts,
-    kv_type,
     llama_engine,
     ollama_layers,
     request_ctx,
-    uses_flash_attention,
+    server_flash_attention,
+    server_kv_type,
 )
 from core.errors import InputError
 from core.fit import Fit, Setup, Solver, fit
@@ -102,8 +103,8 @@ class OllamaRow:
     runner_why: str
     num_ctx: int  # per request, capped at the model's training context
     num_parallel: int
-    kv_type: str  # what the cache is sized in
-    flash_attention: bool
+    kv_type: str  # what current Ollama's cache is (OLLAMA_KV_CACHE_TYPE as given: runtimes.server_kv_type)
+    flash_attention: bool  # as current Ollama has llama-server run it (runtimes.server_flash_attention)
     # Current Ollama passes no -ngl, so llama-server's own fit (core.llamacpp_autofit) picks the layers the row's
     # account and speed use, and for MoE models which layers keep their experts in RAM
     layers: int  # on the GPU, the output layer counted as one
@@ -180,10 +181,10 @@ def llama_setup(
     """llama.cpp as Ollama runs it (-np num_parallel, -b/-ub num_batch), its cache type, -ngl `gpu_layers`."""
     return Setup(
         model=model,
-        engine=llama_engine(model, settings),
+        engine=llama_engine(settings),
         card=card,
         weights=weights,
-        kv_dtype=kv_type(model, settings),
+        kv_dtype=server_kv_type(settings),
         gpu_layers=gpu_layers,
     )
 
@@ -196,7 +197,7 @@ def go_engine_layout(
     blocks, output = gguf_blocks(model, weights)
     batch = min(num_ctx, settings.num_batch)  # llm/server.go NewLlamaServer: NumBatch = min(NumBatch, NumCtx)
     cache = cache_bytes(
-        model.layers, gguf_arch(model), kv_type(model, settings), num_ctx, settings.num_parallel, batch
+        model.layers, gguf_arch(model), estimate_kv_type(model, settings), num_ctx, settings.num_parallel, batch
     )  # fmt: skip
     solver = Solver(llama_setup(model, card, settings, weights))
     graph = sum(item.bytes for item in solver.overhead(num_ctx, settings.num_parallel))
@@ -213,6 +214,7 @@ def ollama_row(
 ) -> OllamaRow:
     """Ollama on a `card` with `free` bytes free (None: nothing else on it), checked and timed by kvscope."""
     hw = hw or host()[0]
+    kv = server_kv_type(settings)  # first: a quantised cache without flash attention is refused before any fit
     placed = free_card(card, free)
     num_ctx = request_ctx(model, settings, card.memory_bytes)
     arch = gguf_arch(model)
@@ -242,8 +244,8 @@ def ollama_row(
         runner_why=now.why,
         num_ctx=num_ctx,
         num_parallel=settings.num_parallel,
-        kv_type=kv_type(model, settings),
-        flash_attention=uses_flash_attention(model, settings),
+        kv_type=kv,
+        flash_attention=server_flash_attention(settings),
         layers=layers,
         blocks=blocks,
         fit_note="; ".join(choice.steps),
@@ -420,7 +422,8 @@ def explain(row: OllamaRow, model: ModelSpec) -> list[str]:
         f"llama-server's --fit chooses (common/fit.cpp, 1 GiB left free): {row.fit_note}; -ngl {ngl} of {n + 1}",
         *(_estimate_lines(row, model) if row.split else []),
         f"**kvscope's llama.cpp account of that split** (-ngl {ngl}, -c "
-        f"{row.num_ctx * row.num_parallel:,} -np {row.num_parallel}, cache {row.kv_type}):",
+        f"{row.num_ctx * row.num_parallel:,} -np {row.num_parallel}, cache {row.kv_type}, flash attention "
+        f"{'on' if row.flash_attention else 'off'}):",
         f"- weights on the GPU {format_bytes(fit_row.weights_bytes)} + compute buffers "
         f"{format_bytes(fit_row.overhead_bytes)} + {row.num_parallel} × cache {format_bytes(fit_row.cache_bytes)} = "
         f"**{format_bytes(row.kvscope_gpu_bytes)}** of {format_bytes(row.fit.usable_bytes)}: "

@@ -83,7 +83,8 @@ def test_a_hybrid_gets_ollamas_split_too():
     )
     text = shown_text(at)
     assert "full-attention models only" not in text
-    assert f"offload {row.layers} of {row.blocks + 1} layers" in text
+    placed = f"all {row.blocks + 1} layers" if row.full else f"{row.layers} of {row.blocks + 1} layers"
+    assert f"offload {placed}" in text
     assert links_to_the_ollama_page(at)
 
 

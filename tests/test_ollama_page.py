@@ -37,7 +37,7 @@ def ollama_page(params: dict[str, str]):
 def expected(name: str, card_name: str, settings: OllamaSettings, hw: Hardware, weights: str = "q4_k_m") -> dict:
     model, card = load_model(name), card_named(card_name)
     split = ollama_layers(model, card.memory_bytes, settings, weights)
-    setup = Setup(model=model, engine=llama_engine(model, settings), card=card, weights=weights, kv_dtype=split.kv_type)
+    setup = Setup(model=model, engine=llama_engine(settings), card=card, weights=weights, kv_dtype=split.kv_type)
     # current Ollama: -c num_ctx × np -np np and no -ngl, so llama-server's --fit places the layers
     np = settings.num_parallel
     choice = fit_params(setup, split.num_ctx * np, np)
@@ -45,9 +45,7 @@ def expected(name: str, card_name: str, settings: OllamaSettings, hw: Hardware, 
     slots = len(model.layers) + 1
     row = fit(setup, [split.num_ctx]).rows[0]
     cache = (
-        llama_engine(model, settings)
-        .account(setup_model(setup), split.num_ctx, settings.num_parallel, split.kv_type)
-        .total
+        llama_engine(settings).account(setup_model(setup), split.num_ctx, settings.num_parallel, split.kv_type).total
     )
     speed = predict(setup, hw, split.num_ctx, 1)
     # the held-out error of the card's group, read from fitted.json itself (every layer's pass is driven by the GPU)
@@ -132,6 +130,16 @@ def test_settings_host_and_a_second_model_reach_the_table():
     assert phi.loc["GeForce RTX 4060 8GB", "decode tok/s"] < phi.loc["GeForce RTX 4090 24GB", "decode tok/s"]
 
 
+def test_a_quantised_cache_follows_current_ollamas_flash_attention():
+    """v0.32.15 passes OLLAMA_KV_CACHE_TYPE as given and flash attention auto (on) unless the variable is set: a
+    q8_0 cache with the variable unset is q8_0 for Llama too (v0.12.10 sized it f16), and with it off llama-server
+    refuses to start, which the page says instead of a table."""
+    at = ollama_page({"model": LLAMA, "okv": "q8_0"})
+    assert set(at.dataframe[0].value["KV"]) == {"q8_0"}
+    at = ollama_page({"model": LLAMA, "okv": "q8_0", "ofa": "off"})
+    assert not at.dataframe and "refuses a quantised V cache" in at.error[0].value
+
+
 def test_the_explanation_is_drawn_only_while_open_and_keeps_its_row():
     """Closed, the box holds nothing (its long markdown would be drawn, hidden, into a fresh tab's first render);
     the row picked in it stays when it is closed and opened again."""
@@ -180,7 +188,7 @@ def fit_split(name: str, card_name: str) -> str:
     -ngl), as "N/M"."""
     model, card = load_model(name), card_named(card_name)
     num_ctx = min(default_num_ctx(card.memory_bytes), model.max_context or 1 << 30)
-    setup = Setup(model, llama_engine(model, OllamaSettings()), card, weights="q4_k_m", kv_dtype="f16")
+    setup = Setup(model, llama_engine(OllamaSettings()), card, weights="q4_k_m", kv_dtype="f16")
     choice = fit_params(setup, num_ctx, 1)
     slots = len(model.layers) + 1
     return f"{slots if choice.gpu_layers is None else choice.gpu_layers}/{slots}"

@@ -66,7 +66,7 @@ def test_cli_rows_are_ollamas_split_kvscopes_fit_and_the_predicted_speed(capsys)
         split = ollama_layers(model, card.memory_bytes, OllamaSettings())
         where = (r["model"], r["card"])
         # current Ollama passes no -ngl: llama-server's --fit on -c num_ctx -np 1 places the layers and experts
-        engine = llama_engine(model, OllamaSettings())
+        engine = llama_engine(OllamaSettings())
         setup = Setup(model=model, engine=engine, card=card, weights="q4_k_m", kv_dtype=split.kv_type)
         choice = fit_params(setup, split.num_ctx, 1)
         setup = replace(setup, gpu_layers=choice.gpu_layers, cpu_experts=choice.cpu_experts)
@@ -97,10 +97,10 @@ def test_parallel_requests_are_num_parallel_streams_of_num_ctx(capsys):
     )
     r = out["rows"][0]
     settings = OllamaSettings(num_ctx=8192, num_parallel=3)
-    setup = Setup(model, llama_engine(model, settings), card_named(CARDS[-1]), weights="q4_k_m")
+    setup = Setup(model, llama_engine(settings), card_named(CARDS[-1]), weights="q4_k_m")
     assert r["layers"] == len(model.layers) + 1  # every layer on the 4090, so the whole cache is on it
     one = fit(setup, [8192]).rows[0]
-    three = llama_engine(model, settings).account(model, 8192, 3, "f16").total
+    three = llama_engine(settings).account(model, 8192, 3, "f16").total
     assert r["kvscope_gpu_bytes"] == one.weights_bytes + one.overhead_bytes + three
     assert three == 3 * one.cache_bytes  # separate streams: three times one sequence's cells
 
@@ -140,7 +140,7 @@ def test_decode_time_is_the_bytes_left_in_ram_over_its_bandwidth_plus_the_gpu_pa
     bandwidth-bound, so its time is (weights of those blocks + their KV) ÷ (RAM GB/s × efficiency)."""
     model, card = load_model("microsoft/phi-4"), card_named("GeForce RTX 4060 8GB")
     hw = Hardware(ram_gb_s=20.0, threads=32)
-    r = ollama_row(model, card, OllamaSettings(num_ctx=4096), hw=hw)
+    r = ollama_row(model, card, OllamaSettings(num_ctx=4096, flash_attention=False), hw=hw)
     assert not r.full and 0 < r.layers < r.blocks
     cfg = model.config
     sizes = tensor_bytes(count_params(model), "q4_k_m", 2)
@@ -151,7 +151,7 @@ def test_decode_time_is_the_bytes_left_in_ram_over_its_bandwidth_plus_the_gpu_pa
     head_dim = cfg["hidden_size"] // cfg["num_attention_heads"]
     kv_per_layer = 4096 * 2 * cfg["num_key_value_heads"] * head_dim * 2  # cells × (K + V) × heads × dim × f16
     in_ram += kept * kv_per_layer
-    # flash attention is off (OLLAMA_FLASH_ATTENTION unset): each block writes its f32 scores and reads them back,
+    # flash attention is off (OLLAMA_FLASH_ATTENTION=0): each block writes its f32 scores and reads them back,
     # KQ then softmax, 4 × 4 B per head per cached token (llama-graph.cpp build_attn_mha, the non-flash branch)
     in_ram += kept * 16 * cfg["num_attention_heads"] * 4096
     eff = efficiency_for("llama.cpp", "cpu").bandwidth
@@ -416,7 +416,7 @@ def test_the_apps_default_hybrid_on_four_cards(capsys):
     for r in out["rows"]:
         card = card_named(r["card"])
         num_ctx = default_num_ctx(card.memory_bytes)
-        setup = Setup(model, llama_engine(model, OllamaSettings()), card, weights="q4_k_m", kv_dtype="f16")
+        setup = Setup(model, llama_engine(OllamaSettings()), card, weights="q4_k_m", kv_dtype="f16")
         choice = fit_params(setup, num_ctx, 1)
         assert r["num_ctx"] == num_ctx
         assert r["layers"] == (choice.n_layers + 1 if choice.gpu_layers is None else choice.gpu_layers)

@@ -12,10 +12,14 @@ from core.engines.runtimes import (
     OllamaSettings,
     apple_gpu_bytes,
     default_num_ctx,
+    estimate_flash_attention,
+    estimate_kv_type,
     gguf_facts,
     llama_engine,
     lmstudio_gpu_layers,
     ollama_layers,
+    server_flash_attention,
+    server_kv_type,
 )
 from core.errors import InputError
 from core.fit import Setup, fit
@@ -174,13 +178,25 @@ def test_default_context_tiers():
 
 def test_ollama_frontend_and_engine_are_what_it_passes_llama_server():
     model = load_model("meta-llama/Llama-3.1-8B-Instruct")
-    engine = llama_engine(model, OllamaSettings())
+    engine = llama_engine(OllamaSettings())
     assert engine.options.kv_unified is False  # Ollama always passes -np
     assert (engine.options.n_batch, engine.options.n_ubatch) == (512, 512)
-    assert engine.options.flash_attn is False  # llama arch: off unless OLLAMA_FLASH_ATTENTION is set
+    # v0.32.15 passes --flash-attn auto unless OLLAMA_FLASH_ATTENTION is set (llama_server.go
+    # LlamaServerFlashAttention), whatever the architecture: v0.12.10's per-architecture list is its estimate's only
+    assert engine.options.flash_attn is True and server_flash_attention(OllamaSettings()) is True
+    assert estimate_flash_attention(model, OllamaSettings()) is False  # llama: not on v0.12.10's list
+    off = OllamaSettings(flash_attention=False)
+    assert llama_engine(off).options.flash_attn is False
     assert FRONTENDS["ollama"].options.kv_unified is False and FRONTENDS["ollama"].n_parallel == 1
+    # a quantised cache is passed as given: with flash attention off llama-server refuses it, and kvscope says so
+    assert server_kv_type(OllamaSettings(kv_cache_type="q8_0")) == "q8_0"
+    assert estimate_kv_type(model, OllamaSettings(kv_cache_type="q8_0")) == "f16"  # v0.12.10 sized it f16
+    with pytest.raises(InputError, match=r"OLLAMA_FLASH_ATTENTION=0.*refuses a quantised V cache"):
+        server_kv_type(OllamaSettings(kv_cache_type="q4_0", flash_attention=False))
     with pytest.raises(InputError, match="flash attention"):  # llama.cpp refuses a quantised V without it
-        fit(Setup(model=model, engine=engine, card=card_named("RTX 4090"), weights="q4_k_m", kv_dtype="q8_0"), [4096])
+        setup = Setup(model=model, engine=llama_engine(off), card=card_named("RTX 4090"), weights="q4_k_m",
+                      kv_dtype="q8_0")  # fmt: skip
+        fit(setup, [4096])
 
 
 def test_ollama_split_on_kvscopes_llamacpp_stays_on_the_card():
@@ -194,7 +210,7 @@ def test_ollama_split_on_kvscopes_llamacpp_stays_on_the_card():
             split = ollama_layers(model, card.memory_bytes, settings)
             setup = Setup(
                 model=model,
-                engine=llama_engine(model, settings),
+                engine=llama_engine(settings),
                 card=card,
                 weights="q4_k_m",
                 gpu_layers=split.gpu_layers,

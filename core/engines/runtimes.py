@@ -14,6 +14,10 @@ Ollama v0.32.15 (the release whose defaults are modelled; paths at that tag):
   gets num_ctx; an explicit -np keeps llama-server's kv_unified off), :394-395 `--cache-type-k/-v` as given (llama.cpp
   then refuses a quantised V without flash attention), :590-591 `-b/-ub num_batch` (default 512, api/types.go:1116),
   and :403-410 no -ngl by default: llama-server's own fit chooses the layers.
+- llm/llama_server.go:596-621 LlamaServerFlashAttention: `--flash-attn on|off` as OLLAMA_FLASH_ATTENTION says, else
+  `auto` where ml/device.go:571-583 FlashAttentionSupported passes (CUDA from compute capability 6.0 but 7.2, Metal,
+  ROCm, Vulkan, CPU: every card kvscope lists), which llama.cpp turns on when it makes the cache. The per-
+  architecture list below is v0.12.10's estimate only (`server_flash_attention`, `estimate_flash_attention`).
 
 The layer estimate is llm/memory.go `estimateGPULayers` at v0.12.10, the last release that chose the split from
 a static estimate (from v0.12.11, commit f560bd077, both runners size layers by a trial allocation; from
@@ -110,26 +114,44 @@ def gguf_arch(model: ModelSpec) -> str:
     return GGUF_ARCH.get(model.model_type, model.model_type)
 
 
-def uses_flash_attention(model: ModelSpec, settings: OllamaSettings) -> bool:
+def server_flash_attention(settings: OllamaSettings) -> bool:
+    """Flash attention as current Ollama has llama-server run it: OLLAMA_FLASH_ATTENTION when set, else auto, on."""
+    return settings.flash_attention if settings.flash_attention is not None else True
+
+
+def server_kv_type(settings: OllamaSettings) -> str:
+    """The cache type current Ollama passes (--cache-type-k/-v as OLLAMA_KV_CACHE_TYPE says); llama.cpp refuses a
+    quantised one without flash attention, and so does Ollama's load, which this message names."""
+    if settings.kv_cache_type != "f16" and not server_flash_attention(settings):
+        raise InputError(
+            f"OLLAMA_KV_CACHE_TYPE={settings.kv_cache_type} with OLLAMA_FLASH_ATTENTION=0: Ollama {OLLAMA_VERSION} "
+            "passes both to llama-server, which refuses a quantised V cache without flash attention; unset "
+            "OLLAMA_FLASH_ATTENTION (auto turns it on) or keep OLLAMA_KV_CACHE_TYPE f16"
+        )
+    return settings.kv_cache_type
+
+
+def estimate_flash_attention(model: ModelSpec, settings: OllamaSettings) -> bool:
     """v0.12.10 memory.go:194-196: the env var, else the architecture's default; never where unsupported."""
     arch = gguf_arch(model)
     wanted = settings.flash_attention if settings.flash_attention is not None else arch in FLASH_BY_DEFAULT
     return wanted and arch not in NO_FLASH
 
 
-def kv_type(model: ModelSpec, settings: OllamaSettings) -> str:
-    """The cache type Ollama's estimate uses: a quantised one only with flash attention (memory.go:198-205)."""
-    return settings.kv_cache_type if uses_flash_attention(model, settings) else "f16"
+def estimate_kv_type(model: ModelSpec, settings: OllamaSettings) -> str:
+    """The cache type v0.12.10's estimate (and the Go engine) uses: a quantised one only with flash attention
+    (memory.go:198-205)."""
+    return settings.kv_cache_type if estimate_flash_attention(model, settings) else "f16"
 
 
-def llama_engine(model: ModelSpec, settings: OllamaSettings) -> LlamaCppEngine:
+def llama_engine(settings: OllamaSettings) -> LlamaCppEngine:
     """The llama.cpp context Ollama asks for (llm/llama_server.go at v0.32.15): -np given, so kv_unified stays off;
-    -b and -ub both num_batch."""
+    -b and -ub both num_batch; flash attention as LlamaServerFlashAttention passes it."""
     options = LlamaCppOptions(
         n_ubatch=settings.num_batch,
         n_batch=settings.num_batch,
         kv_unified=False,
-        flash_attn=uses_flash_attention(model, settings),
+        flash_attn=server_flash_attention(settings),
         n_outputs_max=settings.num_parallel,  # llama-server's slots
     )
     return LlamaCppEngine(options=options)
@@ -278,7 +300,7 @@ def estimator_terms(
     """`total_bytes` (default: `free_bytes`) sets the default num_ctx; `free_bytes` is what the layers go into."""
     f = gguf_facts(model, weights)
     num_ctx = request_ctx(model, settings, total_bytes or free_bytes)
-    kvct = kv_type(model, settings)
+    kvct = estimate_kv_type(model, settings)
     context = num_ctx * settings.num_parallel
     batch = min(num_ctx, settings.num_batch)
     kv = tuple(int(context * (f.key_length + f.value_length) * f.heads_kv * KV_BYTES[kvct]) for _ in f.blocks)
