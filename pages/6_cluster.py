@@ -112,7 +112,8 @@ st.dataframe(
     column_config={
         "requests": st.column_config.NumberColumn(help="DP ranks × requests one engine core holds", format="localized"),
         "cache tokens": st.column_config.NumberColumn(
-            help="KV cache size every DP rank logs, added up", format="localized"
+            help="KV cache size every DP rank logs with the plan's --max-model-len (the context), added up",
+            format="localized",
         ),
         "stage": st.column_config.NumberColumn(
             help="The pipeline stage the GPU figures are of: the one that sets the block count, as in the arithmetic"

@@ -102,7 +102,10 @@ def test_launch_covers_each_way_vllm_starts_on_nodes():
         return [s.command for s in launch(evaluate(model, cluster, layout, 32768, **kw))]
 
     one_node = commands(Cluster(H200, 1, 8), Layout(tp=8), kv_dtype="fp8", gpu_memory_utilization=0.9)
-    assert one_node == [f"vllm serve {DSV3} --tensor-parallel-size 8 --kv-cache-dtype fp8 --gpu-memory-utilization 0.9"]
+    assert one_node == [
+        f"vllm serve {DSV3} --tensor-parallel-size 8 --max-model-len 32768 --kv-cache-dtype fp8 "
+        "--gpu-memory-utilization 0.9"
+    ]
     dp = commands(two, Layout(1, 1, 16, True))  # whole engine cores on each node: vLLM's data-parallel flags
     assert "--data-parallel-size-local 8" in dp[1] and "--headless" not in dp[1]
     assert dp[2].endswith("--data-parallel-start-rank $((NODE_RANK * 8)) --headless")
@@ -110,7 +113,8 @@ def test_launch_covers_each_way_vllm_starts_on_nodes():
     assert ray[1:] == [
         "ray start --head --port=6379",
         "ray start --address=$HEAD_IP:6379",
-        f"vllm serve {DSV3} --tensor-parallel-size 8 --pipeline-parallel-size 2 --distributed-executor-backend ray",
+        f"vllm serve {DSV3} --tensor-parallel-size 8 --pipeline-parallel-size 2 --max-model-len 32768 "
+        "--distributed-executor-backend ray",
     ]
     spanning = commands(Cluster(H200, 4, 8), Layout(8, 2, 2, True))  # several cores, each over two nodes
     assert spanning[1].endswith("--nnodes 4 --master-addr $HEAD_IP --node-rank 0")

@@ -11,6 +11,7 @@ import pytest
 
 from core.cli import main
 from core.dtypes import dtype_named
+from core.engines import configured
 from core.engines.vllm_cluster import (
     Cluster,
     Layout,
@@ -21,12 +22,14 @@ from core.engines.vllm_cluster import (
     layouts,
     plain_tp,
     plans,
+    serve_command,
     serve_defaults,
     stage_token_bytes,
     stage_weights,
 )
 from core.engines.vllm_engine import ServeDefaults, VllmEngine, VllmOptions
 from core.errors import InputError
+from core.fit import Setup, fit
 from core.memory.gpus import card_named
 from core.memory.quant import weights_bytes
 from core.model.loading import load_model
@@ -241,6 +244,44 @@ def test_splits_vllm_refuses_are_listed_with_its_reason_not_raised():
     refused = {r.layout.tp: r.why_not for r in ranked if r.why_not}
     assert set(refused) == {4, 8} and all("does not divide the 10 KV heads" in w for w in refused.values())
     assert ranked[0].why_not is None and ranked[-1].why_not
+
+
+@pytest.mark.parametrize(
+    ("tp", "dp", "ep", "refused"),
+    [
+        (1, 16, False, False),  # 2048 / 16 = 128: whole 128 × 128 blocks
+        (8, 4, False, False),  # 64: vLLM refines the scales to 64 × 64 (gcd with 7,168), Triton kernels
+        (8, 8, False, False),  # 32: refined to 32 × 32, the finest it tries
+        (8, 16, False, True),  # 16: under 32, validate_fp8_block_shape_moe raises
+        (8, 512, False, True),  # 2048 / 4096 leaves no column at all
+        (8, 16, True, False),  # expert parallel: each rank holds whole experts, no slice
+    ],
+)
+def test_block_fp8_experts_split_past_their_scale_blocks_are_refused(dsv3, tp, dp, ep, refused):
+    """DeepSeek-V3's experts are 2,048 wide in 128 × 128 fp8 scale blocks (its quantization_config); without EP each
+    of the DP × TP ranks holds a slice of every expert (fused_moe/oracle/fp8.py, vLLM 0.32, read from source)."""
+    layout = Layout(tp=tp, dp=dp, expert_parallel=ep)
+    result = evaluate(dsv3, Cluster(H200, tp * dp // 8, 8), layout, 8192)
+    why = result.why_not or ""
+    assert ("vLLM refuses experts TP" in why) == refused, why
+    if refused:
+        assert f"experts TP {tp * dp}" in why and "--enable-expert-parallel" in why
+    # a bf16 checkpoint has no scale blocks: the same split is not refused for that reason
+    plain = evaluate(dsv3, Cluster(H200, tp * dp // 8, 8), layout, 8192, weights="bf16")
+    assert "vLLM refuses experts TP" not in (plain.why_not or "")
+
+
+def test_cache_tokens_are_what_vllm_logs_when_started_as_the_plan_says():
+    """The plan is sized at its context, so its command passes it as --max-model-len: vLLM (0.21 on) logs its KV
+    cache size as concurrency × max_model_len, which for gpt-oss's windows is far from the pool's tokens at the
+    model's own 131K. Fit a card with the same --max-model-len logs the same line."""
+    model = load_model("openai/gpt-oss-120b")
+    plan = evaluate(model, Cluster(H200, 1, 8), Layout(tp=8), 8192)
+    assert "--max-model-len 8192" in serve_command(plan)
+    alone = fit(Setup(model, configured("vllm"), H200, gpus=8, tp=8, max_model_len=8192), [8192]).vllm
+    assert plan.cache_tokens == alone.kv_cache_tokens == int(alone.max_concurrency * 8192)
+    at_max = evaluate(model, Cluster(H200, 1, 8), Layout(tp=8), model.max_context)
+    assert "--max-model-len" not in serve_command(at_max)  # vLLM's default already
 
 
 def test_when_nothing_fits_the_closest_comes_first(capsys):

