@@ -39,7 +39,7 @@ from core.engines.runtimes import (
     server_kv_type,
 )
 from core.errors import InputError
-from core.fit import Fit, Setup, Solver, fit
+from core.fit import Fit, Setup, Solver, cache_in_ram, fit
 from core.llamacpp_autofit import FitChoice, fit_params
 from core.memory.gpus import Card
 from core.model.spec import ModelSpec
@@ -119,7 +119,9 @@ class OllamaRow:
     ollama_graph_bytes: int | None
     kvscope_gpu_bytes: int  # kvscope's llama.cpp account of the split: weights + overhead + num_parallel caches
     kvscope_headroom_bytes: int
-    kvscope_fits: bool  # room for num_parallel sequences of num_ctx
+    # room for num_parallel sequences of num_ctx; None with every layer and its cache in system RAM (-ngl 0 or 1),
+    # which kvscope does not size: the GPU holding only the output layer is no answer
+    kvscope_fits: bool | None
     decode_tok_s: float  # one request, its cache at num_ctx
     prefill_tok_s: float  # a num_ctx-token prompt
     ttft_s: float
@@ -257,7 +259,7 @@ def ollama_row(
         ollama_graph_bytes=split.graph_bytes if split else None,
         kvscope_gpu_bytes=need,
         kvscope_headroom_bytes=result.usable_bytes - need,
-        kvscope_fits=row.max_concurrency >= settings.num_parallel,
+        kvscope_fits=None if cache_in_ram(result, row) else row.max_concurrency >= settings.num_parallel,
         decode_tok_s=speed.decode_tok_s,
         prefill_tok_s=speed.prefill_tok_s,
         ttft_s=speed.ttft_s,
@@ -396,7 +398,7 @@ def print_report(out: dict) -> None:
         print(
             f"{r['model'][:34]:<34} {r['card'][:25]:<25} {r['runner']:<12} {format_tokens(r['num_ctx']):>7} "
             f"{r['kv_type']:>4} {r['offloaded']:>6} "
-            f"{format_bytes(r['kvscope_gpu_bytes']):>11} {'yes' if r['kvscope_fits'] else 'no':>4} "
+            f"{format_bytes(r['kvscope_gpu_bytes']):>11} {FITS_TEXT[r['kvscope_fits']]:>4} "
             f"{r['decode_tok_s']:>12.1f} {r['prefill_tok_s']:>13.0f} {error_short(r['decode_error']):>11} "
             f"{f'{estimate}/{blocks}' if estimate is not None else '-':>8} "
             f"{format_bytes(r['ollama_vram_bytes']) if estimate is not None else '-':>9} {go:>9}"
@@ -408,6 +410,14 @@ def print_report(out: dict) -> None:
     for model in dict.fromkeys(r["model"] for r in out["rows"]):
         r = next(r for r in out["rows"] if r["model"] == model)
         print(f"{model}: {r['runner']}: {r['runner_why']}. At {LAST_GO_ENGINE}: {r['go_runner_why']}.")
+
+
+FITS_TEXT = {True: "yes", False: "no", None: "RAM"}
+FITS_SENTENCE = {
+    True: "fits",
+    False: "does not fit the card",
+    None: "every layer and its cache in system RAM, which kvscope does not size",
+}
 
 
 def explain(row: OllamaRow, model: ModelSpec) -> list[str]:
@@ -427,7 +437,7 @@ def explain(row: OllamaRow, model: ModelSpec) -> list[str]:
         f"- weights on the GPU {format_bytes(fit_row.weights_bytes)} + compute buffers "
         f"{format_bytes(fit_row.overhead_bytes)} + {row.num_parallel} × cache {format_bytes(fit_row.cache_bytes)} = "
         f"**{format_bytes(row.kvscope_gpu_bytes)}** of {format_bytes(row.fit.usable_bytes)}: "
-        f"{'fits' if row.kvscope_fits else 'does not fit'} (headroom {format_bytes(row.kvscope_headroom_bytes)})",
+        f"{FITS_SENTENCE[row.kvscope_fits]} (headroom {format_bytes(row.kvscope_headroom_bytes)})",
         f"**Speed** on a host with {row.ram_gb_s:.1f} GB/s RAM and {plural(row.threads, 'thread')} for the layers in "
         "RAM:",
         *speed_lines(row.speed),
@@ -527,6 +537,6 @@ def runtime_line(row: OllamaRow) -> str:
     )
     if row.fit_cpu_experts:
         line += f", the routed experts of {layer_span(*row.fit_cpu_experts)} in system RAM"
-    if not row.kvscope_fits:
-        line += "; kvscope's llama.cpp account of that split does not fit the card"
+    if row.kvscope_fits is not True:
+        line += f"; kvscope's llama.cpp account of that split: {FITS_SENTENCE[row.kvscope_fits]}"
     return line + f" (layers in RAM at {row.ram_gb_s:.1f} GB/s, {plural(row.threads, 'thread')})."

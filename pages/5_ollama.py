@@ -11,6 +11,7 @@ from core.errors import InputError
 from core.memory.gpus import card_named, cards
 from core.model.loading import load_model, presets
 from core.ollama_report import (
+    FITS_TEXT,
     GPU_OVERHEAD_NOTE,
     MEASURED,
     SPEED_AT,
@@ -127,7 +128,7 @@ table = pd.DataFrame(
         "Ollama VRAM (GiB)": None if r.ollama_vram_bytes is None else r.ollama_vram_bytes / GIB,
         "Ollama total (GiB)": None if r.ollama_total_bytes is None else r.ollama_total_bytes / GIB,
         "kvscope GPU (GiB)": r.kvscope_gpu_bytes / GIB,
-        "kvscope fits": r.kvscope_fits,
+        "kvscope fits": FITS_TEXT[r.kvscope_fits],
         "TTFT (s)": r.ttft_s,
         f"{LAST_GO_ENGINE} runner": r.go_runner,
         "Go engine layers": f"{r.go_layers}/{r.blocks + 1}" if r.go_layers is not None else "",
@@ -160,7 +161,9 @@ st.dataframe(
             "passes no -ngl, so llama-server's --fit chooses",
         ),
         **gib,
-        "kvscope fits": st.column_config.CheckboxColumn("kvscope fits", help="kvscope's llama.cpp account, this split"),
+        "kvscope fits": st.column_config.TextColumn(
+            "kvscope fits", help="kvscope's llama.cpp account, this split; RAM: every layer and its cache in system RAM"
+        ),
         "decode tok/s": st.column_config.NumberColumn("decode tok/s", format="%.1f", help="one request"),
         "prefill tok/s": st.column_config.NumberColumn("prefill tok/s", format="%.0f"),
         "decode ±": st.column_config.TextColumn("decode ±", help=ERROR_HELP),

@@ -29,7 +29,7 @@ from core.memory.gpus import card_named
 from core.memory.quant import tensor_bytes
 from core.model.loading import load_model, presets
 from core.model.params import count_params
-from core.ollama_report import TYPICAL_RAM_GB_S, host, ollama_row, parse_free
+from core.ollama_report import TYPICAL_RAM_GB_S, explain, host, ollama_row, parse_free
 from core.speed import calibration
 from core.speed.calibration import Calibration, host_key
 from core.speed.efficiency import efficiency_for, fitted
@@ -163,6 +163,21 @@ def test_decode_time_is_the_bytes_left_in_ram_over_its_bandwidth_plus_the_gpu_pa
     by_hand = in_ram / (hw.ram_gb_s * 1e9 * eff) + gpu.seconds + r.speed.decode.overhead_s
     assert 1 / r.decode_tok_s == pytest.approx(by_hand, rel=1e-9)
     assert in_ram / (hw.ram_gb_s * 1e9 * eff) > gpu.seconds  # 9 of 40 blocks in RAM already outweigh the 31 on it
+
+
+def test_every_layer_in_ram_is_not_called_a_fit(capsys):
+    """OLLAMA_NUM_PARALLEL 100,000 at 4K asks llama-server for 409.6 M cells: its --fit leaves every layer, and so the
+    whole cache, in system RAM. The GPU then holds only buffers, which is no answer: the row says RAM, not yes."""
+    out = cli_json(capsys, "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "GeForce RTX 4060 8GB", "--num-parallel",
+                   "100000")  # fmt: skip
+    (row,) = out["rows"]
+    assert row["offloaded"] == "0/33" and row["kvscope_fits"] is None
+    code, text, _ = run(capsys, "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "GeForce RTX 4060 8GB", "--num-parallel",
+                        "100000")  # fmt: skip
+    assert code == 0 and " RAM " in text.splitlines()[5]
+    model, card = load_model("meta-llama/Llama-3.1-8B-Instruct"), card_named("GeForce RTX 4060 8GB")
+    lines = explain(ollama_row(model, card, OllamaSettings(num_parallel=100000), hw=HW), model)
+    assert any("every layer and its cache in system RAM, which kvscope does not size" in line for line in lines)
 
 
 def test_json_fields_and_the_stated_host(capsys):
