@@ -13,7 +13,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -464,7 +464,16 @@ def _concurrency(f: Figure, model: ModelSpec, engine: Engine, kv: str) -> Estima
     context = int(f.context or 0)
     value = s.concurrency(context)
     lines = _budget_lines(s, context)
-    lines.append(f"one {context:,}-token sequence: {format_bytes(s.cache(context))} → {value:,.0f} sequences")
+    cache, grows = s.cache(context), s.batch_overhead(context)
+    if grows:  # transformers prefills a batch's prompts together: each sequence brings its own activations
+        budget = max(0, s.budget(context))
+        lines.append(
+            f"one {context:,}-token sequence: {format_bytes(cache)} of cache and {format_bytes(grows)} of its own "
+            f"prefill activations and logits (generate() prefills the batch together) → ⌊({format_bytes(budget)} + "
+            f"{format_bytes(grows)}) ÷ ({format_bytes(cache)} + {format_bytes(grows)})⌋ = {value:,.0f} sequences"
+        )
+    else:
+        lines.append(f"one {context:,}-token sequence: {format_bytes(cache)} → {value:,.0f} sequences")
     return Estimate(value, tuple(lines))
 
 
@@ -560,7 +569,15 @@ def estimate(f: Figure) -> Estimate | Unchecked:
     except InputError as err:
         return Unchecked(str(err))
     engine = _engine(f.setup)
-    return compute(f, model, engine, _kv(engine, model, f.setup))
+    est = compute(f, model, engine, _kv(engine, model, f.setup))
+    limit = model.max_context
+    if isinstance(est, Estimate) and f.context and limit and int(f.context) > limit:
+        past = (
+            f"{int(f.context):,} tokens is past {model.name}'s {limit:,}-token limit (its config's "
+            "max_position_embeddings; `fit` refuses it): counted as the source asks"
+        )
+        est = replace(est, note="; ".join(n for n in (est.note, past) if n))
+    return est
 
 
 # --- verdicts ------------------------------------------------------------------------------------------------------
@@ -576,8 +593,8 @@ class Check:
 
     @property
     def ratio(self) -> float | None:
-        against = self.kvscope if self.kvscope is not None else self.other
-        return against / self.figure.value if against is not None and self.figure.value else None
+        """kvscope ÷ published; None where kvscope computed nothing (two sources set against each other)."""
+        return self.kvscope / self.figure.value if self.kvscope is not None and self.figure.value else None
 
     def record(self) -> dict[str, Any]:
         f = self.figure
@@ -594,6 +611,7 @@ class Check:
             "verdict": self.verdict,
             "reason": self.reason,
             "compared_with": self.compared_with,
+            "other_source": self.other,  # the other source's figure where two are compared, in the same unit
             "source": f.source,
             "source_kind": f.source_kind,
             "basis": f.basis,
@@ -700,15 +718,29 @@ def cmd_check(args: Any) -> list[dict[str, Any]]:
     return [c.record() for c in checks]
 
 
+def count_line(out: list[dict[str, Any]]) -> str:
+    """`28 agrees, 19 disagrees, 20 cannot check`, naming the verdicts between two sources, which kvscope did not
+    compute."""
+    parts = []
+    for verdict in VERDICTS:
+        of = [r for r in out if r["verdict"] == verdict]
+        cross = sum(r["compared_with"] != "kvscope" for r in of)
+        parts.append(f"{len(of)} {verdict}" + (f" ({cross} of them between two sources)" if cross else ""))
+    return ", ".join(parts)
+
+
 def print_check(out: list[dict[str, Any]]) -> None:
     for r in out:
-        ours = "—" if r["kvscope"] is None else f"{r['kvscope']:,.6g}"
-        ratio = "—" if r["ratio"] is None else f"{r['ratio']:.3g}"
         print(f"{r['verdict'].upper():13} {r['model']}  {r['metric']}  [{r['id']}]")
-        print(f"    published {r['printed']}  kvscope {ours} {r['unit']}  ratio {ratio}  ({r['source']})")
+        if r["compared_with"] == "kvscope":
+            ours = "—" if r["kvscope"] is None else f"{r['kvscope']:,.6g}"
+            ratio = "—" if r["ratio"] is None else f"{r['ratio']:.3g}"
+            against = f"kvscope {ours} {r['unit']}  ratio {ratio}"
+        else:
+            against = f"{r['compared_with']} {r['other_source']:,.6g} {r['unit']} (kvscope computes nothing here)"
+        print(f"    published {r['printed']}  {against}  ({r['source']})")
         print(f"    {r['reason']}")
-    counts = {v: sum(r["verdict"] == v for r in out) for v in VERDICTS}
-    print(", ".join(f"{n} {v}" for v, n in counts.items()))
+    print(count_line(out))
 
 
 def add_check_parser(sub: Any) -> None:

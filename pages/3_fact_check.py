@@ -75,10 +75,13 @@ if claim is not None:
         st.error(f"No published figure has the id {claim!r}; showing them all.")
         claim = None
 
-counts = {v: sum(r["verdict"] == v for r in shown) for v in VERDICTS}
 cols = st.columns(len(VERDICTS))
-for col, (verdict, n) in zip(cols, counts.items(), strict=True):
-    col.metric(verdict.capitalize(), n)
+for col, verdict in zip(cols, VERDICTS, strict=True):
+    of = [r for r in shown if r["verdict"] == verdict]
+    cross = sum(r["compared_with"] != "kvscope" for r in of)
+    col.metric(
+        verdict.capitalize(), len(of), help=f"{cross} of them between two sources, not kvscope's" if cross else None
+    )
 
 frame = pd.DataFrame(
     {
@@ -89,6 +92,7 @@ frame = pd.DataFrame(
         "kvscope": [r["kvscope"] for r in shown],
         "Unit": [r["unit"] for r in shown],
         "kvscope ÷ published": [r["ratio"] for r in shown],
+        "Other source": [r["other_source"] for r in shown],
         "Reason": [r["reason"] for r in shown],
         "Source": [r["source"] for r in shown],
         "Link": [f"?claim={r['id']}" for r in shown],
@@ -101,6 +105,9 @@ st.dataframe(
     column_config={
         "kvscope": st.column_config.NumberColumn(format="%.4g", help="kvscope's figure, in the published unit"),
         "kvscope ÷ published": st.column_config.NumberColumn(format="%.3f"),
+        "Other source": st.column_config.NumberColumn(
+            format="%.4g", help="where kvscope computes nothing: the same quantity from another source, in the unit"
+        ),
         "Reason": st.column_config.TextColumn(width="large"),
         "Link": st.column_config.LinkColumn(display_text="this claim", help="a link to this figure alone"),
     },

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -143,10 +144,36 @@ def test_30_vs_7_sequences_at_64k(checks):
     assert premise.kvscope < 7 and premise.verdict == DISAGREES
 
 
-def test_the_two_sources_disagree_on_the_32k_decode_gain(checks):
+def test_the_two_sources_disagree_on_the_32k_decode_gain(checks, capsys):
     c = checks["s001-vllm-decode-gain-32k"]
     assert c.verdict == DISAGREES and c.compared_with == "another source" and c.kvscope is None
     assert c.other == pytest.approx((93.9 / 63.4 - 1) * 100)
+    # kvscope computed nothing: no kvscope ÷ published ratio, the other source's figure beside the published one,
+    # and the count says which disagreement is not kvscope's
+    record = c.record()
+    assert record["ratio"] is None and record["other_source"] == pytest.approx(c.other)
+    assert main(["check", "--id", "s001-vllm-decode-gain-32k"]) == 0
+    text = capsys.readouterr().out
+    assert "another source 48.1073 % (kvscope computes nothing here)" in text and "ratio" not in text
+    assert "1 disagrees (1 of them between two sources)" in text
+
+
+def test_shown_arithmetic_gives_the_shown_count(checks):
+    """transformers prefills a batch's prompts together: the count divides the budget plus one sequence's prefill
+    activations by a sequence's cache plus its activations, and the line shows both terms, so it comes out as the
+    figure (the bare budget ÷ cache, 57.74 / 9.00, is 6)."""
+    for fid in ("s001-dense-sequences-a100", "s001-hybrid-sequences-a100"):
+        c = checks[fid]
+        line = c.kvscope_lines[-1]
+        numbers = [float(x) for x in re.findall(r"(\d+\.\d+) GiB", line.split("→")[1])]
+        budget, grows, cache, grows_again = numbers
+        assert grows == grows_again and math.floor((budget + grows) / (cache + grows)) == c.kvscope, line
+
+
+def test_a_context_past_the_models_limit_is_said(checks):
+    c = checks["s001-dense-sequences-a100"]  # Qwen3-8B at 65,536 tokens: its config stops at 40,960
+    assert "past Qwen/Qwen3-8B's 40,960-token limit" in c.reason
+    assert "limit" not in checks["s001-sequences-64k"].reason  # Qwen3.5-9B's 262,144 holds it
 
 
 def test_speed_figures_cannot_be_checked(checks):
