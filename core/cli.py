@@ -29,7 +29,7 @@ from core.check import add_check_parser
 from core.cluster_report import cluster_report, parse_layout, print_cluster
 from core.engines import ENGINES, Engine, configured
 from core.engines.llamacpp import DEFAULT_FRONTEND, FRONTENDS, LlamaCppBuild, LlamaCppEngine
-from core.engines.runtimes import OLLAMA_KV_TYPES, OllamaSettings
+from core.engines.runtimes import OLLAMA_KV_TYPES, OllamaSettings, request_ctx
 from core.engines.vllm_cluster import Cluster
 from core.engines.vllm_engine import VERSIONS, VllmOptions
 from core.errors import InputError
@@ -501,10 +501,20 @@ def cmd_ollama(args: argparse.Namespace) -> dict:
         gpu_overhead=args.gpu_overhead,
     )
     if args.gpu:
+        # one row per card (a card named twice is one row; several cards are not one multi-GPU host)
         cards = [with_figures(card_named(name), args.gpu_gbs, args.gpu_tflops) for name in args.gpu]
+        cards = list({card.name: card for card in cards}.values())
         if args.gpu_mem_gib is not None:  # the named card's speed, this total memory (e.g. a 16 GB 4060 Ti)
             total = Card.custom(args.gpu_mem_gib)
-            cards = [replace(card, memory_bytes=total.memory_bytes, basis=total.basis) for card in cards]
+            cards = [
+                replace(
+                    card,
+                    name=f"{card.name} ({args.gpu_mem_gib:g} GiB)",
+                    memory_bytes=total.memory_bytes,
+                    basis=total.basis,
+                )
+                for card in cards
+            ]
     elif args.gpu_mem_gib is not None:  # a card by its figures; its speed says which one is missing
         cards = [Card.custom(args.gpu_mem_gib, args.gpu_gbs, args.gpu_tflops)]
     elif figures_given(args):
@@ -550,13 +560,25 @@ def cmd_autofit(args: argparse.Namespace) -> dict:
         weights=args.weights,
         kv_dtype=args.kv_dtype,
     )
-    choice = fit_params(setup, args.ctx_size, sequences, args.n_gpu_layers, args.fit_target * MIB, args.fit_ctx)
-    return autofit_record(setup, choice, sequences)
+    n_ctx, steps = args.ctx_size, ()
+    if n_ctx is None and args.frontend == "ollama":  # Ollama always passes -c: num_ctx × np, its default by VRAM
+        num_ctx = request_ctx(setup.model, OllamaSettings(num_parallel=sequences), setup.card.memory_bytes)
+        n_ctx = num_ctx * sequences
+        steps = (f"Ollama passes -c {n_ctx:,}: its default num_ctx for the card ({num_ctx:,}) × {sequences} slot(s)",)
+    choice = fit_params(setup, n_ctx, sequences, args.n_gpu_layers, args.fit_target * MIB, args.fit_ctx)
+    return autofit_record(setup, replace(choice, steps=steps + choice.steps), sequences)
 
 
 def cmd_cluster(args: argparse.Namespace) -> dict:
     checked_kv_dtype(configured("vllm"), args.kv_dtype)
     cluster = Cluster(card_from(args), args.nodes, args.gpus_per_node)
+    layout = parse_layout(args.layout) if args.layout else None
+    if layout is not None and args.expert_parallel is not None and layout.expert_parallel != args.expert_parallel:
+        said = "--expert-parallel" if args.expert_parallel else "--no-expert-parallel"
+        raise InputError(
+            f"--layout {args.layout} {'has no' if args.expert_parallel else 'ends in'} 'ep' but {said} is given: "
+            "say expert parallel in one place (',ep' at the end of --layout)"
+        )
     return cluster_report(
         load_model(args.model),
         cluster,
@@ -566,7 +588,7 @@ def cmd_cluster(args: argparse.Namespace) -> dict:
         expert_parallel=args.expert_parallel,
         gpu_memory_utilization=args.gpu_memory_utilization,
         pp_inside_nodes=args.pp_inside_nodes,
-        layout=parse_layout(args.layout) if args.layout else None,
+        layout=layout,
     )
 
 

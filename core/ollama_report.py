@@ -42,6 +42,7 @@ from core.errors import InputError
 from core.fit import Fit, Setup, Solver, cache_in_ram, fit
 from core.llamacpp_autofit import FitChoice, fit_params
 from core.memory.gpus import Card
+from core.memory.quant import as_gguf, format_named
 from core.model.spec import ModelSpec
 from core.speed import calibration
 from core.speed.cli import calibrated_host, error_record, hardware
@@ -290,6 +291,17 @@ def _llama_server_fit(model: ModelSpec, card: Card, settings: OllamaSettings, nu
         raise InputError(f"{model.name} on {card.name}: llama-server's fit is not modelled here: {err}") from None
 
 
+def gguf_weights(weights: str) -> str:
+    """The weights as a GGUF type Ollama runs (a 16/32-bit checkpoint is its GGUF of that type), or why not."""
+    name = format_named(weights).name
+    if format_named(as_gguf(name)).gguf is None:
+        raise InputError(
+            f"Ollama runs GGUF files; {weights} is not a GGUF type (use q4_k_m, q8_0, f16, … as `ollama pull` names "
+            "them)"
+        )
+    return name
+
+
 def ollama_grid(
     models: Iterable[ModelSpec],
     cards: Iterable[Card],
@@ -299,6 +311,7 @@ def ollama_grid(
     free: int | None = None,
 ) -> list[OllamaRow]:
     """ollama_row for every model on every card, model by model, each card with `free` bytes free (None: empty)."""
+    gguf_weights(weights)
     hw = hw or host()[0]
     cards = list(cards)
     return [ollama_row(m, c, settings, weights, hw, free) for m in models for c in cards]
@@ -387,7 +400,7 @@ def print_report(out: dict) -> None:
     print(f"note: {out['note']}")
     if s["gpu_overhead"]:
         print(f"note: {GPU_OVERHEAD_NOTE}")
-    head = f"{'model':<34} {'card':<25} {'runner':<12} {'num_ctx':>7} {'KV':>4} {'layers':>6} "
+    head = f"{'model':<34} {'card':<30} {'runner':<12} {'num_ctx':>7} {'KV':>4} {'layers':>6} "
     print(
         head + f"{'kvscope GPU':>11} {'fits':>4} {'decode tok/s':>12} {'prefill tok/s':>13} {'±decode':>11} "
         f"{ESTIMATOR_VERSION:>8} {'its VRAM':>9} {'Go engine':>9}  experts in RAM"
@@ -396,7 +409,7 @@ def print_report(out: dict) -> None:
         estimate, blocks = r["estimate_layers"], r["blocks"] + 1
         go = f"{r['go_layers']}/{blocks}" if r["go_layers"] is not None else "-"
         print(
-            f"{r['model'][:34]:<34} {r['card'][:25]:<25} {r['runner']:<12} {format_tokens(r['num_ctx']):>7} "
+            f"{r['model'][:34]:<34} {r['card'][:30]:<30} {r['runner']:<12} {format_tokens(r['num_ctx']):>7} "
             f"{r['kv_type']:>4} {r['offloaded']:>6} "
             f"{format_bytes(r['kvscope_gpu_bytes']):>11} {FITS_TEXT[r['kvscope_fits']]:>4} "
             f"{r['decode_tok_s']:>12.1f} {r['prefill_tok_s']:>13.0f} {error_short(r['decode_error']):>11} "

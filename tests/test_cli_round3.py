@@ -1,0 +1,50 @@
+"""Command-line answers a third audit found misleading: each asserted against the input that showed it."""
+
+from __future__ import annotations
+
+import json
+
+from core.cli import main
+from core.engines.runtimes import default_num_ctx
+from core.memory.gpus import card_named
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_autofit_under_ollama_starts_from_the_context_ollama_passes(capsys):
+    """Ollama always passes -c num_ctx × np (llm/llama_server.go), num_ctx by VRAM: 32K on a 24 GB card, not the
+    model's 128K that llama-server alone would start from."""
+    args = ["autofit", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "GeForce RTX 4090 24GB"]
+    code, out, _ = run(capsys, *args, "--frontend", "ollama", "--json")
+    record = json.loads(out)
+    assert code == 0 and record["n_ctx"] == default_num_ctx(card_named("RTX 4090").memory_bytes) == 32768
+    assert record["steps"][0].startswith("Ollama passes -c 32,768")
+    code, out, _ = run(capsys, *args, "--json")  # llama-server on its own: the training context
+    assert json.loads(out)["n_ctx"] == 131072  # one unified stream of the training context, for its 4 slots
+
+
+def test_ollama_rows_name_the_memory_given_and_a_card_once(capsys):
+    args = ["ollama", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "GeForce RTX 4060 8GB", "--gpu", "RTX 4060 8GB"]
+    code, out, _ = run(capsys, *args, "--gpu", "GeForce RTX 4090 24GB", "--gpu-mem-gib", "48", "--json")
+    cards = [row["card"] for row in json.loads(out)["rows"]]
+    assert code == 0 and cards == ["GeForce RTX 4060 8GB (48 GiB)", "GeForce RTX 4090 24GB (48 GiB)"]
+
+
+def test_ollama_refuses_weights_that_are_not_a_gguf(capsys):
+    code, _, err = run(capsys, "ollama", "meta-llama/Llama-3.1-8B-Instruct", "--weights", "fp8")
+    assert code == 2 and "Ollama runs GGUF files; fp8 is not a GGUF type" in err
+    code, out, _ = run(capsys, "ollama", "meta-llama/Llama-3.1-8B-Instruct", "--weights", "bf16", "--json")
+    assert code == 0 and json.loads(out)["weights"] == "bf16"  # its BF16 GGUF
+
+
+def test_cluster_layout_and_expert_parallel_flag_must_agree(capsys):
+    base = ["cluster", "moonshotai/Kimi-K2-Instruct", "--gpu", "H200", "--nodes", "2"]
+    code, _, err = run(capsys, *base, "--layout", "1,1,16,ep", "--no-expert-parallel")
+    assert code == 2 and "ends in 'ep' but --no-expert-parallel is given" in err
+    code, _, err = run(capsys, *base, "--layout", "1,1,16", "--expert-parallel")
+    assert code == 2 and "has no 'ep' but --expert-parallel is given" in err
+    assert run(capsys, *base, "--layout", "1,1,16,ep", "--expert-parallel")[0] == 0
