@@ -231,7 +231,11 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
         default=VllmOptions.version,
         help=f"vLLM: whose 'KV cache size' log line to reproduce (default {VllmOptions.version})",
     )
-    vllm.add_argument("--max-num-batched-tokens", type=positive_int, help="vLLM (default 2048)")
+    vllm.add_argument(
+        "--max-num-batched-tokens",
+        type=positive_int,
+        help="vLLM (default: `vllm serve`'s for the card: 16384 from 160 GiB, 8192 from 70 GiB but A100, else 2048)",
+    )
     vllm.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=True, help="vLLM")
     llama = p.add_argument_group("llama.cpp")
     llama.add_argument(
@@ -527,13 +531,17 @@ def cmd_ollama(args: argparse.Namespace) -> dict:
 
 
 def cmd_speed(args: argparse.Namespace) -> dict:
-    cpu_only = args.device == "cpu" or args.backend == "cpu"
-    if cpu_only and (args.gpu is not None or args.gpu_mem_gib is not None or figures_given(args)):
+    # vLLM's CPU backend (--platform cpu) runs on the host as --device cpu does; its --gpu-mem-gib is the memory it
+    # sizes the cache in (as for `fit`), which the speed does not use
+    vllm_cpu = args.engine == "vllm" and args.platform == "cpu"
+    cpu_only = args.device == "cpu" or args.backend == "cpu" or vllm_cpu
+    memory_given = args.gpu_mem_gib is not None and not vllm_cpu
+    if cpu_only and (args.gpu is not None or memory_given or figures_given(args)):
         raise InputError(
-            "--device cpu (--backend cpu) runs everything in system RAM; drop --gpu / --gpu-mem-gib / --gpu-gbs / "
-            "--gpu-tflops"
+            "--device cpu (--backend cpu, vLLM's --platform cpu) runs everything in system RAM; drop --gpu / "
+            "--gpu-mem-gib / --gpu-gbs / --gpu-tflops"
         )
-    if cpu_only:
+    if cpu_only and args.gpu_mem_gib is None:
         args.gpu_mem_gib = 1.0  # the Setup needs a card; with --device cpu nothing is placed on it
     for value in args.batch or ():
         if value <= 0:

@@ -43,7 +43,7 @@ def parse_tokens(text: str | int) -> int:
     if value <= 0:
         raise InputError(f"token count must be positive, got {text!r}")
     if value > MAX_TOKENS:
-        raise InputError(f"{text!r} tokens is more than kvscope sizes ({format_tokens(MAX_TOKENS)}); write fewer")
+        raise InputError(f"{text!r} tokens is more than kvscope sizes ({MAX_TOKENS:,}); write fewer")
     return value
 
 

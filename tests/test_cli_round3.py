@@ -48,3 +48,18 @@ def test_cluster_layout_and_expert_parallel_flag_must_agree(capsys):
     code, _, err = run(capsys, *base, "--layout", "1,1,16", "--expert-parallel")
     assert code == 2 and "has no 'ep' but --expert-parallel is given" in err
     assert run(capsys, *base, "--layout", "1,1,16,ep", "--expert-parallel")[0] == 0
+
+
+def test_vllm_on_the_cpu_is_timed_on_the_cpu(capsys):
+    """`--platform cpu` is vLLM's CPU backend: speed runs it as --device cpu, and its --gpu-mem-gib (the memory `fit`
+    sizes the cache in, the README's example) is not a GPU without figures."""
+    base = ["speed", "Qwen/Qwen3-8B", "--engine", "vllm", "--context", "4k", "--ram-gbs", "20", "--json"]
+    code, out, err = run(capsys, *base, "--platform", "cpu", "--gpu-mem-gib", "64")
+    assert code == 0, err
+    platform = json.loads(out)
+    code, out, _ = run(capsys, *base, "--device", "cpu")
+    device = json.loads(out)
+    assert platform["device"] == device["device"] == "cpu" and platform["layers_on_gpu"] == 0
+    assert platform["rows"][0]["decode_tok_s"] == device["rows"][0]["decode_tok_s"] > 0
+    code, _, err = run(capsys, *base, "--platform", "cpu", "--gpu", "RTX 4090")
+    assert code == 2 and "runs everything in system RAM" in err

@@ -82,3 +82,15 @@ def test_a_config_that_gives_no_sizes_says_its_figures_are_transformers_defaults
 def test_zero_heads_are_named_not_a_division_by_zero(key):
     with pytest.raises(InputError, match=f"{key}=0 in the config: a model has at least one attention head"):
         model_from_config({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, key: 0}, "zero")
+
+
+def test_a_key_given_twice_with_two_values_is_refused():
+    """Python's json keeps the last of two values, other readers the first: kvscope would size a model nobody else
+    reads. The same value twice is harmless (NaN included, which is not equal to itself)."""
+    twice = '{"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 64, "num_hidden_layers": 1}'
+    with pytest.raises(InputError, match="gives 'num_hidden_layers' twice, 32 then 1"):
+        parse_json(twice, "config.json")
+    assert parse_json('{"a": {"b": 1}, "a": {"b": 1}, "c": NaN, "c": NaN}', "config.json")["a"] == {"b": 1}
+    nested = '{"text_config": {"hidden_size": 64, "hidden_size": 128}}'
+    with pytest.raises(InputError, match="'hidden_size' twice, 64 then 128"):
+        parse_json(nested, "config.json")

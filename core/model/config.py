@@ -30,6 +30,25 @@ MAX_WIDTH = 1 << 22  # as core.model.architectures reads widths: no real width o
 MAX_LAYERS = 10_000  # past any real model; a list of 10^12 layer types would exhaust memory before any check
 
 
+class _TwoValues(Exception):  # not a ValueError: parse_json reads those as oversized numbers
+    pass
+
+
+def _one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys each have one value (Python keeps the last of two, other readers the first)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out and json.dumps(out[key], sort_keys=True) != json.dumps(value, sort_keys=True):  # NaN twice
+            raise _TwoValues(key, out[key], value)
+        out[key] = value
+    return out
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "…"
+
+
 def parse_json(text: str | bytes, origin: str) -> dict[str, Any]:
     """A config.json's text → dict, or an InputError saying where it is broken (never a MemoryError or a
     RecursionError). NaN and Infinity parse (Nemotron-H ships Infinity); sizes are checked as integers later."""
@@ -46,7 +65,13 @@ def parse_json(text: str | bytes, origin: str) -> dict[str, Any]:
             raise InputError(f"{origin} is not UTF-8 text ({where}); save it as UTF-8") from None
     text = text.removeprefix("\ufeff")  # a byte-order mark, as a file's bytes lose it (pasted text keeps it)
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_one_value_per_key)
+    except _TwoValues as err:
+        key, first, second = err.args
+        raise InputError(
+            f"{origin} gives {key!r} twice, {_short(first)} then {_short(second)}; JSON readers differ on which wins, "
+            "so keep the one the checkpoint means"
+        ) from None
     except json.JSONDecodeError as err:
         raise InputError(
             f"{origin} is not valid JSON ({err}); upload the checkpoint's config.json as it ships"

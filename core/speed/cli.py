@@ -80,6 +80,15 @@ def needs_ram(setup: Setup, hw: Hardware) -> bool:
     return hw.cpu_only or bool(where.on_cpu) or not where.output or bool(where.cpu_experts)
 
 
+def record_keys() -> tuple[str, ...]:
+    """The fields of a row's record (`record`), which a row that does not fit carries as null."""
+    return (
+        "decode_tok_s", "aggregate_tok_s", "prefill_tok_s", "ttft_s", "bytes_per_step", "flops_per_step", "bound",
+        "decode_step_s", "decode_memory_s", "decode_compute_s", "overhead_s", "prefill_bound", "prefill_chunk",
+        "decode_error", "prefill_error",
+    )  # fmt: skip
+
+
 def record(s: Speed) -> dict:
     return {
         "context": s.context,
@@ -139,10 +148,14 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
             raise InputError(f"context {format_tokens(context)} is above {setup.model.name}'s limit {solver.limit:,}")
         fits = solver.concurrency(context) if not cpu_only else None
         for batch in batches:
+            row = {"context": context, "batch": batch, "max_concurrency": fits, "fits": fits is None or fits >= batch}
+            if not row["fits"]:  # no speed for a setup that cannot run (the app's "— (does not fit)")
+                rows.append(dict.fromkeys(record_keys(), None) | row)
+                continue
             s = predict(setup, hw, context, batch, weights=weights)
             for part in s.decode.parts:
                 effs[part.device] = asdict(part.efficiency)
-            rows.append(record(s) | {"max_concurrency": fits, "fits": fits is None or fits >= batch})
+            rows.append(record(s) | row)
     on_gpu = len(placement(setup, hw).layers)
     # a unified-memory machine runs its layers in RAM on its own CPU, from the same memory: this host's figures are
     # not that machine's unless given
@@ -221,18 +234,22 @@ def print_speed(out: dict) -> None:
     head = f"{'context':>8} {'batch':>5} {'decode tok/s':>12} {'aggregate':>10} {'prefill tok/s':>13} "
     print(head + f"{'TTFT s':>9} {'bytes/step':>11} {'bound':>8}")
     for r in out["rows"]:
-        flag = "" if r["fits"] else "  (does not fit)"
+        if not r["fits"]:
+            fit = "none" if not r["max_concurrency"] else f"{r['max_concurrency']:,.0f}"
+            print(f"{format_tokens(r['context']):>8} {r['batch']:>5} — (does not fit: {fit} fit at this context)")
+            continue
         print(
             f"{format_tokens(r['context']):>8} {r['batch']:>5} {r['decode_tok_s']:>12.1f} "
             f"{r['aggregate_tok_s']:>10.1f} {r['prefill_tok_s']:>13.0f} {r['ttft_s']:>9.3g} "
             f"{format_bytes(r['bytes_per_step']):>11} "
-            f"{r['bound']:>8}{flag}"
+            f"{r['bound']:>8}"
         )
     for kind in ("decode", "prefill"):
         # one line per distinct bar: a decode of many sequences may take a kernel path with its own (groups.PATHS)
         batches: dict[str, list[int]] = {}
         for r in out["rows"]:
-            batches.setdefault(r[kind + "_error"]["label"], []).append(r["batch"])
+            if r["fits"]:
+                batches.setdefault(r[kind + "_error"]["label"], []).append(r["batch"])
         for label, at in batches.items():
             where = f" (batch {', '.join(map(str, sorted(set(at))))})" if len(batches) > 1 else ""
             print(f"{kind} error bar{where}: {label}")
