@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -227,6 +228,18 @@ def test_a_link_naming_an_unknown_preset_says_so_instead_of_showing_the_default_
     assert at.selectbox(key="in_model").value == DEFAULTS.model
     assert from_query({"model": "Qwen/Qwen3-8B", "source": "Preset"})[1] == []  # a bundled one stays as it is
     assert not at.exception
+
+
+def test_a_listed_cards_link_figures_are_named_as_ignored_and_not_carried_on():
+    """gbs/tflops/gib size a custom card; with a listed card they did nothing, said nothing and stayed in the link
+    (the CLI applies --gpu-gbs to a named card, so the two surfaces gave different speeds without a word)."""
+    at = app({"model": "Qwen/Qwen3-8B", "card": "RTX 4090", "gbs": "500", "tflops": "100", "ctx": "4k"})
+    (warning,) = [w.value for w in at.warning if "link parameters were ignored" in w.value]
+    assert "gbs=500 (card=GeForce RTX 4090 24GB has its own figures" in warning and "tflops=100" in warning
+    assert "gbs" not in dict(at.query_params.items()) and not at.exception
+    inputs, ignored = from_query({"card": "custom", "gib": "48", "gbs": "500"})  # a custom card keeps them
+    assert (inputs.gib, inputs.gbs, ignored) == (48.0, 500.0, [])
+    assert "gbs" not in to_query(replace(inputs, card="L4 24GB"))  # left over from the custom card: not sent
 
 
 def test_unknown_hub_model_offline_shows_a_message_and_the_default():

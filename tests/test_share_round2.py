@@ -45,6 +45,22 @@ def test_an_upload_after_a_bad_hub_entry_drops_it_from_the_link():
     assert metrics(receiver) == metrics(at)
 
 
+def test_a_broken_paste_is_not_shared_as_the_config_before_it():
+    """A valid paste, then a broken one: the page showed the JSON error but the link still carried the first config,
+    so the receiver saw its results. Now the link carries no config and says so; the receiver is asked for one."""
+    at = app({"source": "Upload"})
+    at.text_area[0].input(json.dumps(tiny_raw("llama"))).run()
+    assert metrics(at) and "config" in through_chat(share_link(at))
+    at.text_area[0].input('{"model_type": "llama", "hidden_size": 4096,').run()
+    assert any("not valid JSON" in e for e in main_errors(at)) and not at.metric
+    link = share_link(at)
+    assert "config" not in through_chat(link)
+    captions = " ".join(c.value for c in at.sidebar.caption)
+    assert "It carries no config.json" in captions and "an input included" not in captions
+    receiver = reopen(link)
+    assert not receiver.metric and any("Upload or paste a config.json" in e for e in main_errors(receiver))
+
+
 OLLAMA = "pages/5_ollama.py"
 
 

@@ -213,6 +213,7 @@ def _model_inputs(w: Any) -> list[str]:
             try:
                 st.session_state["in_config"] = pack_config(parse_json(text, "the uploaded config.json"))
             except InputError as err:
+                st.session_state["in_config"] = ""  # the last readable one is not what the box holds now
                 problems.append(str(err))
         elif not st.session_state.get("in_config"):
             problems.append("Upload or paste a config.json to size it.")
@@ -384,10 +385,14 @@ def _sync_context() -> str | None:
 
 def _share_link(inputs: Inputs, problems: list[str], typed: dict[str, str]) -> None:
     # Named, not repeated: the message itself stands where the results would be.
-    what = ", ".join(sorted({p.split(":")[0] for p in problems if ":" in p[:20]})) or "an input"
+    what = ", ".join(sorted({p.split(":")[0] for p in problems if ":" in p[:20]})) or "the one it names"
     notes = () if not problems else (
         f"It carries the inputs as they are now, {what} included, so whoever opens it meets the same message.",
     )  # fmt: skip
+    if problems and inputs.source == "Upload" and not inputs.config:  # a config.json cannot travel unread
+        notes = (
+            "It carries no config.json, since none that can be read was given: whoever opens it is asked for one.",
+        )
     share_box(share_query(inputs, typed), notes)
 
 

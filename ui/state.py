@@ -30,6 +30,7 @@ from core.speed.ram import ISA_NAMES
 from core.units import format_tokens, parse_tokens
 
 CUSTOM_CARD = "custom"
+CUSTOM_FIGURES = ("gib", "gbs", "tflops")  # what a custom card is given; a listed card has its own
 MAX_SHARED_CONFIG = 16_000  # characters of compressed config in a link
 MAX_UNPACKED_CONFIG = 1 << 20  # bytes it may inflate to: zlib reaches ~1000:1, so a bomb stops here
 # The sidebar's widget bounds: a link value outside them would be clamped or dropped by the widget unannounced.
@@ -318,6 +319,12 @@ def from_query(params: dict[str, str]) -> tuple[Inputs, list[str]]:
     if inputs.engine in ENGINES and inputs.kv not in ENGINES[inputs.engine].kv_dtypes:
         ignored.append(f"kv={inputs.kv!r} (not available on {inputs.engine})")
         inputs = replace(inputs, kv="auto")
+    if inputs.card != CUSTOM_CARD:  # a listed card is sized and timed by its own figures
+        given = [key for key in CUSTOM_FIGURES if key in values]
+        ignored += [
+            f"{key}={params[key]} (card={inputs.card} has its own figures; they apply to card=custom)" for key in given
+        ]
+        inputs = replace(inputs, **{key: getattr(DEFAULTS, key) for key in given})
     if params.get("source") == "Preset" and inputs.model not in presets():  # a Hub id is read only with source=Hub
         ignored.append(f"model={inputs.model[:40]!r} (not a bundled preset; a link to a Hub model says source=Hub)")
         inputs = replace(inputs, model=DEFAULT_MODEL)
@@ -330,6 +337,8 @@ def to_query(inputs: Inputs) -> dict[str, str]:
     for key, value in asdict(inputs).items():
         if value == getattr(DEFAULTS, key) and key != "model":
             continue
+        if key in CUSTOM_FIGURES and inputs.card != CUSTOM_CARD:
+            continue  # a custom card's figures left from before a listed card was picked
         if key == "model" and (not str(value).strip() or inputs.config):
             continue  # an empty Hub box ("?model=" would be refused when opened), or a Hub entry an upload replaced
         out[key] = (
