@@ -28,10 +28,11 @@ from core.argtypes import (
 from core.check import add_check_parser
 from core.cluster_report import cluster_report, parse_layout, print_cluster
 from core.engines import ENGINES, Engine, configured
+from core.engines.base import CacheAccount
 from core.engines.llamacpp import DEFAULT_FRONTEND, FRONTENDS, LlamaCppBuild, LlamaCppEngine
 from core.engines.runtimes import OLLAMA_KV_TYPES, OllamaSettings, request_ctx
 from core.engines.vllm_cluster import Cluster
-from core.engines.vllm_engine import VERSIONS, VllmOptions
+from core.engines.vllm_engine import VERSIONS, VllmEngine, VllmOptions
 from core.errors import InputError
 from core.files import read_regular_file
 from core.finders import COST_BASIS, DEFAULT_CONTEXT, card_record, model_record, rank_cards, rank_models
@@ -79,6 +80,10 @@ def cmd_size(args: argparse.Namespace) -> dict:
     contexts = _contexts(args.context, model.max_context)
     accounts = [engine.account(model, n, args.batch, args.kv_dtype) for n in contexts]
     storage = engine.storage(model, args.kv_dtype)
+    raw = engine.fixed_bytes_per_sequence(model, args.kv_dtype)
+    notes = list(model.notes)
+    if isinstance(engine, VllmEngine) and raw:
+        notes.append(vllm_state_note(engine, accounts[0], raw))
     return {
         "model": model.name,
         "model_type": model.model_type,
@@ -89,10 +94,10 @@ def cmd_size(args: argparse.Namespace) -> dict:
         "state_dtypes": {"conv": storage.conv.name, "ssm": storage.ssm.name, "linear": storage.linear.name},
         "batch": args.batch,
         "kv_bytes_per_token": engine.kv_bytes_per_token(model, args.kv_dtype),
-        "fixed_bytes_per_sequence": engine.fixed_bytes_per_sequence(model, args.kv_dtype),
+        "fixed_bytes_per_sequence": raw,
         "layers": model.layer_counts(),
         "max_context": model.max_context,
-        "notes": list(model.notes),
+        "notes": notes,
         "kinds": [
             {
                 "kind": line.label,
@@ -112,6 +117,22 @@ def cmd_size(args: argparse.Namespace) -> dict:
             for a in accounts
         ],
     }
+
+
+def vllm_state_note(engine: VllmEngine, account: CacheAccount, raw: int) -> str:
+    """Why vLLM's fixed column is not the state the layers hold: each state layer takes a whole page of the pool
+    (the attention page's size where the two share it), and a request holds more than one state block with prefix
+    caching (VllmEngine.blocks_for)."""
+    states = [line for line in account.lines if line.fixed_bytes and not line.bytes_per_token]
+    pages = sum(line.count * line.fixed_bytes for line in states)
+    blocks = account.fixed_bytes // (pages * account.batch) if pages else 0
+    caching = engine.options.prefix_caching
+    return (
+        f"vLLM: the layers hold {raw:,} B of state per sequence; its pool gives each state layer a page of "
+        + ", ".join(f"{line.fixed_bytes:,} B ({line.label})" for line in states)
+        + f", {blocks} per request{' with prefix caching' if caching else ''}: the fixed column is {blocks} × "
+        f"{pages:,} B a request" + ("; --no-prefix-caching holds fewer" if caching and blocks > 1 else "")
+    )
 
 
 def print_size(out: dict) -> None:

@@ -63,3 +63,24 @@ def test_vllm_on_the_cpu_is_timed_on_the_cpu(capsys):
     assert platform["rows"][0]["decode_tok_s"] == device["rows"][0]["decode_tok_s"] > 0
     code, _, err = run(capsys, *base, "--platform", "cpu", "--gpu", "RTX 4090")
     assert code == 2 and "runs everything in system RAM" in err
+
+
+def test_vllm_size_says_how_its_fixed_column_comes_from_the_state(capsys):
+    """Falcon-H1 under vLLM printed three state figures nothing connected: the layers' 70,152,192 B, a page per layer
+    (kinds) and a fixed column three pages deep. The note gives the pages and the blocks, and they multiply out."""
+    import re
+
+    base = ["size", "tiiuae/Falcon-H1-7B-Instruct", "--engine", "vllm", "--context", "32k", "--json"]
+    for flag, blocks in (("--prefix-caching", 3), ("--no-prefix-caching", 1)):
+        code, out, _ = run(capsys, *base, flag)
+        assert code == 0
+        record = json.loads(out)
+        (note,) = [n for n in record["notes"] if n.startswith("vLLM:")]
+        assert f"the layers hold {record['fixed_bytes_per_sequence']:,} B" in note
+        shown, pages = re.search(r"the fixed column is (\d+) × ([\d,]+) B", note).groups()
+        (mamba,) = [k for k in record["kinds"] if k["kind"] == "mamba2"]
+        assert int(pages.replace(",", "")) == mamba["layers"] * mamba["fixed_bytes"]
+        assert (
+            int(shown) == blocks
+            and record["contexts"][0]["fixed_bytes"] == blocks * mamba["layers"] * mamba["fixed_bytes"]
+        )
