@@ -84,3 +84,16 @@ def test_vllm_size_says_how_its_fixed_column_comes_from_the_state(capsys):
             int(shown) == blocks
             and record["contexts"][0]["fixed_bytes"] == blocks * mamba["layers"] * mamba["fixed_bytes"]
         )
+
+
+def test_a_model_pages_address_is_its_repo_and_a_preset_with_a_quant_tag_is_pointed_at_weights(capsys):
+    """`https://huggingface.co/Qwen/Qwen3-8B` is the model page of a bundled preset, not a GGUF; `Qwen/Qwen3-8B:Q4_K_M`
+    is llama.cpp's -hf syntax on a repo with no GGUF, which (offline here) cannot be listed: the error says to give
+    the preset and the format."""
+    code, out, _ = run(capsys, "size", "https://huggingface.co/Qwen/Qwen3-8B", "--json")
+    assert code == 0 and json.loads(out)["model"] == "Qwen/Qwen3-8B"
+    code, _, err = run(capsys, "size", "Qwen/Qwen3-8B:Q4_K_M")
+    assert (
+        code == 2
+        and "Qwen/Qwen3-8B itself is a bundled preset: give Qwen/Qwen3-8B and the format as --weights q4_k_m" in err
+    )

@@ -115,7 +115,8 @@ ODD_IDS = [
     "/",
     "/etc",
     "/nonexistent/x.json",
-    "https://huggingface.co/Qwen/Qwen3-8B",
+    "https://example.com/Qwen/Qwen3-8B",  # (huggingface.co/Qwen/Qwen3-8B is the preset's page: test_cli_round3)
+    "https://huggingface.co/Qwen/Qwen3-8B/tree/main",
     "Qwén/模型",
     "org/name; rm -rf /",
     "$(id)/x",

@@ -127,7 +127,18 @@ def load_raw(source: str, prefer_hub: bool = False, local_files: bool = True) ->
         return path.stem, parse_json(_read_config(path), str(path)), f"file {path}"
     hub_gguf = gguf_name(source)
     if hub_gguf is not None:
-        return _gguf_config(hub_gguf, prefer_hub)
+        repo, tag = hub_gguf.repo_id, hub_gguf.tag
+        if not tag and not repo.lower().endswith("gguf"):  # a model page's address (huggingface.co/org/name)
+            return load_raw(repo, prefer_hub=prefer_hub, local_files=False)
+        try:
+            return _gguf_config(hub_gguf, prefer_hub)
+        except InputError as err:
+            if not preset_path(repo):
+                raise
+            raise InputError(
+                f"{err}. {repo} itself is a bundled preset: give {repo} and the format as --weights "
+                f"{(tag or 'Q4_K_M').lower()} (the app: its Weights box)"
+            ) from None
     if not _REPO_ID.match(source):
         what = "a preset, a file" if local_files else "a bundled preset"
         raise InputError(f"{source[:80]!r} is not {what} or a Hub repo id (org/name)")
