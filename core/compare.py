@@ -44,11 +44,22 @@ class Series:
     cache_bytes: tuple[int, ...]
     concurrency: tuple[float, ...]
     kv_bytes_per_token: int  # while windows are still filling
-    fixed_bytes: int
+    fixed_bytes: int  # one request's fixed state as the engine allocates it (its pages, llama-server's 4 slots)
     far_bytes_per_token: float  # past every window, as the engine holds it: what the ratio heads toward
     layout: str
     limit: int  # the model's own longest context (or the search cap for models without one)
     unlimited: bool = False  # no position limit of its own: `limit` is kvscope's search cap, not the model's
+    # cache(n) term by term, as the engine holds it: bytes per token of the layers that keep every token, and per
+    # windowed group its bytes per token and the most tokens it holds (a window, llama-server's 4 and a micro-batch)
+    full_bytes_per_token: int = 0
+    windows: tuple[tuple[int, int], ...] = ()
+
+    def formula(self) -> str:
+        """cache(n) in this series' own terms (n rounded up to the engine's cells or blocks)."""
+        terms = [f"{self.full_bytes_per_token:,} B/token × n"] if self.full_bytes_per_token else []
+        terms += [f"{rate:,} B/token × min(n, {held:,})" for rate, held in self.windows]
+        terms += [f"{self.fixed_bytes:,} B of fixed state"] if self.fixed_bytes else []
+        return " + ".join(terms) or "0"
 
     @property
     def limit_text(self) -> str:
@@ -59,17 +70,24 @@ def series(setup: Setup, contexts: list[int]) -> Series:
     solver = Solver(setup)
     usable = [c for c in contexts if c <= solver.limit]
     far = (solver.cache(2 * FAR) - solver.cache(FAR)) / FAR if solver.model.layers else 0.0
+    # past every window, a line holding fewer tokens than the context is a windowed one (its cap as held)
+    lines = solver.account(FAR).lines if solver.model.layers else ()
+    rate = [line.count * line.bytes_per_token * line.token_copies for line in lines]
     return Series(
         name=setup.model.name,
         contexts=tuple(usable),
         cache_bytes=tuple(solver.cache(c) for c in usable),
         concurrency=tuple(solver.concurrency(c) for c in usable),
         kv_bytes_per_token=setup.engine.kv_bytes_per_token(setup.model, setup.kv_dtype),
-        fixed_bytes=setup.engine.fixed_bytes_per_sequence(setup.model, setup.kv_dtype),
+        fixed_bytes=sum(line.fixed_bytes_total for line in lines),
         far_bytes_per_token=far,
         layout=layout(setup.model),
         limit=context_limit(setup),
         unlimited=not has_limit(setup),
+        full_bytes_per_token=sum(r for r, line in zip(rate, lines, strict=True) if r and line.tokens_held >= FAR),
+        windows=tuple(
+            (r, line.tokens_held) for r, line in zip(rate, lines, strict=True) if r and line.tokens_held < FAR
+        ),
     )
 
 

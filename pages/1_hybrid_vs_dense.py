@@ -163,7 +163,7 @@ if ratio_series:
             "faded)."
             + (
                 f" It dips at short contexts because {base.name} keeps {base.fixed_bytes / MIB:,.1f} MiB of fixed "
-                "state per sequence whatever the length."
+                "state per request whatever the length."
                 if base.fixed_bytes
                 else ""
             )
@@ -255,9 +255,8 @@ else:
 if how := opened("How is this computed?", "kv_how_hybrid"):  # drawn only while open (ui.layout.opened)
     how.markdown(
         "\n".join(
-            f"- **{s.name}** ({s.layout}): cache(n) = {s.kv_bytes_per_token:,} B/token × tokens held + "
-            f"{s.fixed_bytes:,} B of fixed state per sequence (tokens held: n, or the window on sliding layers, "
-            "rounded to the engine's blocks or cells)"
+            f"- **{s.name}** ({s.layout}): cache(n) = {s.formula()} per request (n rounded up to the engine's "
+            "cells or blocks; a windowed group holds at most its window, as the engine keeps it)"
             for s in all_series
         )
     )

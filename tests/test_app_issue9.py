@@ -69,11 +69,11 @@ def test_share_link_is_encoded_and_survives_a_chat():
 
 def test_every_value_round_trips_through_the_encoded_query():
     inputs = Inputs(model="Qwen/Qwen3-8B", card="GeForce RTX 4060 Ti 8GB", gpus=2, engine="vllm", kv="fp8",
-                    ctx=64000, gib=13.37, util=0.875, pat="LLLF", cmp="Qwen/Qwen3-8B,google/gemma-2-9b-it")  # fmt: skip
+                    ctx=64000, util=0.875, pat="LLLF", cmp="Qwen/Qwen3-8B,google/gemma-2-9b-it")  # fmt: skip
     query = share_query(inputs)
     assert not set(query) & set(" ,/")
     assert from_query(dict(parse_qsl(query))) == (inputs, [])
-    odd = replace(DEFAULTS, gib=1.1 + 2.2)  # a float that %g would round (3.3000000000000003)
+    odd = replace(DEFAULTS, gib=1.1 + 2.2)  # a custom card's float that %g would round (3.3000000000000003)
     assert from_query(dict(parse_qsl(share_query(odd)))) == (odd, [])
 
 
