@@ -399,6 +399,12 @@ def cmd_fit(args: argparse.Namespace) -> dict:
     return out
 
 
+def _count_note(r: dict) -> str:
+    """After a llama.cpp unified cache's request count: whether the slots bound it, and the -c it needs."""
+    parts = (["every slot"] if "slots" in r else []) + ([f"-c {r['n_ctx']}"] if r.get("n_ctx") else [])
+    return f"  ({', '.join(parts)})" if parts else ""
+
+
 def print_fit(out: dict) -> None:
     print(
         f"{out['model']} on {out['gpus']}× {out['card']} ({format_bytes(out['card_memory_bytes'])} each), "
@@ -432,7 +438,7 @@ def print_fit(out: dict) -> None:
             f"{format_tokens(r['context']):>8}  "
             + "  ".join(f"{c:>11}" for c in cells)
             + f"  {fits:>4}  {r.get('requests') or _count(r['max_concurrency']):>11}"
-            + ("  (every slot)" if "slots" in r else "")
+            + _count_note(r)
             + (
                 f"  ({r['tightest_gpu']} has {format_bytes(r['tightest_headroom_bytes'])} left)"
                 if "tightest_gpu" in r
@@ -574,8 +580,12 @@ def cmd_autofit(args: argparse.Namespace) -> dict:
     frontend = FRONTENDS[args.frontend]
     sequences = args.parallel or frontend.n_parallel
     unified = args.kv_unified
+    server_slots = args.frontend == "llama-server" and not args.parallel
     if unified is None and args.parallel and args.frontend == "llama-server":
         unified = False  # giving -np keeps llama-server's kv_unified off (common/arg.cpp:1724)
+    forced = server_slots and unified is False
+    if server_slots:  # no -np: tools/server/server.cpp makes 4 slots and a unified cache, whatever -kvu said
+        unified = True
     outputs = sequences if args.parallel and args.frontend == "llama-server" else None  # its slots' logits rows
     engine = configured(
         "llama.cpp", frontend=args.frontend, kv_unified=unified, build=args.llamacpp_build, n_outputs_max=outputs
@@ -590,10 +600,12 @@ def cmd_autofit(args: argparse.Namespace) -> dict:
         kv_dtype=args.kv_dtype,
     )
     n_ctx, steps = args.ctx_size, ()
+    if forced:
+        steps = ("--no-kv-unified without -np: llama-server makes 4 slots and turns the unified cache on anyway",)
     if n_ctx is None and args.frontend == "ollama":  # Ollama always passes -c: num_ctx × np, its default by VRAM
         num_ctx = request_ctx(setup.model, OllamaSettings(num_parallel=sequences), setup.card.memory_bytes)
         n_ctx = num_ctx * sequences
-        steps = (f"Ollama passes -c {n_ctx:,}: its default num_ctx for the card ({num_ctx:,}) × {sequences} slot(s)",)
+        steps += (f"Ollama passes -c {n_ctx:,}: its default num_ctx for the card ({num_ctx:,}) × {sequences} slot(s)",)
     choice = fit_params(setup, n_ctx, sequences, args.n_gpu_layers, args.fit_target * MIB, args.fit_ctx)
     return autofit_record(setup, replace(choice, steps=steps + choice.steps), sequences)
 

@@ -63,6 +63,9 @@ class Row:
     tightest: str = ""
     tightest_headroom_bytes: int = 0
     slots: int = 0  # llama.cpp's unified cache: the front end's slots, where they and not memory bound the requests
+    # llama.cpp's unified cache: the -c (cells of every request together) that max_concurrency requests need; the
+    # row's own figures are one request's, -c context
+    n_ctx: int = 0
 
 
 @dataclass(frozen=True)
@@ -543,7 +546,16 @@ class Solver:
             tightest=tight.label(self.setup.gpus) if other and tight else "",
             tightest_headroom_bytes=self.headroom(tight, context) if other and tight else 0,
             slots=self.slot_bound(concurrency),
+            n_ctx=self.shared_cells(context, concurrency),
         )
+
+    def shared_cells(self, context: int, concurrency: float) -> int:
+        """llama.cpp's unified cache: the -c that `concurrency` requests of `context` tokens share (0 otherwise)."""
+        if not isinstance(self.engine, LlamaCppEngine) or not self.engine.options.kv_unified:
+            return 0
+        if not 1 <= concurrency < float("inf"):
+            return 0
+        return self.engine.cells(context, int(concurrency))
 
     def slot_bound(self, concurrency: float) -> int:
         """The slots of a unified llama.cpp cache when they, not memory, bound `concurrency` (0 otherwise)."""
@@ -620,8 +632,10 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
                     + (f"; at {off} they do not fit and it runs without them (one copy)" if off else "")
                 )
         notes += flag_notes(setup)
-        if solver.engine.fixed_slots() and solver.engine.options.kv_unified:
+        if solver.engine.fixed_slots():
             notes.append(solver.engine.slots_note(setup.model))
+        elif solver.engine.options.n_seq_max > 1:  # llama-server's slots, its unified cache turned off
+            notes.append(solver.engine.split_note())
     if count.stored and format_named(solver.format).gguf and solver.format != STORED_FTYPE[count.stored]:
         notes.append(
             f"llama.cpp: the routed experts stay {count.stored} in every GGUF type, as the checkpoint ships them (the "

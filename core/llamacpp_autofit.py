@@ -267,7 +267,7 @@ def autofit_record(setup: Setup, choice: FitChoice, sequences: int) -> dict:
         "card": setup.card.name,
         "card_memory_bytes": setup.card.memory_bytes,
         "weights": setup.weights,
-        "kv_dtype": setup.kv_dtype,
+        "kv_dtype": setup.engine.kv_dtype(setup.model, setup.kv_dtype).name,  # as llama.cpp keeps it: f16 for auto
         "sequences": sequences,
         "n_ctx": choice.n_ctx,
         # one stream holds every sequence when unified, and any one of them may fill it (llama-context.cpp n_ctx_seq)

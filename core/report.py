@@ -37,6 +37,7 @@ def table_records(fit: Fit) -> list[dict]:
         # and the GPU with the least left, where it is another (Row.tightest)
         | ({"tightest_gpu": r.tightest, "tightest_headroom_bytes": r.tightest_headroom_bytes} if r.tightest else {})
         | ({"slots": r.slots} if r.slots else {})  # the front end's slots, not memory, bound the requests
+        | ({"n_ctx": r.n_ctx} if r.n_ctx else {})  # a unified cache: the -c those requests need
         for r in fit.rows
     ]
 
@@ -107,7 +108,7 @@ def requests_text(fit: Fit, row: Row) -> str:
     if not row.fits:
         return f"none ({n:.2f} of one)" if fit.vllm is not None and n > 0 else "none"
     if row.slots:
-        return f"{row.slots} (every slot)"
+        return f"{row.slots} (every slot, -c {row.n_ctx:,})"
     return f"{n:,.2f}" if fit.vllm is not None else f"{int(n):,}"
 
 
@@ -240,11 +241,13 @@ def verdict(fit: Fit, row: Row) -> Verdict:
         requests = f"an unlimited number of requests of {format_tokens(row.context)} can run at once"
     elif row.slots:
         requests = (
-            f"{row.slots} requests of {format_tokens(row.context)} can run at once, every slot llama.cpp makes "
-            "(-np N makes N)"
+            f"{row.slots} requests of {format_tokens(row.context)} can run at once with -c {row.n_ctx:,}, every slot "
+            "llama.cpp makes (-np N makes N)"
         )
     else:
         requests = f"{plural(n, 'request', requests_text(fit, row))} of {format_tokens(row.context)} can run at once"
+        if row.n_ctx and n > 1:  # a unified cache: they share one -c
+            requests += f" with -c {row.n_ctx:,}"
     spare = f"{format_bytes(row.headroom_bytes)} to spare"
     if row.tightest:  # another GPU than the row's has less left: the spare memory is its
         spare = (

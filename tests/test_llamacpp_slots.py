@@ -78,7 +78,44 @@ def test_cli_marks_rows_the_slots_bound(capsys):
     assert main([*args, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [row.get("slots") for row in out["contexts"]] == [4, None]
+    # the requests share one -c: four of 4K need -c 16,384, while the row's own figures are one request's -c 4,096
+    assert [row.get("n_ctx") for row in out["contexts"]] == [16384, 131072]
     assert out["engine_options"]["n_seq_max"] == 4
     assert main(args) == 0
     text = capsys.readouterr().out
-    assert "4  (every slot)" in text and "-np N makes N streams instead" in text
+    assert "4  (every slot, -c 16384)" in text and "-np N makes N streams instead" in text
+
+
+def test_the_count_s_minus_c_holds_them(capsys):
+    """The -c a row names for its requests is what llama.cpp's own --fit projection fits on the card (autofit's
+    path), and one more request's -c is not."""
+    setup = server_setup("google/gemma-3-12b-it")
+    for row in fit(setup, [8192, 65536]).rows:
+        n = int(row.max_concurrency)
+        assert row.n_ctx == -(-n * row.context // 256) * 256
+        assert projected(setup, row.n_ctx, 4, None) <= setup.card.memory_bytes
+        if not row.slots:
+            assert projected(setup, (n + 1) * row.context, 4, None) > setup.card.memory_bytes
+
+
+def test_llama_server_without_a_unified_cache_says_what_llama_server_does(capsys):
+    """Without -np llama-server turns the unified cache back on (tools/server/server.cpp): fit says its figures are
+    -np N, and autofit sizes what llama-server would run."""
+    split = fit(server_setup("Qwen/Qwen3.5-9B", engine=SERVER.with_options(kv_unified=False)), [8192])
+    assert any("turns the unified cache on whatever --kv-unified says" in note for note in split.notes)
+    args = ["autofit", "google/gemma-3-12b-it", "--gpu", "RTX 4090", "-c", "32768", "--json"]
+    assert main([*args, "--no-kv-unified"]) == 0
+    forced = json.loads(capsys.readouterr().out)
+    assert main(args) == 0
+    assert forced["projected_bytes"] == json.loads(capsys.readouterr().out)["projected_bytes"]
+    assert forced["n_ctx_per_sequence"] == 32768 and "turns the unified cache on anyway" in forced["steps"][0]
+
+
+def test_speed_names_the_slots_not_memory_when_they_bound_the_batch(capsys):
+    args = ["speed", "google/gemma-3-12b-it", "--engine", "llama.cpp", "--frontend", "llama-server"]
+    args += ["--weights", "Q4_K_M", "--context", "8k", "--batch", "4", "--batch", "8", "--json"]
+    for where in (["--gpu", "RTX 4090"], ["--device", "cpu", "--ram-gbs", "50"]):
+        assert main([*args, *where]) == 0
+        four, eight = json.loads(capsys.readouterr().out)["rows"]
+        assert four["fits"] and four["decode_tok_s"] > 0
+        assert not eight["fits"] and eight["why"] == "4 slots: llama-server -np 8 runs 8"

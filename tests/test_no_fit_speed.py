@@ -39,7 +39,8 @@ def test_the_cli_gives_no_speed_for_a_row_that_does_not_fit(capsys):
     assert main([*args, "--json"]) == 0
     one, many = json.loads(capsys.readouterr().out)["rows"]
     assert one["fits"] and one["decode_tok_s"] > 0
-    assert set(one) == set(many) == {*record_keys(), "context", "batch", "max_concurrency", "fits"}
+    assert set(one) == set(many) == {*record_keys(), "context", "batch", "max_concurrency", "fits", "why"}
+    assert one["why"] is None and many["why"].startswith("does not fit")
     assert not many["fits"] and 1 <= many["max_concurrency"] < 64
     assert all(many[key] is None for key in record_keys())
     assert main(args) == 0

@@ -546,22 +546,34 @@ class LlamaCppEngine(Engine):
         )
 
     def slots_note(self, model: ModelSpec) -> str:
-        """What a unified cache made for more slots than one sequence holds (fit's note)."""
+        """What a unified cache made for more slots than one sequence holds (fit's and size's note)."""
         slots = self.slots(1)
         roles = {c.role for c in self.caches(model, 1)}
-        kept = [
+        has = {role: any(r.endswith(role) for r in roles) for role in ("swa", "recr")}
+        per_slot = [
             what
             for role, what in (
                 ("swa", f"each sliding-window layer keeps {slots} windows and a micro-batch"),
                 ("recr", f"each recurrent layer keeps {slots} states"),
             )
-            if any(r.endswith(role) for r in roles)
+            if has[role] and not (role == "swa" and self.options.swa_full)
         ]
-        held = f"; {' and '.join(kept)}, however few requests run" if kept else ""
+        held = f"; {' and '.join(per_slot)}, however few requests run" if per_slot else ""
+        if has["swa"] and self.options.swa_full:
+            held += "; each sliding-window layer keeps the whole -c (--swa-full)"
         return (
             f"llama.cpp: {slots} slots share one unified cache (llama-server's automatic -np, with --kv-unified): -c "
             f"is every request's tokens together, and one request may fill it{held}; at most {slots} requests run "
-            "at once (-np N makes N streams instead, one per request)"
+            "at once (-np N makes N streams instead, one per request). Each row's figures are one request's (-c the "
+            "context); its request count names the -c those requests need"
+        )
+
+    def split_note(self) -> str:
+        """A front end with slots (llama-server's 4) but the unified cache turned off: what llama-server does."""
+        return (
+            f"llama.cpp: llama-server without -np makes {self.options.n_seq_max} slots and turns the unified cache on "
+            "whatever --kv-unified says (tools/server/server.cpp); with it off, these figures are llama-server -np N, "
+            "one stream of the context per request, N the request count"
         )
 
     def held_note(self, layer: LayerKind, context: int, batch: int = 1) -> str:

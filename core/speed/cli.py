@@ -147,8 +147,15 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
         if context > solver.limit:
             raise InputError(f"context {format_tokens(context)} is above {setup.model.name}'s limit {solver.limit:,}")
         fits = solver.concurrency(context) if not cpu_only else None
+        # llama-server's unified slots bound the requests on any device, memory or not
+        slots = solver.engine.slots(1) if isinstance(solver.engine, LlamaCppEngine) else 0
         for batch in batches:
             row = {"context": context, "batch": batch, "max_concurrency": fits, "fits": fits is None or fits >= batch}
+            row["why"] = None  # why there is no speed, where there is none
+            if slots > 1 and batch > slots:
+                row |= {"fits": False, "why": f"{slots} slots: llama-server -np {batch} runs {batch}"}
+            elif not row["fits"]:
+                row["why"] = f"does not fit: {'none' if not fits or fits < 1 else f'{fits:,.0f}'} fit at this context"
             if not row["fits"]:  # no speed for a setup that cannot run (the app's "— (does not fit)")
                 rows.append(dict.fromkeys(record_keys(), None) | row)
                 continue
@@ -235,8 +242,7 @@ def print_speed(out: dict) -> None:
     print(head + f"{'TTFT s':>9} {'bytes/step':>11} {'bound':>8}")
     for r in out["rows"]:
         if not r["fits"]:
-            fit = "none" if not r["max_concurrency"] else f"{r['max_concurrency']:,.0f}"
-            print(f"{format_tokens(r['context']):>8} {r['batch']:>5} — (does not fit: {fit} fit at this context)")
+            print(f"{format_tokens(r['context']):>8} {r['batch']:>5} — ({r['why']})")
             continue
         print(
             f"{format_tokens(r['context']):>8} {r['batch']:>5} {r['decode_tok_s']:>12.1f} "
