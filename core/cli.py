@@ -84,6 +84,13 @@ def cmd_size(args: argparse.Namespace) -> dict:
     notes = list(model.notes)
     if isinstance(engine, VllmEngine) and raw:
         notes.append(vllm_state_note(engine, accounts[0], raw))
+    if isinstance(engine, LlamaCppEngine) and engine.fixed_slots():
+        notes.append(engine.slots_note(model, counts=False))
+        if args.batch > engine.slots(1):
+            notes.append(
+                f"--batch {args.batch} is more than llama-server's {engine.slots(1)} automatic slots: sized as "
+                f"-np {args.batch} --kv-unified ({args.batch} slots of one unified cache)"
+            )
     return {
         "model": model.name,
         "model_type": model.model_type,

@@ -119,3 +119,12 @@ def test_speed_names_the_slots_not_memory_when_they_bound_the_batch(capsys):
         four, eight = json.loads(capsys.readouterr().out)["rows"]
         assert four["fits"] and four["decode_tok_s"] > 0
         assert not eight["fits"] and eight["why"] == "4 slots: llama-server -np 8 runs 8"
+
+
+def test_size_says_what_the_slots_hold(capsys):
+    base = ["size", "google/gemma-3-12b-it", "--engine", "llama.cpp", "--frontend", "llama-server", "--json"]
+    assert main(base) == 0
+    (note,) = [n for n in json.loads(capsys.readouterr().out)["notes"] if "slots share" in n]
+    assert "4 windows and a micro-batch" in note and "request count" not in note  # size counts no requests
+    assert main([*base, "--batch", "8"]) == 0
+    assert any("sized as -np 8 --kv-unified" in n for n in json.loads(capsys.readouterr().out)["notes"])

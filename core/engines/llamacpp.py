@@ -545,8 +545,9 @@ class LlamaCppEngine(Engine):
             held_note=self.held_note(first, context, batch) if first.grows else "",
         )
 
-    def slots_note(self, model: ModelSpec) -> str:
-        """What a unified cache made for more slots than one sequence holds (fit's and size's note)."""
+    def slots_note(self, model: ModelSpec, counts: bool = True) -> str:
+        """What a unified cache made for more slots than one sequence holds (fit's note; `size`'s, which counts no
+        requests, without `counts`)."""
         slots = self.slots(1)
         roles = {c.role for c in self.caches(model, 1)}
         has = {role: any(r.endswith(role) for r in roles) for role in ("swa", "recr")}
@@ -564,9 +565,10 @@ class LlamaCppEngine(Engine):
         return (
             f"llama.cpp: {slots} slots share one unified cache (llama-server's automatic -np, with --kv-unified): -c "
             f"is every request's tokens together, and one request may fill it{held}; at most {slots} requests run "
-            "at once (-np N makes N streams instead, one per request). Each row's figures are one request's (-c the "
-            "context); its request count names the -c those requests need"
-        )
+            "at once (-np N makes N streams instead, one per request)"
+            + (". Each row's figures are one request's (-c the context); its request count names the -c they need"
+               if counts else "")
+        )  # fmt: skip
 
     def split_note(self) -> str:
         """A front end with slots (llama-server's 4) but the unified cache turned off: what llama-server does."""
