@@ -365,8 +365,9 @@ def _gguf_model(model: str) -> str | None:
 def cmd_fit(args: argparse.Namespace) -> dict:
     result = fit(build_setup(args), args.context)
     setup = result.setup
-    asked = args.weights and not setup.weights_file
-    warning = engine_format_warning(setup.engine, args.weights, setup.model) if asked else None
+    # the format asked for, else the checkpoint's own as sized (DeepSeek-V3's fp8_block is no GGUF either)
+    weights = args.weights or result.weights_format
+    warning = None if setup.weights_file else engine_format_warning(setup.engine, weights, setup.model)
     out = {
         "model": setup.model.name,
         "engine": setup.engine.name,

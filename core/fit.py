@@ -145,6 +145,10 @@ def setup_format(setup: Setup) -> str:
     fmt = setup.weights or default_format(setup.model)
     if isinstance(setup.engine, TransformersEngine) and format_named(fmt).gguf is not None:
         return default_format(setup.model)
+    if isinstance(setup.engine, LlamaCppEngine) and not setup.weights and count_params(setup.model).stored:
+        # gpt-oss's checkpoint as llama.cpp's converter writes it: the experts as shipped (MXFP4), the rest in the
+        # checkpoint's 16-bit dtype (llama-bench: gpt-oss-20b "F16", 13,779,630,336 B)
+        return as_gguf(dtype_named(setup.model.dtype).name)
     return as_gguf(fmt) if isinstance(setup.engine, LlamaCppEngine) else fmt
 
 
@@ -640,7 +644,7 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
         notes.append(
             f"llama.cpp: the routed experts stay {count.stored} in every GGUF type, as the checkpoint ships them (the "
             f"converter writes them as they are; llama-quantize does not requantize them); the {solver.format} "
-            "type applies to the other tensors"
+            f"type applies to the other tensors ({STORED_FTYPE[count.stored]} keeps them Q8_0)"
         )
     if solver.kernel is not None and solver.relaid:
         notes.append(

@@ -66,3 +66,30 @@ def test_transformers_sizes_a_gguf_type_as_the_checkpoint_it_dequantises_to():
     asked, bf16 = fit(setup, [4096]), fit(replace(setup, weights="bf16"), [4096])
     assert asked.weights_format == "bf16" and asked.rows[0].weights_bytes == bf16.rows[0].weights_bytes
     assert "sized here as the checkpoint's bf16" in engine_format_warning(engine, "q4_k_m", model)
+
+
+def test_the_checkpoints_own_format_is_checked_too():
+    """No --weights: DeepSeek-V3 is sized as its fp8_block checkpoint, which llama.cpp cannot load; fit and speed say
+    so as they do when fp8_block is asked for."""
+    args = ("deepseek-ai/DeepSeek-V3", "--gpu", "H200", "--gpus", "8", "--engine", "llama.cpp", "--context", "8k")
+    out = fit_json(*args)
+    assert out["weights"] == "fp8_block" and any("fp8_block checkpoints need converting first" in n for n in out["notes"])
+    speed = json.loads(run_cli("speed", *args, "--json").stdout)
+    assert any("fp8_block checkpoints need converting first" in n for n in speed["notes"])
+
+
+def test_gpt_oss_on_llama_cpp_is_sized_as_the_gguf_its_converter_writes():
+    """gpt-oss ships its experts MXFP4 and the rest bf16; llama.cpp's converter keeps the experts and writes the rest
+    16-bit, the file llama-bench calls F16: 13,779,630,336 B for gpt-oss-20b in the published runs
+    (measurements/speed/corpus), and 12,101,070,356 B for the MXFP4 MoE type (the rest Q8_0)."""
+    from core.engines.base import sized_weights
+    from core.fit import setup_format
+
+    model = load_model("openai/gpt-oss-20b")
+    setup = Setup(model, configured("llama.cpp"), card_named("RTX 4090"))
+    assert setup_format(setup) == "gguf_bf16"
+    assert sized_weights(count_params(model), "gguf_bf16", 2).total == 13_779_630_336
+    moe = sized_weights(count_params(model), "mxfp4_moe", 2).total
+    assert abs(moe - 12_101_070_356) / 12_101_070_356 < 0.001
+    notes = fit(setup, [8192]).notes
+    assert any("routed experts stay MXFP4" in n and "mxfp4_moe keeps them Q8_0" in n for n in notes)

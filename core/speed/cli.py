@@ -11,6 +11,7 @@ from core.argtypes import MAX_RAM_GB_S, add_json_flag, positive_int
 from core.engines.llamacpp import LlamaCppEngine
 from core.errors import InputError
 from core.fit import Setup, Solver, flag_notes, setup_format
+from core.report import engine_format_warning
 from core.speed import calibration
 from core.speed.groups import BACKENDS, ErrorBar, checked_backend
 from core.speed.predict import (
@@ -111,6 +112,11 @@ def record(s: Speed) -> dict:
     }
 
 
+def format_note(setup: Setup) -> str | None:
+    """What fit says of the weights' format on this engine (a format it does not load as such), for the speed too."""
+    return None if setup.weights_file else engine_format_warning(setup.engine, setup_format(setup), setup.model)
+
+
 def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict:
     solver = Solver(setup)
     contexts = args.context or [c for c in DEFAULT_CONTEXTS if c <= solver.limit] or [solver.limit]
@@ -185,7 +191,7 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
         "ram_stream_gb_s": hw.ram_stream_gb_s if needs_ram(setup, hw) else None,  # at `threads` threads
         "ram_source": ram_source,
         "host_note": host_note,
-        "notes": flag_notes(setup),
+        "notes": [n for n in (format_note(setup), *flag_notes(setup)) if n],
         "pcie_gb_s": hw.pcie_gb_s,  # the op offload's copies of layers in RAM, where a pass makes them
         "threads": hw.threads,
         "cpu_isa": hw.isa or None,  # the kernel factors' ISA; None: not known, the pooled factors
