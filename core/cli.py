@@ -40,7 +40,7 @@ from core.fit import Setup, cache_in_ram, default_split, fit
 from core.llamacpp_autofit import autofit_record, fit_params, print_autofit
 from core.memory.gguf_hub import gguf_name
 from core.memory.gpus import MAX_GB_S, MAX_TFLOPS, Card, card_named, cards, with_figures
-from core.memory.quant import format_named
+from core.memory.quant import format_named, gguf_type
 from core.memory.weightfiles import read_weights
 from core.model.config import MAX_CONFIG_BYTES, parse_json, resolve
 from core.model.loading import load_model, presets
@@ -600,6 +600,7 @@ def cmd_autofit(args: argparse.Namespace) -> dict:
     )
     engine = with_run_flags(engine, args)
     checked_kv_dtype(engine, args.kv_dtype)
+    gguf_type(args.weights, "llama.cpp")
     setup = Setup(
         model=load_model(args.model),
         engine=engine,

@@ -42,7 +42,7 @@ from core.errors import InputError
 from core.fit import Fit, Setup, Solver, cache_in_ram, fit
 from core.llamacpp_autofit import FitChoice, fit_params
 from core.memory.gpus import Card
-from core.memory.quant import as_gguf, format_named
+from core.memory.quant import gguf_type
 from core.model.spec import ModelSpec
 from core.speed import calibration
 from core.speed.cli import calibrated_host, error_record, hardware
@@ -291,17 +291,6 @@ def _llama_server_fit(model: ModelSpec, card: Card, settings: OllamaSettings, nu
         raise InputError(f"{model.name} on {card.name}: llama-server's fit is not modelled here: {err}") from None
 
 
-def gguf_weights(weights: str) -> str:
-    """The weights as a GGUF type Ollama runs (a 16/32-bit checkpoint is its GGUF of that type), or why not."""
-    name = format_named(weights).name
-    if format_named(as_gguf(name)).gguf is None:
-        raise InputError(
-            f"Ollama runs GGUF files; {weights} is not a GGUF type (use q4_k_m, q8_0, f16, … as `ollama pull` names "
-            "them)"
-        )
-    return name
-
-
 def ollama_grid(
     models: Iterable[ModelSpec],
     cards: Iterable[Card],
@@ -311,7 +300,7 @@ def ollama_grid(
     free: int | None = None,
 ) -> list[OllamaRow]:
     """ollama_row for every model on every card, model by model, each card with `free` bytes free (None: empty)."""
-    gguf_weights(weights)
+    gguf_type(weights, "Ollama")
     hw = hw or host()[0]
     cards = list(cards)
     return [ollama_row(m, c, settings, weights, hw, free) for m in models for c in cards]

@@ -73,7 +73,9 @@ def test_the_checkpoints_own_format_is_checked_too():
     so as they do when fp8_block is asked for."""
     args = ("deepseek-ai/DeepSeek-V3", "--gpu", "H200", "--gpus", "8", "--engine", "llama.cpp", "--context", "8k")
     out = fit_json(*args)
-    assert out["weights"] == "fp8_block" and any("fp8_block checkpoints need converting first" in n for n in out["notes"])
+    assert out["weights"] == "fp8_block" and any(
+        "fp8_block checkpoints need converting first" in n for n in out["notes"]
+    )
     speed = json.loads(run_cli("speed", *args, "--json").stdout)
     assert any("fp8_block checkpoints need converting first" in n for n in speed["notes"])
 

@@ -246,6 +246,17 @@ def as_gguf(name: str) -> str:
     return _AS_GGUF.get(key, key)
 
 
+def gguf_type(weights: str, runner: str) -> str:
+    """The weights as a GGUF type `runner` loads (a 16/32-bit checkpoint is its GGUF of that type), or why not."""
+    name = format_named(weights).name
+    if format_named(as_gguf(name)).gguf is None:
+        raise InputError(
+            f"{runner} runs GGUF files; {weights} is not a GGUF type (use q4_k_m, q8_0, f16, … as llama-quantize "
+            "names them)"
+        )
+    return name
+
+
 def default_format(spec: ModelSpec) -> str:
     """The format the checkpoint itself ships: its quantization_config if it has one, else its dtype."""
     qc = spec.config.get("quantization_config")
