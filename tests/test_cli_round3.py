@@ -37,6 +37,8 @@ def test_ollama_rows_name_the_memory_given_and_a_card_once(capsys):
 def test_ollama_refuses_weights_that_are_not_a_gguf(capsys):
     code, _, err = run(capsys, "ollama", "meta-llama/Llama-3.1-8B-Instruct", "--weights", "fp8")
     assert code == 2 and "Ollama runs GGUF files; fp8 is not a GGUF type" in err
+    code, _, err = run(capsys, "autofit", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "RTX 4090", "--weights", "awq")
+    assert code == 2 and "llama.cpp runs GGUF files; awq is not a GGUF type" in err
     code, out, _ = run(capsys, "ollama", "meta-llama/Llama-3.1-8B-Instruct", "--weights", "bf16", "--json")
     assert code == 0 and json.loads(out)["weights"] == "bf16"  # its BF16 GGUF
 
