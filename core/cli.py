@@ -159,9 +159,47 @@ def print_size(out: dict) -> None:
         )
 
 
+# each engine's own flags (argparse dest: the flag as typed); given with another --engine, they are refused
+ENGINE_FLAGS = {
+    "vllm": {
+        "platform": "--platform",
+        "vllm_version": "--vllm-version",
+        "max_num_batched_tokens": "--max-num-batched-tokens",
+        "prefix_caching": "--[no-]prefix-caching",
+    },
+    "llama.cpp": {
+        "frontend": "--frontend",
+        "swa_full": "--[no-]swa-full",
+        "kv_unified": "--[no-]kv-unified",
+        "flash_attn": "--flash-attn",
+        "ubatch": "--ubatch",
+        "batch_size": "--batch-size",
+        "llamacpp_build": "--llamacpp-build",
+        "n_gpu_layers": "--n-gpu-layers",
+        "n_cpu_moe": "--n-cpu-moe",
+        "cpu_moe": "--cpu-moe",
+    },
+}
+
+
+UNSET = {"n_cpu_moe": 0, "cpu_moe": False}  # flags whose default is a value, not None
+
+
+def foreign_flags(args: argparse.Namespace) -> None:
+    """Refuse another engine's flags: `--frontend llama-server` without `--engine llama.cpp` sized transformers."""
+    for engine, flags in ENGINE_FLAGS.items():
+        given = [flag for dest, flag in flags.items() if getattr(args, dest, None) not in (None, UNSET.get(dest))]
+        if given and engine != args.engine:
+            raise InputError(
+                f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} {engine}'s; add --engine {engine} "
+                f"(this is {args.engine})"
+            )
+
+
 def build_engine(args: argparse.Namespace) -> Engine:
-    """The engine with the options given on the command line; each flag only applies to its own engine (vLLM and
-    transformers have no -fa or -ub: they run fused attention and their own chunking)."""
+    """The engine with the options given on the command line; each flag belongs to its own engine (vLLM and
+    transformers have no -fa or -ub: they run fused attention and their own chunking), and another's is refused."""
+    foreign_flags(args)
     engine = configured(
         args.engine,
         frontend=args.frontend,
@@ -252,11 +290,10 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
         help="the engine whose cache layout, defaults and overheads apply (default transformers)",
     )
     vllm = p.add_argument_group("vLLM")
-    vllm.add_argument("--platform", choices=("cuda", "cpu"), default="cuda", help="vLLM backend (default cuda)")
+    vllm.add_argument("--platform", choices=("cuda", "cpu"), help="vLLM backend (default cuda)")
     vllm.add_argument(
         "--vllm-version",
         choices=VERSIONS,
-        default=VllmOptions.version,
         help=f"vLLM: whose 'KV cache size' log line to reproduce (default {VllmOptions.version})",
     )
     vllm.add_argument(
@@ -264,12 +301,13 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         help="vLLM (default: `vllm serve`'s for the card: 16384 from 160 GiB, 8192 from 70 GiB but A100, else 2048)",
     )
-    vllm.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=True, help="vLLM")
+    vllm.add_argument(
+        "--prefix-caching", action=argparse.BooleanOptionalAction, help="vLLM: state blocks per request (default on)"
+    )
     llama = p.add_argument_group("llama.cpp")
     llama.add_argument(
         "--frontend",
         choices=sorted(FRONTENDS),
-        default=DEFAULT_FRONTEND,
         help=f"llama.cpp: whose defaults apply (default {DEFAULT_FRONTEND}); the flags below override them",
     )
     llama.add_argument(

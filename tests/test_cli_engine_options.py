@@ -33,9 +33,17 @@ def test_swa_full_keeps_every_token_on_sliding_layers():
     assert capped["contexts"][0]["cache_bytes"] < full["contexts"][0]["cache_bytes"] // 4
 
 
-def test_llamacpp_flags_do_not_touch_other_engines():
-    out = _size("Qwen/Qwen3-8B", "--engine", "transformers", "--swa-full", "--kv-unified", "--context", "4k")
-    assert out["engine_options"] == {}
+def test_another_engines_flags_are_refused_not_ignored():
+    """`--frontend llama-server` without `--engine llama.cpp` sized transformers without a word."""
+    proc = run_cli("size", "Qwen/Qwen3-8B", "--engine", "transformers", "--no-swa-full", "--kv-unified")
+    assert proc.returncode == 2
+    assert "--[no-]swa-full, --[no-]kv-unified are llama.cpp's; add --engine llama.cpp (this is transformers)" in (
+        proc.stderr
+    )
+    proc = run_cli("fit", "Qwen/Qwen3-8B", "--gpu", "RTX 4090", "--engine", "llama.cpp", "--platform", "cpu")
+    assert proc.returncode == 2 and "--platform is vllm's; add --engine vllm (this is llama.cpp)" in proc.stderr
+    zero = run_cli("fit", "Qwen/Qwen3-8B", "--gpu", "RTX 4090", "--engine", "vllm", "--n-cpu-moe", "0")
+    assert zero.returncode == 0  # 0 is the default: nothing of llama.cpp's given
 
 
 def test_unknown_platform_is_refused_with_the_choices():
@@ -107,9 +115,9 @@ def test_a_quantised_v_without_flash_attention_is_refused_with_the_fix():
     assert "refuses a quantised V cache (q8_0) without flash attention" in proc.stderr and "-fa on" in proc.stderr
 
 
-def test_ubatch_and_flash_attention_leave_other_engines_alone():
-    out = _size("Qwen/Qwen3-8B", "--engine", "vllm", "-ub", "2048", "-fa", "off", "--context", "4k")
-    assert out["engine_options"] == _size("Qwen/Qwen3-8B", "--engine", "vllm", "--context", "4k")["engine_options"]
+def test_ubatch_and_flash_attention_are_llama_cpps_alone():
+    proc = run_cli("size", "Qwen/Qwen3-8B", "--engine", "vllm", "-ub", "2048", "-fa", "off")
+    assert proc.returncode == 2 and "--flash-attn, --ubatch are llama.cpp's; add --engine llama.cpp" in proc.stderr
 
 
 def test_autofit_takes_the_run_flags_llama_servers_fit_sizes_its_buffers_with():
