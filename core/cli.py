@@ -6,10 +6,12 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import NoReturn
 
 from core.argtypes import (
     add_json_flag,
@@ -689,7 +691,7 @@ def cmd_resolve(args: argparse.Namespace) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m core", description="kvscope: LLM cache and memory sizing")
+    parser = Parser(prog="python -m core", description="kvscope: LLM cache and memory sizing")
     sub = parser.add_subparsers(dest="command", required=True)
 
     size = sub.add_parser("size", help="per-layer cache account of a model")
@@ -885,6 +887,16 @@ def json_text(out: dict) -> str | None:
         return json.dumps(_json_ready(out), indent=2, allow_nan=False)
     except ValueError:
         return None
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: the usage block (15-26 lines) buried the message; --help still shows it."""
+
+    def error(self, message: str) -> NoReturn:
+        flag = re.match(r"argument (--[\w-]+)", message)
+        if flag and message.endswith("expected one argument"):  # a value that starts with '-' reads as an option
+            message += f" (a value that starts with '-' is written {flag.group(1)}=VALUE)"
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -99,3 +99,18 @@ def test_a_model_pages_address_is_its_repo_and_a_preset_with_a_quant_tag_is_poin
         code == 2
         and "Qwen/Qwen3-8B itself is a bundled preset: give Qwen/Qwen3-8B and the format as --weights q4_k_m" in err
     )
+
+
+def test_argument_errors_are_one_line_naming_the_flag():
+    """argparse printed its 15-26-line usage before the message; a value starting with '-' read as a missing one."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    for argv, said in (
+        (["fit", "Qwen/Qwen3-8B", "--context", "0"], "argument --context: token count must be positive"),
+        (["ollama", "Qwen/Qwen3-8B", "--free", "-1GiB"], "is written --free=VALUE"),
+    ):
+        proc = subprocess.run([sys.executable, "-m", "core", *argv], capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and said in proc.stderr, proc.stderr
