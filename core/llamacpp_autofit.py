@@ -272,7 +272,8 @@ def autofit_record(setup: Setup, choice: FitChoice, sequences: int) -> dict:
         "n_ctx": choice.n_ctx,
         # one stream holds every sequence when unified, and any one of them may fill it (llama-context.cpp n_ctx_seq)
         "n_ctx_per_sequence": choice.n_ctx if setup.engine.streams(sequences) == 1 else choice.n_ctx // sequences,
-        "gpu_layers": choice.n_layers + 1 if choice.gpu_layers is None else choice.gpu_layers,
+        # llama.cpp clamps -ngl to the layer slots (-ngl 200 of 33 runs 33)
+        "gpu_layers": min(choice.n_layers + 1, choice.n_layers + 1 if choice.gpu_layers is None else choice.gpu_layers),
         "cpu_expert_layers": [choice.cpu_experts.start, choice.cpu_experts.stop] if choice.cpu_experts else None,
         "partial_layer": [choice.cpu_experts.start, choice.partial] if choice.partial else None,
         "llamacpp_build": setup.engine.options.build.spec,

@@ -49,9 +49,9 @@ def parse_tokens(text: str | int) -> int:
 
 def format_tokens(n: int) -> str:
     """32768 → `32K`; counts that are not a multiple of 1024 stay exact."""
-    if n >= 1024 * 1024 and n % (1024 * 1024) == 0:
+    if n >= 1024 * 1024 and n % (1024 * 1024) == 0 and n < 100_000 * 1024 * 1024:
         return f"{n // (1024 * 1024)}M"
-    if n >= 1024 and n % 1024 == 0:
+    if n >= 1024 and n % 1024 == 0 and n < 100_000 * 1024:  # not 9765625K: past that, the count itself
         return f"{n // 1024}K"
     return f"{n:,}"
 

@@ -114,3 +114,14 @@ def test_argument_errors_are_one_line_naming_the_flag():
     ):
         proc = subprocess.run([sys.executable, "-m", "core", *argv], capture_output=True, text=True, cwd=ROOT)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and said in proc.stderr, proc.stderr
+
+
+def test_huge_counts_print_in_full_and_ngl_past_the_layers_is_clamped(capsys):
+    from core.units import format_tokens
+
+    assert format_tokens(10_000_000_000) == "10,000,000,000" and format_tokens(8 << 20) == "8M"  # not 9765625K
+    assert format_tokens(1 << 40) == "1,099,511,627,776" and format_tokens(131072) == "128K"
+    base = ["autofit", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "RTX 4090", "--json"]
+    for ngl, shown in (("200", 33), ("0", 0)):
+        code, out, _ = run(capsys, *base, "-ngl", ngl)
+        assert code == 0 and json.loads(out)["gpu_layers"] == shown  # llama.cpp runs at most its 33 slots
