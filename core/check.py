@@ -453,7 +453,8 @@ def _max_context(f: Figure, model: ModelSpec, engine: Engine, kv: str) -> Estima
     note = ""
     if f.setup.get("weights_bytes"):
         own = _solver(f, model, engine, weights=str(f.setup.get("weights_format_for_estimate") or "Q4_K_M"))
-        note = f"{own.max_context():,} tokens with kvscope's own {own.format} weights ({format_bytes(own.weights)})"
+        weights = f"{own.format} weights ({format_bytes(own.weights)})"
+        note = f"with kvscope's own {weights} instead: {own.max_context():,} tokens"
     return Estimate(value, tuple(lines), note=note)
 
 
@@ -545,7 +546,12 @@ def _ratio(f: Figure) -> Estimate:
         *("  " + x for x in den.lines),
         f"{num.value:,.6g} / {den.value:,.6g}{' × 100' if scale != 1 else ''} = {value:.4g}",
     )
-    notes = [f"{which}: {e.note}" for which, e in (("numerator", num), ("denominator", den)) if e.note]
+    # each part's own note beside the term it qualifies: the ratio is of the terms, not of the notes' alternatives
+    notes = [
+        f"{which} {e.value:,.0f} ({e.note})" if abs(e.value) >= 100 else f"{which} {e.value:.4g} ({e.note})"
+        for which, e in (("numerator", num), ("denominator", den))
+        if e.note
+    ]
     return Estimate(value, lines, low=min(ends) * scale, high=max(ends) * scale, note="; ".join(notes))
 
 

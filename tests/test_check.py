@@ -170,6 +170,14 @@ def test_shown_arithmetic_gives_the_shown_count(checks):
         assert grows == grows_again and math.floor((budget + grows) / (cache + grows)) == c.kvscope, line
 
 
+def test_a_ratios_reason_names_the_terms_it_divides(checks):
+    """s004-8gb-ratio divides 26,624 by 6,912 (the source's stated 6.6 GB file); the reason listed the own-weights
+    alternatives, 73,984 / 18,688, as if they were its terms."""
+    c = checks["s004-8gb-ratio"]
+    assert "numerator 26,624 (with kvscope's own" in c.reason and "denominator 6,912 (" in c.reason
+    assert c.kvscope == pytest.approx(26_624 / 6_912)
+
+
 def test_a_context_past_the_models_limit_is_said(checks):
     c = checks["s001-dense-sequences-a100"]  # Qwen3-8B at 65,536 tokens: its config stops at 40,960
     assert "past Qwen/Qwen3-8B's 40,960-token limit" in c.reason
