@@ -11,6 +11,7 @@ from core.llamacpp_autofit import AUTOFIT_FRONTENDS, fit_params
 from core.report import (
     IN_RAM,
     breakdown_records,
+    cache_help,
     constant_table,
     display_records,
     max_context_text,
@@ -62,7 +63,7 @@ figure_row(
         f"Requests at {format_tokens(context)}": requests_text(result, row),
         "Cache at this context": format_bytes(row.cache_bytes),
     },
-    helps={"Cache at this context": "per GPU, one sequence"},
+    helps={"Cache at this context": cache_help(result)},
 )
 for note in result.notes:
     st.info(note)

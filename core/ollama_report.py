@@ -415,6 +415,16 @@ def print_report(out: dict) -> None:
 
 
 FITS_TEXT = {True: "yes", False: "no", None: "RAM"}
+
+
+def in_ram(row: OllamaRow) -> str:
+    """What a partly offloaded split leaves unsized: the layers in system RAM and their cache."""
+    left = row.blocks + 1 - row.layers
+    if row.full or row.kvscope_fits is None or left <= 0:
+        return ""
+    return f"; the GPU's part only: {left} of {row.blocks + 1} layers and their cache stay in system RAM, not sized"
+
+
 FITS_SENTENCE = {
     True: "fits",
     False: "does not fit the card",
@@ -439,7 +449,7 @@ def explain(row: OllamaRow, model: ModelSpec) -> list[str]:
         f"- weights on the GPU {format_bytes(fit_row.weights_bytes)} + compute buffers "
         f"{format_bytes(fit_row.overhead_bytes)} + {row.num_parallel} × cache {format_bytes(fit_row.cache_bytes)} = "
         f"**{format_bytes(row.kvscope_gpu_bytes)}** of {format_bytes(row.fit.usable_bytes)}: "
-        f"{FITS_SENTENCE[row.kvscope_fits]} (headroom {format_bytes(row.kvscope_headroom_bytes)})",
+        f"{FITS_SENTENCE[row.kvscope_fits]} (headroom {format_bytes(row.kvscope_headroom_bytes)}){in_ram(row)}",
         f"**Speed** on a host with {row.ram_gb_s:.1f} GB/s RAM and {plural(row.threads, 'thread')} for the layers in "
         "RAM:",
         *speed_lines(row.speed),

@@ -100,6 +100,15 @@ def max_context_text(fit: Fit) -> str:
     return format_tokens(fit.max_context) if fit.max_context else "none"
 
 
+def cache_help(fit: Fit) -> str:
+    """What the cache figure covers: one request, as its engine allocates it."""
+    engine = fit.setup.engine
+    if isinstance(engine, LlamaCppEngine) and engine.fixed_slots():
+        slots = engine.slots(1)
+        return f"per GPU, one request as llama-server allocates it: its cells, and {slots} slots' windows and states"
+    return "per GPU, one sequence"
+
+
 def requests_text(fit: Fit, row: Row) -> str:
     """Requests of this length at once; vLLM's fractional count only when at least one fits."""
     n = row.max_concurrency

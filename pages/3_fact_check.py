@@ -18,7 +18,8 @@ mobile_css()
 st.title("Fact-check")
 st.caption(
     "Figures from posts, model cards and engine logs, each recomputed by kvscope under the settings its source "
-    "states. They agree when the published value is within half a unit of its last printed digit of kvscope's."
+    "states. They agree when the published value is within half a unit of its last printed digit of kvscope's (a "
+    "whole unit for a figure printed as approximate, such as ≈ 30 GB)."
 )
 COLOURS = {AGREES: "#16a34a", DISAGREES: "#dc2626", CANNOT: "#6b7280"}
 

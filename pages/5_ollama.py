@@ -162,7 +162,9 @@ st.dataframe(
         ),
         **gib,
         "kvscope fits": st.column_config.TextColumn(
-            "kvscope fits", help="kvscope's llama.cpp account, this split; RAM: every layer and its cache in system RAM"
+            "kvscope fits",
+            help="kvscope's llama.cpp account of the GPU's part of this split (layers left in system RAM, and their "
+            "cache, are not sized); RAM: every layer and its cache in system RAM",
         ),
         "decode tok/s": st.column_config.NumberColumn("decode tok/s", format="%.1f", help="one request"),
         "prefill tok/s": st.column_config.NumberColumn("prefill tok/s", format="%.0f"),

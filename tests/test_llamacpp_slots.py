@@ -128,3 +128,11 @@ def test_size_says_what_the_slots_hold(capsys):
     assert "4 windows and a micro-batch" in note and "request count" not in note  # size counts no requests
     assert main([*base, "--batch", "8"]) == 0
     assert any("sized as -np 8 --kv-unified" in n for n in json.loads(capsys.readouterr().out)["notes"])
+
+
+def test_the_cache_figures_help_says_what_it_holds():
+    from core.report import cache_help
+
+    assert "4 slots' windows and states" in cache_help(fit(server_setup("google/gemma-3-12b-it"), [4096]))
+    one = fit(server_setup("google/gemma-3-12b-it", engine=configured("llama.cpp")), [4096])
+    assert cache_help(one) == "per GPU, one sequence"

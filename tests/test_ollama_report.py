@@ -482,3 +482,15 @@ def test_the_gpu_overhead_says_what_it_moves_in_current_ollama(capsys):
     given = capsys.readouterr().out
     assert "llama-server's --fit, which places the layers, is not told of it" in given
     assert "is not told of it" not in plain
+
+
+def test_a_partly_offloaded_split_says_its_fit_is_the_gpus_part():
+    """Llama-3.1-70B on a 24 GB card: llama-server's --fit keeps 45 of 81 layers in system RAM; "fits" is the GPU's
+    part, and the explanation says the rest and its cache are not sized (the host's RAM is not kvscope's)."""
+    model = load_model("meta-llama/Llama-3.1-70B-Instruct")
+    row = ollama_row(model, card_named("RTX 4090"), OllamaSettings(), hw=HW)
+    assert row.kvscope_fits is True and not row.full
+    left = row.blocks + 1 - row.layers
+    assert any(
+        f"the GPU's part only: {left} of 81 layers and their cache stay in system RAM" in x for x in explain(row, model)
+    )
