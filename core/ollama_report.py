@@ -474,7 +474,13 @@ def _estimate_lines(row: OllamaRow, model: ModelSpec) -> list[str]:
         f"tokens, batch {t.batch}, weights {row.weights}:",
         f"- KV per layer: {t.context:,} × ({f.key_length} + {f.value_length}) × {f.heads_kv} KV heads × "
         f"{KV_BYTES[t.kv_type]:g} B ({t.kv_type}) = {t.kv_per_layer[0]:,} B; all {n} layers: "
-        f"{format_bytes(t.kv_total)}",
+        f"{format_bytes(t.kv_total)}"
+        + (
+            f" (OLLAMA_KV_CACHE_TYPE {row.kv_type} needs flash attention, which {ESTIMATOR_VERSION} left off for "
+            f"{gguf_arch(model)} unless OLLAMA_FLASH_ATTENTION was set: f16)"
+            if t.kv_type != row.kv_type
+            else ""
+        ),
         f"- buffer block held back: blk.0 ({format_bytes(t.blocks[0])}) + its KV = {format_bytes(t.buffer)}",
         f"- graph: partial offload {format_bytes(t.graph_partial)}, full offload {format_bytes(t.graph_full)}; every "
         f"placement test reserves the larger, {format_bytes(t.graph)}",

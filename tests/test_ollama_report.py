@@ -494,3 +494,11 @@ def test_a_partly_offloaded_split_says_its_fit_is_the_gpus_part():
     assert any(
         f"the GPU's part only: {left} of 81 layers and their cache stay in system RAM" in x for x in explain(row, model)
     )
+
+
+def test_the_estimates_f16_cache_under_a_q8_0_setting_is_explained():
+    model = load_model("meta-llama/Llama-3.1-8B-Instruct")
+    row = ollama_row(model, card_named("RTX 4090"), OllamaSettings(kv_cache_type="q8_0"), hw=HW)
+    assert row.kv_type == "q8_0" and row.split.kv_type == "f16"  # v0.32.15 passes it; v0.12.10 sized it f16
+    (line,) = [x for x in explain(row, model) if "KV per layer" in x]
+    assert "× 2 B (f16)" in line and "OLLAMA_KV_CACHE_TYPE q8_0 needs flash attention, which v0.12.10 left off" in line
