@@ -18,6 +18,7 @@ from core.model.loading import load_model
 from core.report import max_context_text, requests_text
 from core.units import format_bytes, format_tokens
 from tests.conftest import ROOT
+from tests.tiny_configs import tiny_raw
 from ui.layout import PAINTED
 from ui.state import DEFAULTS, Inputs, from_query, pack_config, to_query
 
@@ -240,6 +241,16 @@ def test_a_listed_cards_link_figures_are_named_as_ignored_and_not_carried_on():
     inputs, ignored = from_query({"card": "custom", "gib": "48", "gbs": "500"})  # a custom card keeps them
     assert (inputs.gib, inputs.gbs, ignored) == (48.0, 500.0, [])
     assert "gbs" not in to_query(replace(inputs, card="L4 24GB"))  # left over from the custom card: not sent
+
+
+def test_a_config_in_a_link_that_names_another_source_is_named_as_ignored():
+    packed = pack_config(tiny_raw("llama"))
+    inputs, ignored = from_query({"source": "Preset", "model": "Qwen/Qwen3-8B", "config": packed})
+    assert inputs.config == "" and ignored == [
+        "config (a shared config.json is read with source=Upload; the link says Preset)"
+    ]
+    alone, ignored = from_query({"config": packed})  # a hand-made link with the config alone: its upload
+    assert (alone.source, alone.config, ignored) == ("Upload", packed, [])
 
 
 def test_unknown_hub_model_offline_shows_a_message_and_the_default():

@@ -319,6 +319,11 @@ def from_query(params: dict[str, str]) -> tuple[Inputs, list[str]]:
     if inputs.engine in ENGINES and inputs.kv not in ENGINES[inputs.engine].kv_dtypes:
         ignored.append(f"kv={inputs.kv!r} (not available on {inputs.engine})")
         inputs = replace(inputs, kv="auto")
+    if inputs.config and "source" not in values:  # a config alone: the upload it was
+        inputs = replace(inputs, source="Upload")
+    elif inputs.config and inputs.source != "Upload":  # the source named wins; say so rather than drop it silently
+        ignored.append(f"config (a shared config.json is read with source=Upload; the link says {inputs.source})")
+        inputs = replace(inputs, config="")
     if inputs.card != CUSTOM_CARD:  # a listed card is sized and timed by its own figures
         given = [key for key in CUSTOM_FIGURES if key in values]
         ignored += [
