@@ -3,11 +3,10 @@ arithmetic behind them. Other pages live in pages/."""
 
 import streamlit as st
 
-from core.engines.llamacpp import FRONTENDS
 from core.errors import InputError
 from core.explain import row_lines, usable_line
 from core.fit import Setup, cache_in_ram, context_limit, fit, table_contexts
-from core.llamacpp_autofit import AUTOFIT_FRONTENDS, fit_params
+from core.llamacpp_autofit import autofit_sentence
 from core.report import (
     IN_RAM,
     breakdown_records,
@@ -72,21 +71,7 @@ for note in result.notes:
 @st.cache_data(show_spinner=False, max_entries=64)
 def autofit_line(_setup: Setup, frontend: str, key: str) -> str | None:
     """What llama-server / llama-cli pick on their own (--fit, on by default) when -c and -ngl are left unset."""
-    if frontend not in AUTOFIT_FRONTENDS or _setup.gpus != 1:
-        return None
-    try:
-        choice = fit_params(_setup, None, FRONTENDS[frontend].n_parallel, _setup.gpu_layers)
-    except InputError as err:
-        return f"{frontend}'s automatic fit (--fit): {err}"
-    layers = "every layer" if choice.gpu_layers is None else f"-ngl {choice.gpu_layers} of {choice.n_layers + 1}"
-    if choice.cpu_experts:
-        layers += f" (the experts of layers {choice.cpu_experts.start}-{choice.cpu_experts.stop - 1} in system RAM)"
-    return (
-        f"Started with no -c{' and no -ngl' if _setup.gpu_layers is None else ''}, {frontend}'s --fit (on by default, "
-        f"common/fit.cpp) would run -c {choice.n_ctx:,} with {layers} on the GPU, leaving 1 GiB free: "
-        + "; ".join(choice.steps)
-        + "."
-    )
+    return autofit_sentence(_setup, frontend)
 
 
 if setup.engine.name == "llama.cpp":

@@ -39,7 +39,7 @@ from core.errors import InputError
 from core.files import read_regular_file
 from core.finders import COST_BASIS, DEFAULT_CONTEXT, card_record, model_record, rank_cards, rank_models
 from core.fit import Setup, cache_in_ram, default_split, fit
-from core.llamacpp_autofit import autofit_record, fit_params, print_autofit
+from core.llamacpp_autofit import autofit_record, autofit_sentence, fit_params, print_autofit
 from core.memory.gguf_hub import gguf_name
 from core.memory.gpus import MAX_GB_S, MAX_TFLOPS, Card, card_named, cards, with_figures
 from core.memory.quant import format_named, gguf_type
@@ -408,6 +408,11 @@ def cmd_fit(args: argparse.Namespace) -> dict:
     # the format asked for, else the checkpoint's own as sized (DeepSeek-V3's fp8_block is no GGUF either)
     weights = args.weights or result.weights_format
     warning = None if setup.weights_file else engine_format_warning(setup.engine, weights, setup.model)
+    # what llama-server / llama-cli would start with on their own (--fit, on by default), as the app says; only
+    # where a row does not fit with every layer on the GPU, which is when it differs
+    auto = None
+    if isinstance(setup.engine, LlamaCppEngine) and not all(r.fits for r in result.rows):
+        auto = autofit_sentence(setup, args.frontend or DEFAULT_FRONTEND)
     out = {
         "model": setup.model.name,
         "engine": setup.engine.name,
@@ -426,7 +431,7 @@ def cmd_fit(args: argparse.Namespace) -> dict:
         "kv_budget_bytes": result.kv_budget_bytes,
         "max_context": result.max_context,
         "context_limit": result.context_limit,
-        "notes": [*([warning] if warning else []), *result.notes],
+        "notes": [*([warning] if warning else []), *result.notes, *([auto] if auto else [])],
         "contexts": [
             r | ({"requests": "in RAM"} if cache_in_ram(result, row) else {})  # -ngl 0: the cache is in system RAM
             for r, row in zip(table_records(result), result.rows, strict=True)

@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 
 from core.dtypes import dtype_named
 from core.engines.base import sized_tensors
-from core.engines.llamacpp import OUTPUT_FIRST, LlamaCppEngine
+from core.engines.llamacpp import FRONTENDS, OUTPUT_FIRST, LlamaCppEngine
 from core.errors import InputError
 from core.fit import Setup, Solver
 from core.model.params import count_params
@@ -257,6 +257,26 @@ def _fit_moe(setup: Setup, n_ctx: int, sequences: int, limit: int, steps: list[s
         steps.append(f"routed experts of layers {ram.start}-{ram.stop - 1} stay in system RAM")
     return FitChoice(
         n_ctx, None if slots == n + 1 else slots, n, used(slots, full, partial), limit, tuple(steps), ram, partial
+    )
+
+
+def autofit_sentence(setup: Setup, frontend: str) -> str | None:
+    """What llama-server / llama-cli pick on their own (--fit, on by default) when -c (and -ngl) are left unset, in
+    one sentence; None for a front end that does not run it, or several GPUs."""
+    if frontend not in AUTOFIT_FRONTENDS or setup.gpus != 1:
+        return None
+    try:
+        choice = fit_params(setup, None, FRONTENDS[frontend].n_parallel, setup.gpu_layers)
+    except InputError as err:
+        return f"{frontend}'s automatic fit (--fit): {err}"
+    layers = "every layer" if choice.gpu_layers is None else f"-ngl {choice.gpu_layers} of {choice.n_layers + 1}"
+    if choice.cpu_experts:
+        layers += f" (the experts of layers {choice.cpu_experts.start}-{choice.cpu_experts.stop - 1} in system RAM)"
+    return (
+        f"Started with no -c{' and no -ngl' if setup.gpu_layers is None else ''}, {frontend}'s --fit (on by default, "
+        f"common/fit.cpp) would run -c {choice.n_ctx:,} with {layers} on the GPU, leaving 1 GiB free: "
+        + "; ".join(choice.steps)
+        + "."
     )
 
 

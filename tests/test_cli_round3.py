@@ -125,3 +125,20 @@ def test_huge_counts_print_in_full_and_ngl_past_the_layers_is_clamped(capsys):
     for ngl, shown in (("200", 33), ("0", 0)):
         code, out, _ = run(capsys, *base, "-ngl", ngl)
         assert code == 0 and json.loads(out)["gpu_layers"] == shown  # llama.cpp runs at most its 33 slots
+
+
+def test_fit_says_what_llama_servers_own_fit_would_start_when_a_row_does_not_fit(capsys):
+    """gpt-oss-20b at Q4_K_M on an 8 GB card: every layer on the GPU does not fit, but llama-server started without
+    -ngl places the experts of its last layers in RAM and runs; fit says so, as the app does."""
+    from core.engines import configured
+    from core.fit import Setup
+    from core.llamacpp_autofit import autofit_sentence
+    from core.model.loading import load_model
+
+    args = ["fit", "openai/gpt-oss-20b", "--gpu", "RTX 4060 8GB", "--engine", "llama.cpp", "--frontend"]
+    code, out, _ = run(capsys, *args, "llama-server", "--weights", "q4_k_m", "--context", "4k", "--json")
+    record = json.loads(out)
+    setup = Setup(load_model("openai/gpt-oss-20b"), configured("llama.cpp", frontend="llama-server"),
+                  card_named("RTX 4060 8GB"), weights="q4_k_m")  # fmt: skip
+    said = autofit_sentence(setup, "llama-server")
+    assert code == 0 and not record["contexts"][0]["fits"] and said in record["notes"] and "in system RAM" in said
