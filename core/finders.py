@@ -147,7 +147,7 @@ class ModelAnswer:
     model: ModelSpec
     params: int  # total parameters
     fits: bool
-    weights_format: str  # the best that fits, the smallest tried when none does, the checkpoint's past its limit
+    weights_format: str  # the best that fits, the smallest tried when none does; past its limit, the first holding it
     kv_dtype: str
     max_context: int
     requests: float  # at the asked context
@@ -183,14 +183,22 @@ def best_model_answer(model: ModelSpec, engine: Engine, card: Card, context: int
     params = count_params(model).total
     limit = context_limit(base)
     tried = [(w, kv) for w in weight_ladder(model, engine) for kv in kv_ladder(engine)]
-    if context > limit:  # what the card holds of it at its limit, in the checkpoint's format, is still told
+    if context > limit:  # what the card holds of it at its own limit is still told: the first format that holds it
         why = f"its limit is {format_tokens(limit)} tokens, under the {format_tokens(context)} asked"
+        chosen, at_limit = tried[0], None
+        for weights, kv in tried:
+            try:
+                if Solver(replace(base, weights=weights, kv_dtype=kv)).fits(limit):
+                    chosen = weights, kv
+                    break
+            except InputError:
+                continue
         try:
-            at_limit = fit(replace(base, weights=tried[0][0], kv_dtype=tried[0][1]), [limit])
+            at_limit = fit(replace(base, weights=chosen[0], kv_dtype=chosen[1]), [limit])
         except InputError:
             at_limit = None
         return ModelAnswer(
-            model, params, False, *tried[0], at_limit.max_context if at_limit else 0, 0.0, context, why, at_limit
+            model, params, False, *chosen, at_limit.max_context if at_limit else 0, 0.0, context, why, at_limit
         )
     last_error = ""
     for weights, kv in tried:

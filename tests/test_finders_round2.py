@@ -137,3 +137,13 @@ def test_speed_is_bounded_per_table_and_says_which_rows_it_left():
     small = rank_cards(load_model("Qwen/Qwen3-8B"), configured("vllm"), 8192)
     for a, s in zip(small, answer_speeds(small), strict=True):
         assert (s.why_none or "").startswith("not timed") is False, a.card.name
+
+
+def test_a_model_whose_limit_is_under_the_context_gets_the_format_that_holds_its_limit():
+    """phi-4 stops at 16K: asked for 32K on a 24 GB card, it said "max context 0" in bf16 (which does not fit) while
+    int8 holds all of its 16K. The row names the format that holds its own limit, and still says it does not fit."""
+    from core.finders import best_model_answer
+
+    answer = best_model_answer(load_model("microsoft/phi-4"), configured("vllm"), card_named("RTX 4090"), 32768)
+    assert not answer.fits and "its limit is 16K tokens" in answer.why_not
+    assert (answer.weights_format, answer.max_context) == ("int8", 16384)
