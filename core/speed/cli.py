@@ -215,15 +215,13 @@ def print_speed(out: dict) -> None:
     several = out["gpus"] > 1
     count = f"{out['gpus']}× " if several else ""
     where = "CPU only" if out["device"] == "cpu" else count + out["device"]
+    # llama.cpp's -fa; the other engines' own fused attention kernels (vLLM's CPU backend has no FlashAttention)
+    fa = (
+        "fused attention" if out["engine"] != "llama.cpp" else f"flash attention {'on' if out['flash_attn'] else 'off'}"
+    )
     print(
-        f"{out['model']} on {where}, {out['engine']} ({out['backend']}, "
-        # llama.cpp's -fa; the other engines' own fused attention kernels (vLLM's CPU backend has no FlashAttention)
-        + (
-            f"flash attention {'on' if out['flash_attn'] else 'off'}"
-            if out["engine"] == "llama.cpp"
-            else "fused attention"
-        )
-        + f"), weights {out['weights']}, KV {out['kv_dtype']}, "
+        f"{out['model']} on {where}, {out['engine']} ({out['backend']}, {fa}), weights {out['weights']}, "
+        f"KV {out['kv_dtype']}, "
         f"{out['layers_on_gpu']} of {out['layers']} layers on the GPU{'s' if several else ''}"
     )
     if out["ram_gb_s"]:
