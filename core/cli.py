@@ -249,16 +249,16 @@ gpu_gb_s = float_range(0, MAX_GB_S, " GB/s")
 gpu_tflops = float_range(0, MAX_TFLOPS, " TFLOPS")
 
 
-def add_card_figures(p: argparse.ArgumentParser, whose: str) -> None:
-    """--gpu-gbs and --gpu-tflops: a card's speed figures, for a --gpu-mem-gib card or over a --gpu card's own."""
-    p.add_argument(
-        "--gpu-gbs", type=gpu_gb_s, help=f"memory bandwidth of {whose} in GB/s (with --gpu: instead of the card's)"
-    )
+def add_card_figures(p: argparse.ArgumentParser, whose: str, named: bool = True) -> None:
+    """--gpu-gbs and --gpu-tflops: a card's speed figures, for a --gpu-mem-gib card or over a --gpu card's own
+    (`named`: the command takes --gpu)."""
+    instead = " (with --gpu: instead of the card's)" if named else ""
+    p.add_argument("--gpu-gbs", type=gpu_gb_s, help=f"memory bandwidth of {whose} in GB/s{instead}")
     p.add_argument(
         "--gpu-tflops",
         type=gpu_tflops,
-        help=f"dense 16-bit (BF16, else FP16) tensor TFLOPS of {whose}, no sparsity (with --gpu: instead of the "
-        "card's; its FP8 peak stays)",
+        help=f"dense 16-bit (BF16, else FP16) tensor TFLOPS of {whose}, no sparsity"
+        + (" (with --gpu: instead of the card's; its FP8 peak stays)" if named else ""),
     )
 
 
@@ -403,6 +403,10 @@ def _gguf_model(model: str) -> str | None:
 
 
 def cmd_fit(args: argparse.Namespace) -> dict:
+    if args.engine == "vllm" and args.platform == "cpu" and args.gpu is not None:
+        raise InputError(
+            "--platform cpu is vLLM on the host's CPU: give the memory it may use with --gpu-mem-gib, not a GPU (--gpu)"
+        )
     result = fit(build_setup(args), args.context)
     setup = result.setup
     # the format asked for, else the checkpoint's own as sized (DeepSeek-V3's fp8_block is no GGUF either)
@@ -749,7 +753,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_kv_dtype_flag(cardsp)
     cardsp.add_argument("--gpu-mem-gib", type=gpu_gib, help="also rank a card of this memory in GiB")
     cardsp.add_argument("--gpus", type=positive_int, default=1, help=GPUS_HELP)
-    add_card_figures(cardsp, "that card")
+    add_card_figures(cardsp, "the --gpu-mem-gib card", named=False)
     add_engine_options(cardsp)
     add_json_flag(cardsp)
     cardsp.set_defaults(run=cmd_cards, show=print_cards)

@@ -142,3 +142,8 @@ def test_fit_says_what_llama_servers_own_fit_would_start_when_a_row_does_not_fit
                   card_named("RTX 4060 8GB"), weights="q4_k_m")  # fmt: skip
     said = autofit_sentence(setup, "llama-server")
     assert code == 0 and not record["contexts"][0]["fits"] and said in record["notes"] and "in system RAM" in said
+
+
+def test_vllm_on_the_cpu_takes_no_named_gpu_in_fit_either(capsys):
+    code, _, err = run(capsys, "fit", "Qwen/Qwen3-8B", "--engine", "vllm", "--platform", "cpu", "--gpu", "H100")
+    assert code == 2 and "--platform cpu is vLLM on the host's CPU" in err
