@@ -128,3 +128,15 @@ def test_llama_server_unified_cache_formulas_add_up(model):
     if model.startswith("google"):
         assert "4 slots × 1,024 window + 512 micro-batch tokens" in text
     assert sum(check_line(line) for line in text.splitlines()) >= 12
+
+
+def test_a_micro_batch_off_the_tensor_alignment_shows_each_padded_input():
+    """-ub 100: the graph inputs are padded tensor by tensor to 128 B; the formula lists them so it still adds up
+    (it showed one opaque byte count)."""
+    engine = configured("llama.cpp", frontend="llama-server").with_ubatch(100)
+    setup = Setup(load_model("google/gemma-3-12b-it"), engine, card_named("RTX 4090"), weights="q4_k_m")
+    result = fit(setup, [5000])
+    lines = row_lines(result, result.rows[0])
+    (line,) = [x for x in lines if "compute buffer" in x]
+    assert "512 B + 512 B + 512 B + 1,024,000 B" in line  # ids, positions, outputs: 100 × 4 B each, padded
+    assert sum(check_line(x) for x in lines) >= 5

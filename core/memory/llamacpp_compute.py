@@ -247,7 +247,8 @@ def inputs(w: Widths, u: Ubatch, flash_attn: bool, attention: bool = True, f32_m
     )
     padded = sum(round_up(b, ALIGN) for b in tensors)
     if padded != sum(tensors):  # T not a multiple of 32: the padding adds bytes the product does not show
-        return Item(f"graph inputs, each tensor padded to {ALIGN} B", padded, f"{padded:,} B")
+        shown = " + ".join(f"{round_up(b, ALIGN):,} B" for b in tensors)
+        return Item(f"graph inputs, each tensor padded to {ALIGN} B", padded, shown)
     return Item("graph inputs", padded, f"{t} tokens × ({per_token})")
 
 
