@@ -84,13 +84,9 @@ if setup.engine.name == "llama.cpp":
 def ollama_line(_setup: Setup, context: int, key: str) -> tuple[str, bool]:
     """What Ollama itself does with these inputs (its own split, on the Ollama page's default host), and whether
     that is every layer on the GPU and fitting. The verdict above is llama.cpp with -ngl as set here."""
-    from core.ollama_report import fit_card_row, runtime_line  # ~20 ms of imports only the ollama front end needs
+    from core.ollama_report import ollama_sentence  # ~20 ms of imports only the ollama front end needs
 
-    try:
-        row = fit_card_row(_setup, context)
-    except InputError as err:
-        return f"Ollama's own split is not worked out here: {err}.", True
-    return runtime_line(row), row.full and row.kvscope_fits
+    return ollama_sentence(_setup, context)
 
 
 if setup.engine.name == "llama.cpp" and inputs.fe == "ollama":

@@ -415,7 +415,11 @@ def cmd_fit(args: argparse.Namespace) -> dict:
     # what llama-server / llama-cli would start with on their own (--fit, on by default), as the app says; only
     # where a row does not fit with every layer on the GPU, which is when it differs
     auto = None
-    if isinstance(setup.engine, LlamaCppEngine) and not all(r.fits for r in result.rows):
+    if isinstance(setup.engine, LlamaCppEngine) and args.frontend == "ollama":  # Ollama's own split, as the app says
+        from core.ollama_report import ollama_sentence
+
+        auto = ollama_sentence(setup, result.rows[0].context)[0]
+    elif isinstance(setup.engine, LlamaCppEngine) and not all(r.fits for r in result.rows):
         auto = autofit_sentence(setup, args.frontend or DEFAULT_FRONTEND)
     out = {
         "model": setup.model.name,

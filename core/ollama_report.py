@@ -544,6 +544,16 @@ def fit_card_row(setup: Setup, context: int, hw: Hardware | None = None) -> Olla
     return ollama_row(setup.model, setup.card, fit_card_settings(setup, context), setup.weights, hw)
 
 
+def ollama_sentence(setup: Setup, context: int) -> tuple[str, bool]:
+    """What Ollama itself does with Fit a card's inputs at `context` (its own split, on the Ollama page's default
+    host), and whether that is every layer on the GPU and fitting; what stops it being worked out otherwise."""
+    try:
+        row = fit_card_row(setup, context)
+    except InputError as err:
+        return f"Ollama's own split is not worked out here: {err}.", True
+    return runtime_line(row), row.full and row.kvscope_fits is True
+
+
 def runtime_line(row: OllamaRow) -> str:
     """One sentence for Fit a card: the split current Ollama gets (llama-server's --fit) and its speed."""
     total = row.blocks + 1

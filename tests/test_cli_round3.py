@@ -147,3 +147,13 @@ def test_fit_says_what_llama_servers_own_fit_would_start_when_a_row_does_not_fit
 def test_vllm_on_the_cpu_takes_no_named_gpu_in_fit_either(capsys):
     code, _, err = run(capsys, "fit", "Qwen/Qwen3-8B", "--engine", "vllm", "--platform", "cpu", "--gpu", "H100")
     assert code == 2 and "--platform cpu is vLLM on the host's CPU" in err
+
+
+def test_fit_under_the_ollama_front_end_says_what_ollama_itself_does(capsys):
+    """As Fit a card does: Ollama leaves -ngl to llama-server's --fit, which runs gpt-oss-20b on 8 GB with experts
+    in RAM, while every layer with its experts on the GPU does not fit."""
+    args = ["fit", "openai/gpt-oss-20b", "--gpu", "RTX 4060 8GB", "--engine", "llama.cpp", "--frontend", "ollama"]
+    code, out, _ = run(capsys, *args, "--weights", "q4_k_m", "--context", "4k", "--json")
+    record = json.loads(out)
+    (said,) = [n for n in record["notes"] if n.startswith("Ollama would offload")]
+    assert code == 0 and not record["contexts"][0]["fits"] and "experts of layers 13–23 in system RAM" in said
