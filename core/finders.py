@@ -23,9 +23,9 @@ from core.engines.hf_transformers import TransformersEngine
 from core.engines.llamacpp import LlamaCppEngine
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
-from core.fit import Fit, Setup, Solver, context_limit, fit, on_gpus, validate
+from core.fit import Fit, Setup, Solver, context_limit, fit, on_gpus, own_format, validate
 from core.memory.gpus import Card, cards
-from core.memory.quant import default_format
+from core.memory.quant import format_named
 from core.model.params import count_params
 from core.model.spec import ModelSpec
 from core.ollama_report import TYPICAL_RAM_GB_S, TYPICAL_THREADS
@@ -41,7 +41,7 @@ COST_BASIS = "memory size (the card table has no prices; a smaller card stands i
 LADDERS: dict[type, tuple[str, ...]] = {
     TransformersEngine: ("bf16", "fp8", "int8", "awq"),
     VllmEngine: ("bf16", "fp8", "int8", "awq"),
-    LlamaCppEngine: ("bf16", "q8_0", "q6_k", "q5_k_m", "q4_k_m", "q3_k_m", "q2_k"),
+    LlamaCppEngine: ("gguf_bf16", "q8_0", "q6_k", "q5_k_m", "q4_k_m", "q3_k_m", "q2_k"),
 }
 # KV dtypes worth trying, full precision first; "auto" is the engine's own default.
 KV_LADDERS: dict[type, tuple[str, ...]] = {
@@ -164,11 +164,15 @@ def _ladder_type(engine: Engine) -> type:
 
 
 def weight_ladder(model: ModelSpec, engine: Engine) -> list[str]:
-    """The checkpoint's own format, then the engine's formats whose weights are smaller, largest first."""
-    own = default_format(model)
+    """The checkpoint's own format, then the engine's formats whose weights are smaller, largest first; on
+    llama.cpp, whose formats are GGUFs only, a checkpoint it cannot load (DeepSeek-V3's fp8_block) is not tried."""
+    own = own_format(model, engine)  # as fit sizes it with no format asked (gguf_bf16 on llama.cpp)
     count = count_params(model)
     dtype_bytes = dtype_named(model.dtype).block_bytes
-    size = {f: sized_weights(count, f, dtype_bytes).total for f in {own, *LADDERS[_ladder_type(engine)]}}
+    ladder = LADDERS[_ladder_type(engine)]
+    size = {f: sized_weights(count, f, dtype_bytes).total for f in {own, *ladder}}
+    if isinstance(engine, LlamaCppEngine) and format_named(own).gguf is None:
+        return sorted(ladder, key=lambda f: -size[f])
     smaller = sorted((f for f in size if f != own and size[f] < size[own]), key=lambda f: -size[f])
     return [own, *smaller]
 
@@ -362,6 +366,11 @@ def card_rows(answers: list[CardAnswer], speeds: list[AnswerSpeed]) -> list[dict
     )
 
 
+def shown_weights(answer: ModelAnswer) -> str:
+    """The format as fit and cards name it: a 16-bit checkpoint on llama.cpp is its GGUF (gguf_bf16)."""
+    return answer.result.weights_format if answer.result else answer.weights_format
+
+
 def model_rows(answers: list[ModelAnswer], speeds: list[AnswerSpeed]) -> list[dict[str, str]]:
     return _with_split(
         [
@@ -369,7 +378,7 @@ def model_rows(answers: list[ModelAnswer], speeds: list[AnswerSpeed]) -> list[di
                 "model": a.model.name,
                 "parameters": f"{a.params / 1e9:,.1f}B",
                 "fits": "yes" if a.fits else "no",
-                "best weights": a.weights_format,
+                "best weights": shown_weights(a),
                 "KV dtype": a.result.rows[0].account.kv_dtype if a.result else a.kv_dtype,
                 "max context": _max_context_cell(a.result),
                 "context": format_tokens(a.context),
@@ -408,7 +417,7 @@ def model_record(answer: ModelAnswer) -> dict:
         "model": answer.model.name,
         "params": answer.params,
         "fits": answer.fits,
-        "weights": answer.weights_format,
+        "weights": shown_weights(answer),
         "kv_dtype": answer.result.rows[0].account.kv_dtype if answer.result else answer.kv_dtype,
         "context": answer.context,
         "max_context": answer.max_context,

@@ -142,14 +142,23 @@ class GpuShare:
 def setup_format(setup: Setup) -> str:
     """The weight format the setup sizes: the one asked for, else the checkpoint's; as a GGUF on llama.cpp; the
     checkpoint's for a GGUF type on transformers, which dequantises GGUF weights when it loads them."""
-    fmt = setup.weights or default_format(setup.model)
+    if not setup.weights:
+        return own_format(setup.model, setup.engine)
+    fmt = setup.weights
     if isinstance(setup.engine, TransformersEngine) and format_named(fmt).gguf is not None:
         return default_format(setup.model)
-    if isinstance(setup.engine, LlamaCppEngine) and not setup.weights and count_params(setup.model).stored:
-        # gpt-oss's checkpoint as llama.cpp's converter writes it: the experts as shipped (MXFP4), the rest in the
-        # checkpoint's 16-bit dtype (llama-bench: gpt-oss-20b "F16", 13,779,630,336 B)
-        return as_gguf(dtype_named(setup.model.dtype).name)
     return as_gguf(fmt) if isinstance(setup.engine, LlamaCppEngine) else fmt
+
+
+def own_format(model: ModelSpec, engine: Engine) -> str:
+    """The checkpoint's own format as the engine loads it: on llama.cpp its GGUF of that type, gpt-oss's as the
+    converter writes it (the experts as shipped, MXFP4, the rest in the checkpoint's 16-bit dtype; llama-bench:
+    gpt-oss-20b "F16", 13,779,630,336 B)."""
+    if not isinstance(engine, LlamaCppEngine):
+        return default_format(model)
+    if count_params(model).stored:
+        return as_gguf(dtype_named(model.dtype).name)
+    return as_gguf(default_format(model))
 
 
 def on_gpus(setup: Setup, gpus: int) -> Setup:

@@ -147,3 +147,16 @@ def test_a_model_whose_limit_is_under_the_context_gets_the_format_that_holds_its
     answer = best_model_answer(load_model("microsoft/phi-4"), configured("vllm"), card_named("RTX 4090"), 32768)
     assert not answer.fits and "its limit is 16K tokens" in answer.why_not
     assert (answer.weights_format, answer.max_context) == ("int8", 16384)
+
+
+def test_the_llama_cpp_ladder_names_formats_as_fit_does_and_tries_only_ggufs():
+    """models printed 'bf16' where fit and cards print gguf_bf16 for the same file, and started DeepSeek-V3 from its
+    fp8_block checkpoint, which llama.cpp cannot load."""
+    from core.finders import weight_ladder
+
+    llama = configured("llama.cpp")
+    assert weight_ladder(load_model("Qwen/Qwen3-8B"), llama)[:2] == ["gguf_bf16", "q8_0"]
+    assert weight_ladder(load_model("deepseek-ai/DeepSeek-V3"), llama)[0] == "gguf_bf16"
+    assert weight_ladder(load_model("deepseek-ai/DeepSeek-V3"), configured("vllm"))[0] == "fp8_block"
+    setup = Setup(load_model("Qwen/Qwen3-8B"), llama, card_named("H100"))
+    assert fit(setup, [8192]).weights_format == "gguf_bf16"
