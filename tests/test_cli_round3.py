@@ -157,3 +157,14 @@ def test_fit_under_the_ollama_front_end_says_what_ollama_itself_does(capsys):
     record = json.loads(out)
     (said,) = [n for n in record["notes"] if n.startswith("Ollama would offload")]
     assert code == 0 and not record["contexts"][0]["fits"] and "experts of layers 13–23 in system RAM" in said
+
+
+def test_a_llama_cpp_build_from_the_future_is_refused():
+    import pytest
+
+    from core.engines.llamacpp import LlamaCppBuild
+    from core.errors import InputError
+
+    with pytest.raises(InputError, match="that date has not come yet"):
+        LlamaCppBuild.parse("2999-01-01")
+    assert LlamaCppBuild.parse("2025-12-01").spec == "2025-12-01"

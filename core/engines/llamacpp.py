@@ -148,6 +148,8 @@ class LlamaCppBuild:
             raise InputError(
                 f"llama.cpp build {text!r} is neither a build number (b6500 or 6500) nor a release date (2025-09-01)"
             )
+        if day > date.today():
+            raise InputError(f"llama.cpp build {text!r}: that date has not come yet; give the build's release date")
         return cls(given, *(given >= c.merged for c in CHANGES))
 
     @property
