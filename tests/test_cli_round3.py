@@ -168,3 +168,10 @@ def test_a_llama_cpp_build_from_the_future_is_refused():
     with pytest.raises(InputError, match="that date has not come yet"):
         LlamaCppBuild.parse("2999-01-01")
     assert LlamaCppBuild.parse("2025-12-01").spec == "2025-12-01"
+
+
+def test_a_weights_file_of_another_kind_is_named_as_such(capsys, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not weights\n")
+    code, _, err = run(capsys, "fit", "Qwen/Qwen3-8B", "--gpu", "RTX 4090", "--weights-file", str(notes))
+    assert code == 2 and "is neither a .gguf nor a .safetensors file" in err  # not a header "of 3e18 bytes"

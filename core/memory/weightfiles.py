@@ -360,6 +360,8 @@ def read_weights(source: str) -> WeightFile:
     path = Path(source).expanduser()
     if path.suffix == ".gguf" and path.exists():
         return read_gguf(path)  # which refuses a pipe or a device before opening it
+    if path.is_file() and path.suffix not in (".safetensors", ".gguf"):
+        raise InputError(f"{path} is neither a .gguf nor a .safetensors file; give the checkpoint's weights file")
     if path.exists():
         return read_safetensors(path)
     hub_gguf = gguf_name(source)
