@@ -168,6 +168,9 @@ ENGINE_FLAGS = {
         "vllm_version": "--vllm-version",
         "max_num_batched_tokens": "--max-num-batched-tokens",
         "prefix_caching": "--[no-]prefix-caching",
+        "kv_cache_memory_bytes": "--kv-cache-memory-bytes",
+        "max_model_len": "--max-model-len",
+        "gpu_memory_utilization": "--gpu-memory-utilization",
     },
     "llama.cpp": {
         "frontend": "--frontend",
@@ -180,6 +183,7 @@ ENGINE_FLAGS = {
         "n_gpu_layers": "--n-gpu-layers",
         "n_cpu_moe": "--n-cpu-moe",
         "cpu_moe": "--cpu-moe",
+        "pcie_gbs": "--pcie-gbs",
     },
 }
 
@@ -388,12 +392,12 @@ def build_setup(args: argparse.Namespace) -> Setup:
         pp=pp,
         weights=args.weights,
         kv_dtype=args.kv_dtype,
-        gpu_memory_utilization=args.gpu_memory_utilization,
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,
         max_model_len=args.max_model_len,
         gpu_layers=args.n_gpu_layers,
         cpu_experts=cpu_experts(args),
         weights_file=read_weights(weights) if (weights := args.weights_file or _gguf_model(args.model)) else None,
+        **({} if args.gpu_memory_utilization is None else {"gpu_memory_utilization": args.gpu_memory_utilization}),
     )
 
 
@@ -738,7 +742,7 @@ def build_parser() -> argparse.ArgumentParser:
     fitp.add_argument("--context", type=tokens, action="append", help="tokens, e.g. 32k (repeatable)")
     fitp.add_argument("--kv-cache-memory-bytes", type=byte_count, help="vLLM: KV budget per GPU in bytes")
     fitp.add_argument("--max-model-len", type=tokens, help="vLLM: longest request")
-    fitp.add_argument("--gpu-memory-utilization", type=finite_float, default=0.92, help="vLLM (default 0.92)")
+    fitp.add_argument("--gpu-memory-utilization", type=finite_float, help="vLLM (default 0.92)")
     fitp.add_argument(
         "--n-gpu-layers",
         "-ngl",
@@ -825,7 +829,7 @@ def build_parser() -> argparse.ArgumentParser:
         weights_file=None,
         kv_cache_memory_bytes=None,
         max_model_len=None,
-        gpu_memory_utilization=0.92,
+        gpu_memory_utilization=None,
     )
 
     add_calibrate_parser(sub)

@@ -177,3 +177,17 @@ def test_speed_says_what_fit_says_of_the_llamacpp_flags(capsys):
     fit_notes = json.loads(capsys.readouterr().out)["notes"]
     assert len(notes) == 2 and all(n in fit_notes for n in notes)
     assert "raise -b" in notes[0] and "has no routed experts" in notes[1]
+
+
+def test_fits_vllm_and_speeds_llama_cpp_flags_are_their_engines_too():
+    """--kv-cache-memory-bytes applied under transformers and llama.cpp, --gpu-memory-utilization was silently ignored
+    there, and speed's --pcie-gbs ran under vLLM without a word."""
+    for flag, value in (("--kv-cache-memory-bytes", "1000000000"), ("--gpu-memory-utilization", "0.5")):
+        proc = run_cli("fit", "Qwen/Qwen3-8B", "--gpu", "H100", "--engine", "llama.cpp", flag, value)
+        assert proc.returncode == 2 and f"{flag} is vllm's; add --engine vllm" in proc.stderr
+    proc = run_cli("speed", "Qwen/Qwen3-8B", "--gpu", "H100", "--engine", "vllm", "--pcie-gbs", "10")
+    assert proc.returncode == 2 and "--pcie-gbs is llama.cpp's" in proc.stderr
+    half = run_cli(
+        "fit", "Qwen/Qwen3-8B", "--gpu", "H100", "--engine", "vllm", "--gpu-memory-utilization", "0.5", "--json"
+    )
+    assert json.loads(half.stdout)["usable_bytes"] == int(json.loads(half.stdout)["card_memory_bytes"] * 0.5)

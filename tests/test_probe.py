@@ -285,5 +285,5 @@ def test_probe_cli_refuses_a_context_past_the_models_limit_before_starting():
 
     proc = run_cli("probe", "LiquidAI/LFM2-1.2B", "--context", "99999999k", "--timeout", "5")
     assert proc.returncode != 0
-    assert "context 99999999K is above the model's limit of 125K tokens" in proc.stderr
+    assert "context 102,399,998,976 is above the model's limit of 125K tokens" in proc.stderr
     assert "Traceback" not in proc.stderr and "probe:" not in proc.stderr  # no process was started
