@@ -471,10 +471,14 @@ def _count_note(r: dict) -> str:
 
 
 def print_fit(out: dict) -> None:
-    print(
-        f"{out['model']} on {out['gpus']}× {out['card']} ({format_bytes(out['card_memory_bytes'])} each), "
-        f"{out['engine']}, weights {out['weights']}, KV {out['kv_dtype']}"
+    # vLLM's CPU backend: --gpu-mem-gib is the host memory its --gpu-memory-utilization takes a share of
+    host = out["engine_options"].get("platform") == "cpu"
+    where = (
+        f"{format_bytes(out['card_memory_bytes'])} of host memory (vLLM's CPU backend)"
+        if host
+        else (f"{out['gpus']}× {out['card']} ({format_bytes(out['card_memory_bytes'])} each)")
     )
+    print(f"{out['model']} on {where}, {out['engine']}, weights {out['weights']}, KV {out['kv_dtype']}")
     row = out["contexts"][0] if out["contexts"] else {}
     first = format_tokens(row["context"]) if row else "the first context"
     # llama.cpp over several GPUs: the figures of the GPU the first row shows, and the heaviest GPU's weights
@@ -482,7 +486,7 @@ def print_fit(out: dict) -> None:
     weights = row.get("weights_bytes", out["weights_bytes"]) if gpu else out["weights_bytes"]
     most = f" (the most on one GPU: {format_bytes(out['weights_bytes'])})" if weights != out["weights_bytes"] else ""
     print(
-        f"{f'on {gpu}' if gpu else 'per GPU'}: usable {format_bytes(out['usable_bytes'])}, weights "
+        f"{f'on {gpu}' if gpu else 'host' if host else 'per GPU'}: usable {format_bytes(out['usable_bytes'])}, weights "
         f"{format_bytes(weights)}{most}, overhead {format_bytes(out['overhead_bytes'])} and KV budget "
         f"{format_bytes(out['kv_budget_bytes'])} at {first} (the overhead column: at each context)"
     )

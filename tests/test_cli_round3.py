@@ -175,3 +175,11 @@ def test_a_weights_file_of_another_kind_is_named_as_such(capsys, tmp_path):
     notes.write_text("not weights\n")
     code, _, err = run(capsys, "fit", "Qwen/Qwen3-8B", "--gpu", "RTX 4090", "--weights-file", str(notes))
     assert code == 2 and "is neither a .gguf nor a .safetensors file" in err  # not a header "of 3e18 bytes"
+
+
+def test_vllm_on_the_cpu_names_host_memory_not_a_gpu(capsys):
+    """vLLM's CPU backend takes --gpu-memory-utilization of the host's memory (v1/worker/cpu_worker.py)."""
+    code, out, _ = run(capsys, "fit", "Qwen/Qwen3.5-9B", "--engine", "vllm", "--platform", "cpu", "--gpu-mem-gib", "64")
+    first, second = out.splitlines()[:2]
+    assert code == 0 and "on 64.00 GiB of host memory (vLLM's CPU backend)" in first and "GPU" not in first
+    assert second.startswith("host: usable 58.88 GiB")  # 0.92 of it, as vLLM's CPU worker reserves
