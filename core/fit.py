@@ -150,15 +150,21 @@ def setup_format(setup: Setup) -> str:
     return as_gguf(fmt) if isinstance(setup.engine, LlamaCppEngine) else fmt
 
 
+# checkpoint formats llama.cpp's converter dequantizes to its --outtype (auto: the 16-bit dtype) by default
+# (conversion/base.py dequant_model: fp8 with or without blocks, gptq, compressed-tensors int)
+CONVERTER_DEQUANTIZES = frozenset({"fp8", "fp8_block", "gptq", "int8"})
+
+
 def own_format(model: ModelSpec, engine: Engine) -> str:
-    """The checkpoint's own format as the engine loads it: on llama.cpp its GGUF of that type, gpt-oss's as the
-    converter writes it (the experts as shipped, MXFP4, the rest in the checkpoint's 16-bit dtype; llama-bench:
-    gpt-oss-20b "F16", 13,779,630,336 B)."""
+    """The checkpoint's own format as the engine loads it. On llama.cpp: the GGUF its converter writes by default,
+    the checkpoint's type where GGUF has it, else its 16-bit dtype: gpt-oss's experts stay MXFP4 and the rest 16-bit
+    (llama-bench: gpt-oss-20b "F16", 13,779,630,336 B), an fp8 or GPTQ checkpoint is dequantized."""
+    fmt = default_format(model)
     if not isinstance(engine, LlamaCppEngine):
-        return default_format(model)
-    if count_params(model).stored:
+        return fmt
+    if count_params(model).stored or fmt in CONVERTER_DEQUANTIZES:
         return as_gguf(dtype_named(model.dtype).name)
-    return as_gguf(default_format(model))
+    return as_gguf(fmt)
 
 
 def on_gpus(setup: Setup, gpus: int) -> Setup:
@@ -649,6 +655,12 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
             notes.append(solver.engine.slots_note(setup.model))
         elif solver.engine.options.n_seq_max > 1:  # llama-server's slots, its unified cache turned off
             notes.append(solver.engine.split_note())
+    own = default_format(setup.model)
+    if isinstance(solver.engine, LlamaCppEngine) and not setup.weights and own in CONVERTER_DEQUANTIZES:
+        notes.append(
+            f"llama.cpp: the {own} checkpoint is sized as the {solver.format} GGUF its converter writes "
+            f"(convert_hf_to_gguf.py dequantizes {own} to --outtype auto); --weights q8_0 or q4_k_m is smaller"
+        )
     if count.stored and format_named(solver.format).gguf and solver.format != STORED_FTYPE[count.stored]:
         notes.append(
             f"llama.cpp: the routed experts stay {count.stored} in every GGUF type, as the checkpoint ships them (the "

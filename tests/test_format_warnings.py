@@ -68,15 +68,19 @@ def test_transformers_sizes_a_gguf_type_as_the_checkpoint_it_dequantises_to():
     assert "sized here as the checkpoint's bf16" in engine_format_warning(engine, "q4_k_m", model)
 
 
-def test_the_checkpoints_own_format_is_checked_too():
-    """No --weights: DeepSeek-V3 is sized as its fp8_block checkpoint, which llama.cpp cannot load; fit and speed say
-    so as they do when fp8_block is asked for."""
+def test_a_checkpoint_llama_cpp_cannot_load_is_sized_as_its_converters_gguf():
+    """No --weights: DeepSeek-V3's own fp8_block is no GGUF. llama.cpp's converter dequantizes it to its default
+    --outtype (conversion/base.py dequant_model), so fit and the finders size that bf16 GGUF and say so; asked for
+    fp8_block by name, fit still says it needs converting."""
     args = ("deepseek-ai/DeepSeek-V3", "--gpu", "H200", "--gpus", "8", "--engine", "llama.cpp", "--context", "8k")
     out = fit_json(*args)
-    assert out["weights"] == "fp8_block" and any(
-        "fp8_block checkpoints need converting first" in n for n in out["notes"]
+    assert out["weights"] == "gguf_bf16"
+    assert any(
+        "the fp8_block checkpoint is sized as the gguf_bf16 GGUF its converter writes" in n for n in out["notes"]
     )
-    speed = json.loads(run_cli("speed", *args, "--json").stdout)
+    asked = fit_json(*args, "--weights", "fp8_block")
+    assert any("fp8_block checkpoints need converting first" in n for n in asked["notes"])
+    speed = json.loads(run_cli("speed", *args, "--weights", "fp8_block", "--json").stdout)
     assert any("fp8_block checkpoints need converting first" in n for n in speed["notes"])
 
 
