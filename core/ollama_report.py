@@ -318,8 +318,12 @@ def row_record(row: OllamaRow) -> dict:
 
 
 def error_short(e: dict | None) -> str:
-    """A figure's error bar in a table cell: '±8 %', or 'not checked' when its group has no held-out run."""
-    return "not checked" if e is None or e["median_abs_error"] is None else f"±{e['median_abs_error'] * 100:.0f} %"
+    """A figure's error bar in a table cell: '±8 %', '±8 % *' where its group's held-out runs do not cover all of it
+    (layers or experts on the CPU, MoE or DeltaNet layers where they had none; its label says what), or 'not checked'
+    when its group has no held-out run."""
+    if e is None or e["median_abs_error"] is None:
+        return "not checked"
+    return f"±{e['median_abs_error'] * 100:.0f} %{' *' if e.get('caveat') else ''}"
 
 
 SPEED_AT = (
@@ -406,6 +410,8 @@ def print_report(out: dict) -> None:
             f"{format_bytes(r['ollama_vram_bytes']) if estimate is not None else '-':>9} {go:>9}"
             + (f"  {layer_span(*r['fit_cpu_experts'])}" if r["fit_cpu_experts"] else "")
         )
+    if any((r["decode_error"] or {}).get("caveat") for r in out["rows"]):
+        print("*: the group's held-out runs do not cover all of this figure; its error bar line below says what")
     bars = {(r["decode_error"]["label"], r["prefill_error"]["label"]) for r in out["rows"] if r["decode_error"]}
     for decode, prefill in sorted(bars):
         print(f"error bar: decode {decode}; prefill {prefill}")

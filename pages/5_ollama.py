@@ -138,7 +138,8 @@ table = pd.DataFrame(
 )
 ERROR_HELP = (
     "median error of kvscope's speed on published llama.cpp runs of this card group held out of the fit "
-    "(measurements/speed/corpus); the group is named below the table"
+    "(measurements/speed/corpus); the group is named below the table. * its held-out runs do not cover all of this "
+    "figure (layers or experts on the CPU, MoE or DeltaNet layers where they had none): the line below says what"
 )
 gib = {c: st.column_config.NumberColumn(c, format="%.2f") for c in table.columns if "GiB" in c}
 MAIN_COLUMNS = [

@@ -56,8 +56,9 @@ def expected(name: str, card_name: str, settings: OllamaSettings, hw: Hardware, 
     if moe_layers(setup):
         bars |= {e["kind"]: e for e in own if e.get("path") == MOE_PROMPT}
     return {
-        "decode ±": f"±{bars['decode']['median'] * 100:.0f} %",
-        "prefill ±": f"±{bars['prefill']['median'] * 100:.0f} %",
+        # starred where the group's held-out runs do not cover all of the figure (ErrorBar.caveat)
+        "decode ±": f"±{bars['decode']['median'] * 100:.0f} %" + (" *" if speed.decode_error.caveat else ""),
+        "prefill ±": f"±{bars['prefill']['median'] * 100:.0f} %" + (" *" if speed.prefill_error.caveat else ""),
         "num_ctx": format_tokens(split.num_ctx),
         "KV": split.kv_type,
         "Ollama layers": f"{slots if choice.gpu_layers is None else choice.gpu_layers}/{slots}",

@@ -29,7 +29,7 @@ from core.memory.gpus import card_named
 from core.memory.quant import tensor_bytes
 from core.model.loading import load_model, presets
 from core.model.params import count_params
-from core.ollama_report import TYPICAL_RAM_GB_S, explain, host, ollama_row, parse_free
+from core.ollama_report import TYPICAL_RAM_GB_S, error_short, explain, host, ollama_row, parse_free
 from core.speed import calibration
 from core.speed.calibration import Calibration, host_key
 from core.speed.efficiency import efficiency_for, fitted
@@ -502,3 +502,15 @@ def test_the_estimates_f16_cache_under_a_q8_0_setting_is_explained():
     assert row.kv_type == "q8_0" and row.split.kv_type == "f16"  # v0.32.15 passes it; v0.12.10 sized it f16
     (line,) = [x for x in explain(row, model) if "KV per layer" in x]
     assert "× 2 B (f16)" in line and "OLLAMA_KV_CACHE_TYPE q8_0 needs flash attention, which v0.12.10 left off" in line
+
+
+def test_an_error_bar_that_does_not_cover_the_split_is_marked(capsys):
+    """Qwen3-32B on an 8 GB card runs 45 of 64 layers on the CPU; the group's held-out runs all had the whole model on
+    the card, so its '±6 %' cell is starred and the JSON says what is not covered."""
+    out = cli_json(capsys, "Qwen/Qwen3-32B", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "GeForce RTX 4060 8GB")
+    split, whole = out["rows"]
+    assert "layers run on the CPU from system RAM" in split["decode_error"]["caveat"]
+    assert whole["decode_error"]["caveat"] is None
+    assert error_short(split["decode_error"]).endswith(" *") and not error_short(whole["decode_error"]).endswith("*")
+    code, text, _ = run(capsys, "Qwen/Qwen3-32B", "--gpu", "GeForce RTX 4060 8GB")
+    assert code == 0 and "*: the group's held-out runs do not cover all of this figure" in text

@@ -73,6 +73,7 @@ def error_record(e: ErrorBar | None) -> dict | None:
         "label": e.label, "group": e.group, "held_out_rows": e.rows if e.basis == "held-out" else 0,
         "basis": e.basis, "rows": e.rows, "median_abs_error": e.median, "within_20": e.within,
         "typical_ratio": e.ratio, "calibrated": e.calibrated or None,
+        "caveat": e.caveat or None,  # what of the figure the group's held-out runs do not cover
     }  # fmt: skip
 
 
