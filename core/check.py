@@ -724,15 +724,22 @@ def cmd_check(args: Any) -> list[dict[str, Any]]:
     return [c.record() for c in checks]
 
 
-def count_line(out: list[dict[str, Any]]) -> str:
-    """`28 agrees, 19 disagrees, 20 cannot check`, naming the verdicts between two sources, which kvscope did not
-    compute."""
-    parts = []
+def verdict_counts(out: list[dict[str, Any]]) -> list[tuple[str, int, int]]:
+    """Per verdict: how many records have it, and how many of those set two sources against each other (kvscope
+    computed nothing there); the command line's count line and the page's metrics."""
+    counts = []
     for verdict in VERDICTS:
         of = [r for r in out if r["verdict"] == verdict]
-        cross = sum(r["compared_with"] != "kvscope" for r in of)
-        parts.append(f"{len(of)} {verdict}" + (f" ({cross} of them between two sources)" if cross else ""))
-    return ", ".join(parts)
+        counts.append((verdict, len(of), sum(r["compared_with"] != "kvscope" for r in of)))
+    return counts
+
+
+def count_line(out: list[dict[str, Any]]) -> str:
+    """`28 agrees, 19 disagrees, 20 cannot check`, naming the verdicts between two sources."""
+    return ", ".join(
+        f"{n} {verdict}" + (f" ({cross} of them between two sources)" if cross else "")
+        for verdict, n, cross in verdict_counts(out)
+    )
 
 
 def print_check(out: list[dict[str, Any]]) -> None:

@@ -48,7 +48,7 @@ from core.model.config import MAX_CONFIG_BYTES, parse_json, resolve
 from core.model.loading import load_model, presets
 from core.ollama_report import DEFAULT_CARDS, MEASURED, free_card, host, parse_free, print_report, report
 from core.probe import add_probe_parser
-from core.report import engine_format_warning, table_records
+from core.report import format_note, table_records
 from core.speed.cli import add_calibrate_parser, add_speed_flags, print_speed, speed_report
 from core.units import MIB, format_bytes, format_tokens
 
@@ -413,9 +413,7 @@ def cmd_fit(args: argparse.Namespace) -> dict:
         )
     result = fit(build_setup(args), args.context)
     setup = result.setup
-    # the format asked for, else the checkpoint's own as sized (DeepSeek-V3's fp8_block is no GGUF either)
-    weights = args.weights or result.weights_format
-    warning = None if setup.weights_file else engine_format_warning(setup.engine, weights, setup.model)
+    warning = format_note(setup)
     # what llama-server / llama-cli would start with on their own (--fit, on by default), as the app says; only
     # where a row does not fit with every layer on the GPU, which is when it differs
     auto = None

@@ -43,7 +43,6 @@ class Series:
     contexts: tuple[int, ...]
     cache_bytes: tuple[int, ...]
     concurrency: tuple[float, ...]
-    kv_bytes_per_token: int  # while windows are still filling
     fixed_bytes: int  # one request's fixed state as the engine allocates it (its pages, llama-server's 4 slots)
     far_bytes_per_token: float  # past every window, as the engine holds it: what the ratio heads toward
     layout: str
@@ -78,7 +77,6 @@ def series(setup: Setup, contexts: list[int]) -> Series:
         contexts=tuple(usable),
         cache_bytes=tuple(solver.cache(c) for c in usable),
         concurrency=tuple(solver.concurrency(c) for c in usable),
-        kv_bytes_per_token=setup.engine.kv_bytes_per_token(setup.model, setup.kv_dtype),
         fixed_bytes=sum(line.fixed_bytes_total for line in lines),
         far_bytes_per_token=far,
         layout=layout(setup.model),

@@ -107,7 +107,7 @@ def _concurrency_line(fit: Fit, row: Row, solver: Solver) -> str:
     if not row.cache_bytes:
         return f"**Concurrency**: {left}; nothing grows per sequence, so any number of requests fits"
     share = solver.fullest(row.context)
-    if share is not None and isinstance(solver.engine, LlamaCppEngine) and solver.engine.options.kv_unified:
+    if share is not None and solver.unified:
         return _shared_line(row, solver, share)
     return f"**Concurrency**: {left}; ⌊{kept:,} B ÷ {row.cache_bytes:,} B per sequence⌋ = {row.max_concurrency:,.0f}"
 

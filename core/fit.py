@@ -388,12 +388,17 @@ class Solver:
             per_sequence = self._account(share.model, context).total
             if not per_sequence:
                 fits: float = float("inf")
-            elif isinstance(self.engine, LlamaCppEngine) and self.engine.options.kv_unified:
+            elif self.unified:
                 fits = self._shared(share, context) if budget >= per_sequence else 0
             else:
                 fits = max(0, budget) // per_sequence
             self._room_at[key] = fits, budget - per_sequence
         return self._room_at[key]
+
+    @property
+    def unified(self) -> bool:
+        """llama.cpp with a unified cache (--kv-unified; llama-server's default): its sequences share one stream."""
+        return isinstance(self.engine, LlamaCppEngine) and self.engine.options.kv_unified
 
     def _shared(self, share: GpuShare, context: int) -> int:
         """A unified cache (--kv-unified; llama-server's default): n sequences share one stream of pad(n × context)
@@ -570,16 +575,16 @@ class Solver:
 
     def shared_cells(self, context: int, concurrency: float) -> int:
         """llama.cpp's unified cache: the -c that `concurrency` requests of `context` tokens share (0 otherwise)."""
-        if not isinstance(self.engine, LlamaCppEngine) or not self.engine.options.kv_unified:
+        if not self.unified or not 1 <= concurrency < float("inf"):
             return 0
-        if not 1 <= concurrency < float("inf"):
-            return 0
+        assert isinstance(self.engine, LlamaCppEngine)
         return self.engine.cells(context, int(concurrency))
 
     def slot_bound(self, concurrency: float) -> int:
         """The slots of a unified llama.cpp cache when they, not memory, bound `concurrency` (0 otherwise)."""
-        if not isinstance(self.engine, LlamaCppEngine) or not self.engine.options.kv_unified:
+        if not self.unified:
             return 0
+        assert isinstance(self.engine, LlamaCppEngine)
         slots = self.engine.options.n_seq_max
         return slots if slots and concurrency == slots else 0
 

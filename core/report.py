@@ -12,7 +12,7 @@ from core.engines.hf_transformers import TransformersEngine
 from core.engines.llamacpp import LlamaCppEngine
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
-from core.fit import Fit, Row, Setup, Solver, cache_in_ram, default_split
+from core.fit import Fit, Row, Setup, Solver, cache_in_ram, default_split, setup_format
 from core.memory.quant import FORMATS, default_format, format_named
 from core.model.params import count_params
 from core.model.spec import ModelSpec
@@ -160,6 +160,14 @@ def engine_format_warning(engine: Engine, weights: str, model: ModelSpec | None 
             f"apply{sized}; pick bf16, fp8, awq or gptq."
         )
     return None
+
+
+def format_note(setup: Setup) -> str | None:
+    """What fit and speed say of the weights' format on the engine: the one asked for, else the checkpoint's own as
+    sized (engine_format_warning); nothing for a weights file, whose bytes are its own."""
+    if setup.weights_file is not None:
+        return None
+    return engine_format_warning(setup.engine, setup.weights or setup_format(setup), setup.model)
 
 
 def check(setup: Setup) -> None:

@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from core.check import AGREES, CANNOT, DISAGREES, VERDICTS, check_all
+from core.check import AGREES, CANNOT, DISAGREES, VERDICTS, check_all, verdict_counts
 from core.errors import InputError
 from ui.layout import mobile_css, nav, page_config, share_box
 from ui.state import link_query
@@ -77,12 +77,8 @@ if claim is not None:
         claim = None
 
 cols = st.columns(len(VERDICTS))
-for col, verdict in zip(cols, VERDICTS, strict=True):
-    of = [r for r in shown if r["verdict"] == verdict]
-    cross = sum(r["compared_with"] != "kvscope" for r in of)
-    col.metric(
-        verdict.capitalize(), len(of), help=f"{cross} of them between two sources, not kvscope's" if cross else None
-    )
+for col, (verdict, n, cross) in zip(cols, verdict_counts(shown), strict=True):
+    col.metric(verdict.capitalize(), n, help=f"{cross} of them between two sources, not kvscope's" if cross else None)
 
 frame = pd.DataFrame(
     {

@@ -99,3 +99,13 @@ def test_gpt_oss_on_llama_cpp_is_sized_as_the_gguf_its_converter_writes():
     assert abs(moe - 12_101_070_356) / 12_101_070_356 < 0.001
     notes = fit(setup, [8192]).notes
     assert any("routed experts stay MXFP4" in n and "mxfp4_moe keeps them Q8_0" in n for n in notes)
+
+
+def test_fit_and_speed_say_the_same_of_an_asked_format():
+    """One function (core.report.format_note) for both: speed took the format as sized, which on transformers is
+    the checkpoint's for a GGUF type, and so missed fit's warning that transformers dequantises it."""
+    args = ("Qwen/Qwen3-8B", "--gpu", "H100", "--engine", "transformers", "--weights", "q4_k_m", "--context", "8k")
+    fitted = fit_json(*args)["notes"]
+    speed = json.loads(run_cli("speed", *args, "--json").stdout)["notes"]
+    (said,) = [n for n in fitted if "transformers dequantises GGUF" in n]
+    assert said in speed

@@ -23,7 +23,7 @@ from core.model.loading import DEFAULT_MODEL, load_raw, model_from_config, prese
 from core.model.resolver import RESOLVER
 from core.model.spec import ModelSpec
 from core.model.whatif import edited
-from core.report import check, csv_text, engine_format_warning, gpu_counts
+from core.report import check, csv_text, format_note, gpu_counts
 from core.speed.groups import AUTO_BACKEND, BACKEND_CHOICES, BACKEND_NAMES
 from core.units import format_bytes, format_tokens, parse_tokens
 from ui.layout import fold_sidebar_on_phones, nav, opened, share_box, wait_for_paint
@@ -478,7 +478,7 @@ def sidebar(*, model_only: bool = False, context: bool | None = None) -> tuple[I
     setup = setup_for(inputs, model, weights_file)
     if not model_only:
         _check_setup(setup)
-        warning = None if weights_file else engine_format_warning(setup.engine, inputs.weights, setup.model)
+        warning = format_note(setup)
         if warning:
             st.warning(warning)
     return inputs, setup.model, setup

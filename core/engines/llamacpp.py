@@ -427,8 +427,12 @@ class LlamaCppEngine(Engine):
         base = self.cells(context, batch)
         if self.options.swa_full:
             return base
-        seqs = self.slots(batch) if self.options.kv_unified else 1
-        return round_up(min(base, cap * seqs + self.ubatch(context, batch)), CELL_PAD)
+        return round_up(min(base, cap * self.windows(batch) + self.ubatch(context, batch)), CELL_PAD)
+
+    def windows(self, batch: int = 1) -> int:
+        """Windows a windowed layer keeps per stream: one per slot of a unified cache, else one
+        (llama-kv-cache-iswa.cpp)."""
+        return self.slots(batch) if self.options.kv_unified else 1
 
     def tokens_held(self, layer: LayerKind, context: int, batch: int = 1) -> int:
         cap = layer.token_cap
@@ -583,7 +587,7 @@ class LlamaCppEngine(Engine):
     def held_note(self, layer: LayerKind, context: int, batch: int = 1) -> str:
         """How a windowed layer's cells come about, where the window rule sets them ("" otherwise)."""
         cap = layer.token_cap
-        seqs = self.slots(batch) if self.options.kv_unified else 1
+        seqs = self.windows(batch)
         if cap is None or self.options.swa_full:
             return ""
         if cap * seqs + self.ubatch(context, batch) >= self.cells(context, batch):

@@ -11,7 +11,7 @@ from core.argtypes import MAX_RAM_GB_S, add_json_flag, positive_int
 from core.engines.llamacpp import LlamaCppEngine
 from core.errors import InputError
 from core.fit import Setup, Solver, flag_notes, setup_format
-from core.report import engine_format_warning
+from core.report import format_note
 from core.speed import calibration
 from core.speed.groups import BACKENDS, ErrorBar, checked_backend
 from core.speed.predict import (
@@ -111,11 +111,6 @@ def record(s: Speed) -> dict:
         "decode_error": error_record(s.decode_error),
         "prefill_error": error_record(s.prefill_error),
     }
-
-
-def format_note(setup: Setup) -> str | None:
-    """What fit says of the weights' format on this engine (a format it does not load as such), for the speed too."""
-    return None if setup.weights_file else engine_format_warning(setup.engine, setup_format(setup), setup.model)
 
 
 def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict:
