@@ -159,7 +159,7 @@ def test_fit_under_the_ollama_front_end_says_what_ollama_itself_does(capsys):
     assert code == 0 and not record["contexts"][0]["fits"] and "experts of layers 13–23 in system RAM" in said
 
 
-def test_a_llama_cpp_build_from_the_future_is_refused():
+def test_a_llama_cpp_build_from_the_future_or_before_llama_cpp_is_refused():
     import pytest
 
     from core.engines.llamacpp import LlamaCppBuild
@@ -167,6 +167,9 @@ def test_a_llama_cpp_build_from_the_future_is_refused():
 
     with pytest.raises(InputError, match="that date has not come yet"):
         LlamaCppBuild.parse("2999-01-01")
+    with pytest.raises(InputError, match="first commit is of 2023-03-10"):
+        LlamaCppBuild.parse("2019-05-01")
+    assert LlamaCppBuild.parse("2023-03-10").spec == "2023-03-10"
     assert LlamaCppBuild.parse("2025-12-01").spec == "2025-12-01"
 
 

@@ -119,6 +119,7 @@ F16_MASK = Change(
     "b9592 is the latest tag ollama PR #16671 bumped to (2026-06-11)",
 )
 CHANGES = (OUTPUT_FIRST, FIT_STREAMS, F16_MASK)
+FIRST_COMMIT = date(2023, 3, 10)  # github.com/ggml-org/llama.cpp's "Initial release": no build is older
 BUNDLED_BUILD = "0c1e57098"  # llama-cpp-python 0.3.36's vendored commit: every change is in its source
 
 
@@ -150,6 +151,11 @@ class LlamaCppBuild:
             )
         if day > date.today():
             raise InputError(f"llama.cpp build {text!r}: that date has not come yet; give the build's release date")
+        if day < FIRST_COMMIT:
+            raise InputError(
+                f"llama.cpp build {text!r}: llama.cpp's first commit is of {FIRST_COMMIT.isoformat()}; give the "
+                "build's release date"
+            )
         return cls(given, *(given >= c.merged for c in CHANGES))
 
     @property
