@@ -50,7 +50,7 @@ from core.ollama_report import DEFAULT_CARDS, MEASURED, free_card, host, parse_f
 from core.probe import add_probe_parser
 from core.report import format_note, table_records
 from core.speed.cli import add_calibrate_parser, add_speed_flags, print_speed, speed_report
-from core.units import MIB, format_bytes, format_tokens
+from core.units import MIB, floor_places, format_bytes, format_tokens
 
 DEFAULT_CONTEXTS = (4096, 32768, 131072)
 
@@ -62,6 +62,29 @@ def _contexts(values: list[int] | None, model_max: int | None) -> list[int]:
     if values:
         return values
     return [c for c in DEFAULT_CONTEXTS if model_max is None or c <= model_max] or [model_max or 4096]
+
+
+def served_notes(engine: VllmEngine, model, context: int, args: argparse.Namespace) -> list[str]:
+    """`size` has no card, so no `vllm serve` defaults for one (VllmEngine.served_on): where the card's batched
+    tokens or Hopper's FlashInfer GatedDeltaNet would change this cache, say so (fit on the card uses them)."""
+    here = engine.account(model, context, args.batch, args.kv_dtype).total
+    notes = []
+    if args.max_num_batched_tokens is None:
+        batched = engine.batched_tokens()
+        other = engine.with_options(max_num_batched_tokens=8192).account(model, context, args.batch, args.kv_dtype)
+        if other.total != here:
+            notes.append(
+                f"vLLM: sized at --max-num-batched-tokens {batched:,} (no card given); `vllm serve` takes more on "
+                "large cards (8,192 on an H100), which changes this cache: give --max-num-batched-tokens, or use "
+                "fit with the card"
+            )
+    flashinfer = engine.with_options(gdn_flashinfer=True).account(model, context, args.batch, args.kv_dtype)
+    if not engine.options.gdn_flashinfer and flashinfer.total != here:
+        notes.append(
+            "vLLM: sized with the Triton GatedDeltaNet kernels' state; on Hopper vLLM runs FlashInfer's, whose state "
+            f"differs ({format_bytes(flashinfer.total)} at {format_tokens(context)}): fit with a Hopper card sizes it"
+        )
+    return notes
 
 
 def checked_kv_dtype(engine: Engine, kv_dtype: str) -> str:
@@ -86,6 +109,8 @@ def cmd_size(args: argparse.Namespace) -> dict:
     notes = list(model.notes)
     if isinstance(engine, VllmEngine) and raw:
         notes.append(vllm_state_note(engine, accounts[0], raw))
+    if isinstance(engine, VllmEngine):
+        notes += served_notes(engine, model, contexts[0], args)
     if isinstance(engine, LlamaCppEngine) and engine.fixed_slots():
         notes.append(engine.slots_note(model, counts=False))
         if args.batch > engine.slots(1):
@@ -426,7 +451,7 @@ def cmd_fit(args: argparse.Namespace) -> dict:
     out = {
         "model": setup.model.name,
         "engine": setup.engine.name,
-        "engine_options": engine_options(setup.engine),
+        "engine_options": engine_options(result.engine or setup.engine),
         "engine_rules": setup.engine.rules_version,
         "card": setup.card.name,
         "card_memory_bytes": setup.card.memory_bytes,
@@ -463,8 +488,12 @@ def cmd_fit(args: argparse.Namespace) -> dict:
 
 
 def _count_note(r: dict) -> str:
-    """After a llama.cpp unified cache's request count: whether the slots bound it, and the -c it needs."""
+    """After a request count: whether llama.cpp's slots bound it and the -c it needs, or vLLM's --max-num-seqs."""
     parts = (["every slot"] if "slots" in r else []) + ([f"-c {r['n_ctx']}"] if r.get("n_ctx") else [])
+    if "max_num_seqs" in r:  # vLLM's scheduler, not the cache, bounds the requests at once
+        parts.append(f"{r['max_num_seqs']:,} at once: --max-num-seqs")
+    if "front_end_runs" in r:  # llama.cpp's front end runs fewer by default
+        parts.append(r["runs_at_once"])
     return f"  ({', '.join(parts)})" if parts else ""
 
 
@@ -539,7 +568,7 @@ def cmd_cards(args: argparse.Namespace) -> dict:
 
 def _count(requests: float) -> str:
     """Whole sequences as a whole number; vLLM's fractional concurrency to two places."""
-    return f"{requests:,.0f}" if requests == int(requests) else f"{requests:,.2f}"
+    return f"{requests:,.0f}" if requests == int(requests) else f"{floor_places(requests):,.2f}"
 
 
 def print_cards(out: dict) -> None:

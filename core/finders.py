@@ -110,6 +110,21 @@ def card_order(answer: CardAnswer) -> tuple:
     return (1, -answer.max_context, answer.card.memory_bytes, answer.card.name)
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """How the model runs, the same on every card: vLLM's --gpu-memory-utilization, llama.cpp's -ngl and
+    --n-cpu-moe (Setup's fields; None and empty keep Setup's defaults). -ngl and --n-cpu-moe name one model's
+    layers, so they apply where the model is one (cards for a model), not to a list of models."""
+
+    utilization: float | None = None
+    gpu_layers: int | None = None
+    cpu_experts: range = range(0)
+
+    def applied(self, setup: Setup) -> Setup:
+        chosen = {"gpu_memory_utilization": self.utilization} if self.utilization is not None else {}
+        return replace(setup, gpu_layers=self.gpu_layers, cpu_experts=self.cpu_experts, **chosen)
+
+
 def rank_cards(
     model: ModelSpec,
     engine: Engine,
@@ -118,13 +133,14 @@ def rank_cards(
     kv_dtype: str = "auto",
     table: dict[str, Card] | None = None,
     gpus: int = 1,
+    run: RunOptions = RunOptions(),
 ) -> list[CardAnswer]:
     """Every card (`gpus` of each, split the engine's way), fitting ones first and smallest first, then the closest
-    misses."""
+    misses; each run as `run` says (as on Fit a card)."""
     if context <= 0:
         raise InputError(f"context must be positive, got {context}")
     setups = [
-        on_gpus(Setup(model=model, engine=engine, card=card, weights=weights, kv_dtype=kv_dtype), gpus)
+        on_gpus(run.applied(Setup(model=model, engine=engine, card=card, weights=weights, kv_dtype=kv_dtype)), gpus)
         for card in (table or cards()).values()
     ]
     if setups:
@@ -181,9 +197,12 @@ def kv_ladder(engine: Engine) -> tuple[str, ...]:
     return KV_LADDERS[_ladder_type(engine)]
 
 
-def best_model_answer(model: ModelSpec, engine: Engine, card: Card, context: int, gpus: int = 1) -> ModelAnswer:
-    """The first (weights, KV dtype) on the ladders that fits `context` on `gpus` of the card."""
-    base = on_gpus(Setup(model=model, engine=engine, card=card), gpus)
+def best_model_answer(
+    model: ModelSpec, engine: Engine, card: Card, context: int, gpus: int = 1, utilization: float | None = None
+) -> ModelAnswer:
+    """The first (weights, KV dtype) on the ladders that fits `context` on `gpus` of the card (vLLM taking
+    `utilization` of it, where given)."""
+    base = on_gpus(RunOptions(utilization).applied(Setup(model=model, engine=engine, card=card)), gpus)
     params = count_params(model).total
     limit = context_limit(base)
     tried = [(w, kv) for w in weight_ladder(model, engine) for kv in kv_ladder(engine)]
@@ -234,12 +253,15 @@ def model_order(answer: ModelAnswer) -> tuple:
     return (1, answer.params, answer.model.name)
 
 
-def rank_models(models: list[ModelSpec], engine: Engine, card: Card, context: int, gpus: int = 1) -> list[ModelAnswer]:
+def rank_models(
+    models: list[ModelSpec], engine: Engine, card: Card, context: int, gpus: int = 1, utilization: float | None = None
+) -> list[ModelAnswer]:
     """The models that fit `gpus` of the card at `context`, largest first, each in its best format; then the rest
     (a model the split does not suit, e.g. heads that tensor parallel cannot divide, says so)."""
     if context <= 0:
         raise InputError(f"context must be positive, got {context}")
-    return sorted((best_model_answer(m, engine, card, context, gpus) for m in models), key=model_order)
+    answers = (best_model_answer(m, engine, card, context, gpus, utilization) for m in models)
+    return sorted(answers, key=model_order)
 
 
 # --- speed: one request at each answer's own context -----------------------------------------------------------

@@ -66,6 +66,12 @@ class Row:
     # llama.cpp's unified cache: the -c (cells of every request together) that max_concurrency requests need; the
     # row's own figures are one request's, -c context
     n_ctx: int = 0
+    # vLLM: --max-num-seqs where it, not memory, bounds the requests its scheduler runs at once (max_concurrency
+    # stays the cache's, as vLLM logs it)
+    max_num_seqs: int = 0
+    # llama.cpp: the sequences its front end runs at once (Ollama's OLLAMA_NUM_PARALLEL, llama-cli's one), where the
+    # memory holds more; max_concurrency is then what that many slots would hold
+    front_end_runs: int = 0
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,9 @@ class Fit:
     rows: tuple[Row, ...]
     vllm: Capacity | None = None
     notes: tuple[str, ...] = ()
+    # the engine as the figures use it: under vLLM, `vllm serve`'s defaults for the card and the parallel sizes
+    # (Solver.engine), which setup.engine, as given, lacks
+    engine: Engine | None = None
 
 
 def cache_in_ram(fit: Fit, row: Row) -> bool:
@@ -571,7 +580,24 @@ class Solver:
             tightest_headroom_bytes=self.headroom(tight, context) if other and tight else 0,
             slots=self.slot_bound(concurrency),
             n_ctx=self.shared_cells(context, concurrency),
+            max_num_seqs=self.seq_bound(concurrency),
+            front_end_runs=self.front_end_bound(concurrency),
         )
+
+    def front_end_bound(self, concurrency: float) -> int:
+        """The sequences llama.cpp's front end runs at once where fewer than the memory holds (0 otherwise)."""
+        if not isinstance(self.engine, LlamaCppEngine):
+            return 0
+        runs = self.engine.front_end_runs()
+        return runs if runs and runs < concurrency < float("inf") else 0
+
+    def seq_bound(self, concurrency: float) -> int:
+        """vLLM's --max-num-seqs where the cache holds more requests than its scheduler runs at once (0 otherwise;
+        core/engines/vllm_cluster.py caps a plan's requests by it too)."""
+        if not isinstance(self.engine, VllmEngine):
+            return 0
+        cap = self.engine.options.max_num_seqs
+        return cap if concurrency >= cap + 1 else 0
 
     def shared_cells(self, context: int, concurrency: float) -> int:
         """llama.cpp's unified cache: the -c that `concurrency` requests of `context` tokens share (0 otherwise)."""
@@ -691,4 +717,5 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
         rows=rows,
         vllm=vllm,
         notes=tuple(notes),
+        engine=solver.engine,
     )

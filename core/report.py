@@ -16,7 +16,7 @@ from core.fit import Fit, Row, Setup, Solver, cache_in_ram, default_split, setup
 from core.memory.quant import FORMATS, default_format, format_named
 from core.model.params import count_params
 from core.model.spec import ModelSpec
-from core.units import GIB, format_bytes, format_tokens, plural, tokens_phrase
+from core.units import GIB, floor_places, format_bytes, format_tokens, plural, tokens_phrase
 
 
 def table_records(fit: Fit) -> list[dict]:
@@ -38,8 +38,18 @@ def table_records(fit: Fit) -> list[dict]:
         | ({"tightest_gpu": r.tightest, "tightest_headroom_bytes": r.tightest_headroom_bytes} if r.tightest else {})
         | ({"slots": r.slots} if r.slots else {})  # the front end's slots, not memory, bound the requests
         | ({"n_ctx": r.n_ctx} if r.n_ctx else {})  # a unified cache: the -c those requests need
+        | ({"max_num_seqs": r.max_num_seqs} if r.max_num_seqs else {})  # vLLM's scheduler runs no more at once
+        # llama.cpp's front end runs this many at once by default (Ollama, llama-cli): the count needs a setting
+        | (front_end_record(fit, r) if r.front_end_runs else {})
         for r in fit.rows
     ]
+
+
+def front_end_record(fit: Fit, row: Row) -> dict:
+    """What llama.cpp's front end runs at once by default, and how the row's count of requests would run."""
+    assert isinstance(fit.setup.engine, LlamaCppEngine)
+    runs = fit.setup.engine.runs_phrase(int(row.max_concurrency))
+    return {"front_end_runs": row.front_end_runs, "runs_at_once": runs}
 
 
 def display_records(fit: Fit) -> list[dict]:
@@ -49,7 +59,7 @@ def display_records(fit: Fit) -> list[dict]:
             "context": format_tokens(r["context"]),
             "fits": r["fits"],
             # no count where the cache is all in system RAM (cache_in_ram): a grid shows infinity as "Infinity"
-            "requests": None if math.isinf(r["max_concurrency"]) else r["max_concurrency"],
+            "requests": None if math.isinf(r["max_concurrency"]) else floor_places(r["max_concurrency"]),
             "memory used (%)": r["memory_used"] * 100,
             "total (GiB)": r["total_bytes"] / GIB,
             "cache (GiB)": r["cache_bytes"] / GIB,
@@ -115,13 +125,23 @@ def requests_text(fit: Fit, row: Row) -> str:
     if n == float("inf"):
         return IN_RAM if cache_in_ram(fit, row) else "unlimited"
     if not row.fits:
-        return f"none ({n:.2f} of one)" if fit.vllm is not None and n > 0 else "none"
+        return f"none ({floor_places(n):.2f} of one)" if fit.vllm is not None and n > 0 else "none"
     if row.slots:
         return f"{row.slots} (every slot, -c {row.n_ctx:,})"
-    return f"{n:,.2f}" if fit.vllm is not None else f"{int(n):,}"
+    if row.max_num_seqs:
+        return f"{row.max_num_seqs:,} (--max-num-seqs; the cache holds {floor_places(n):,.2f})"
+    if row.front_end_runs:
+        assert isinstance(fit.setup.engine, LlamaCppEngine)
+        return f"{int(n):,} ({fit.setup.engine.runs_phrase(int(n))})"
+    return f"{floor_places(n):,.2f}" if fit.vllm is not None else f"{int(n):,}"
 
 
 IN_RAM = "— (cache in system RAM)"
+
+
+def short_of(excess: int) -> str:
+    """ "1.12 MiB more than ": the shortfall named, so two totals that print alike still differ (vLLM's next block)."""
+    return f"{format_bytes(excess)} more than " if excess > 0 else "more than "
 
 
 def cache_kind(fit: Fit, row: Row) -> str:
@@ -237,9 +257,8 @@ def verdict(fit: Fit, row: Row) -> Verdict:
         return Verdict(
             False,
             "Does not fit",
-            f"{what}: {tokens_phrase(row.context)} needs "
-            f"{format_bytes(row.total_bytes)}, more than the {format_bytes(fit.usable_bytes)} usable; "
-            f"{longest}.",
+            f"{what}: {tokens_phrase(row.context)} needs {format_bytes(row.total_bytes)}, "
+            f"{short_of(row.total_bytes - fit.usable_bytes)}the {format_bytes(fit.usable_bytes)} usable; {longest}.",
         )
     n = row.max_concurrency
     if unlimited(fit):
@@ -260,6 +279,17 @@ def verdict(fit: Fit, row: Row) -> Verdict:
         requests = (
             f"{row.slots} requests of {format_tokens(row.context)} can run at once with -c {row.n_ctx:,}, every slot "
             "llama.cpp makes (-np N makes N)"
+        )
+    elif row.max_num_seqs:
+        requests = (
+            f"{row.max_num_seqs:,} requests of {format_tokens(row.context)} can run at once, as many as vLLM's "
+            f"scheduler takes (--max-num-seqs {row.max_num_seqs:,}); the cache holds {floor_places(n):,.2f}"
+        )
+    elif row.front_end_runs:
+        assert isinstance(fit.setup.engine, LlamaCppEngine)
+        requests = (
+            f"{int(n):,} requests of {format_tokens(row.context)} can run at once "
+            f"{fit.setup.engine.runs_phrase(int(n))}"
         )
     else:
         requests = f"{plural(n, 'request', requests_text(fit, row))} of {format_tokens(row.context)} can run at once"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 
@@ -17,6 +18,13 @@ MAX_DIGITS = 24  # past any size kvscope takes; checked before int() (which refu
 def round_up(n: int, to: int) -> int:
     """`n` rounded up to a whole multiple of `to` (GGML_PAD; cache cells, blocks, aligned buffers)."""
     return -(-n // to) * to
+
+
+def floor_places(x: float, places: int = 2) -> float:
+    """`x` cut, not rounded, to `places` decimals: a request count shown never reaches a whole request it lacks
+    (vLLM's 0.9996 of one is 0.99, not 1.00)."""
+    scale = 10**places
+    return math.floor(x * scale) / scale
 
 
 def digits_checked(number: str, text: str | int) -> str:

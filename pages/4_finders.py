@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from core.errors import InputError
-from core.finders import COST_BASIS, answer_speeds, card_rows, model_rows, rank_cards, rank_models
+from core.finders import COST_BASIS, RunOptions, answer_speeds, card_rows, model_rows, rank_cards, rank_models
 from core.fit import Setup, context_limit
 from core.model.loading import load_model, presets
 from core.units import format_tokens
@@ -27,18 +27,27 @@ SPEED_NOTE = (
     "model's own kernels; *Fit a card* and `python -m core speed` say which)."
 )
 
+# -ngl and --n-cpu-moe count one model's layers: the cards view applies them, the models view cannot
+UNPLACED = (
+    " The sidebar's layers on the GPU (-ngl) and experts in RAM (--n-cpu-moe) are its model's and are not applied "
+    "here: each model is placed whole on the card."
+)
+
 
 @st.cache_data(show_spinner="Fitting every card…", max_entries=32)
 def cards_frame(_setup: Setup, context: int, key: str) -> pd.DataFrame:
     """`key` (the setup's repr) stands in for the setup, which Streamlit cannot hash."""
-    answers = rank_cards(_setup.model, _setup.engine, context, _setup.weights, _setup.kv_dtype, gpus=_setup.gpus)
+    run = RunOptions(_setup.gpu_memory_utilization, _setup.gpu_layers, _setup.cpu_experts)
+    answers = rank_cards(
+        _setup.model, _setup.engine, context, _setup.weights, _setup.kv_dtype, gpus=_setup.gpus, run=run
+    )
     return pd.DataFrame(card_rows(answers, answer_speeds(answers)))
 
 
 @st.cache_data(show_spinner="Fitting every bundled model…", max_entries=32)
 def models_frame(_setup: Setup, context: int, key: str) -> pd.DataFrame:
     models = [load_model(name) for name in presets()]
-    answers = rank_models(models, _setup.engine, _setup.card, context, _setup.gpus)
+    answers = rank_models(models, _setup.engine, _setup.card, context, _setup.gpus, _setup.gpu_memory_utilization)
     return pd.DataFrame(model_rows(answers, answer_speeds(answers)))
 
 
@@ -52,7 +61,9 @@ if view == "models":
     st.caption(
         f"Every bundled model on {ON_GPUS} {setup.card.name} with {setup.engine.name} at {format_tokens(inputs.ctx)} "
         "tokens per request (a model whose own limit is lower does not fit, and says so). Each is shown in the "
-        "largest weight format and KV dtype that fit; models that fit come first, the largest first." + SPEED_NOTE
+        "largest weight format and KV dtype that fit; models that fit come first, the largest first."
+        + SPEED_NOTE
+        + (UNPLACED if setup.gpu_layers is not None or setup.cpu_experts else "")
     )
     try:
         st.dataframe(

@@ -351,6 +351,7 @@ class LlamaCppCache:
 @dataclass(frozen=True)
 class LlamaCppEngine(Engine):
     options: LlamaCppOptions = LlamaCppOptions()
+    front_end: str = DEFAULT_FRONTEND  # whose defaults the options started from (FRONTENDS)
     name = "llama.cpp"
     rules_version = "llama.cpp 0c1e57098 (llama-cpp-python 0.3.36; checked against libllama's own buffers)"
     kv_dtypes = ("auto", "f16", "fp16", "bf16", "fp32", "f32", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "iq4_nl")
@@ -385,7 +386,7 @@ class LlamaCppEngine(Engine):
     @classmethod
     def frontend(cls, name: str) -> LlamaCppEngine:
         try:
-            return cls(options=FRONTENDS[name].options)
+            return cls(options=FRONTENDS[name].options, front_end=name)
         except KeyError:
             raise InputError(f"unknown llama.cpp front end {name!r}; choose one of: {', '.join(FRONTENDS)}") from None
 
@@ -413,6 +414,22 @@ class LlamaCppEngine(Engine):
         """n_seq_max for `batch` sequences in flight. A unified cache is made for the front end's slots (llama-server's
         4) whoever fills its cells; otherwise each sequence has its own stream (-np = batch)."""
         return max(batch, self.options.n_seq_max) if self.options.kv_unified else batch
+
+    def front_end_runs(self) -> int:
+        """Sequences the front end decodes at once however many its memory holds: Ollama the OLLAMA_NUM_PARALLEL
+        slots it passes as -np (its logits rows, n_outputs_max), llama-cli one conversation, the library's context
+        one sequence (n_seq_max 1); 0 for llama-server, whose slots (or -np) the cache itself is made for."""
+        if self.front_end == "llama-server":
+            return 0
+        return max(1, self.options.n_outputs_max) if self.front_end == "ollama" else 1
+
+    def runs_phrase(self, requests: int) -> str:
+        """How `requests` of them run at once under this front end, where it runs fewer by default."""
+        return {
+            "ollama": f"with OLLAMA_NUM_PARALLEL={requests}; Ollama runs {self.front_end_runs()} at a time",
+            "llama-cli": f"as llama-server -np {requests}; llama-cli runs one conversation",
+            "library": f"with n_seq_max={requests}; a llama-cpp-python Llama() runs one sequence",
+        }[self.front_end]
 
     def fixed_slots(self) -> bool:
         """Whether the cache holds more slots than one sequence: then a windowed layer keeps a window per slot and a

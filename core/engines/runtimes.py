@@ -154,7 +154,7 @@ def llama_engine(settings: OllamaSettings) -> LlamaCppEngine:
         flash_attn=server_flash_attention(settings),
         n_outputs_max=settings.num_parallel,  # llama-server's slots
     )
-    return LlamaCppEngine(options=options)
+    return LlamaCppEngine(options=options, front_end="ollama")
 
 
 # --- estimateGPULayers (llm/memory.go at v0.12.10) ---------------------------------------------------------------

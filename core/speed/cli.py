@@ -9,6 +9,7 @@ from dataclasses import asdict, replace
 
 from core.argtypes import MAX_RAM_GB_S, add_json_flag, positive_int
 from core.engines.llamacpp import LlamaCppEngine
+from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
 from core.fit import Setup, Solver, flag_notes, setup_format
 from core.report import format_note
@@ -149,15 +150,19 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
         if context > solver.limit:
             raise InputError(f"context {format_tokens(context)} is above {setup.model.name}'s limit {solver.limit:,}")
         fits = solver.concurrency(context) if not cpu_only else None
-        # llama-server's unified slots bound the requests on any device, memory or not
+        # llama-server's unified slots bound the requests on any device, memory or not; vLLM's scheduler runs at
+        # most --max-num-seqs (vllm serve's for the card) whatever the cache holds
         slots = solver.engine.slots(1) if isinstance(solver.engine, LlamaCppEngine) else 0
+        seqs = solver.engine.options.max_num_seqs if isinstance(solver.engine, VllmEngine) else 0
         for batch in batches:
             row = {"context": context, "batch": batch, "max_concurrency": fits, "fits": fits is None or fits >= batch}
             row["why"] = None  # why there is no speed, where there is none
             if slots > 1 and batch > slots:
                 row |= {"fits": False, "why": f"{slots} slots: llama-server -np {batch} runs {batch}"}
+            elif seqs and batch > seqs:
+                row |= {"fits": False, "why": f"vLLM runs at most {seqs:,} at once here (vllm serve's --max-num-seqs)"}
             elif not row["fits"]:
-                row["why"] = f"does not fit: {'none' if not fits or fits < 1 else f'{fits:,.0f}'} fit at this context"
+                row["why"] = f"does not fit: {'none' if not fits or fits < 1 else f'{int(fits):,}'} fit at this context"
             if not row["fits"]:  # no speed for a setup that cannot run (the app's "— (does not fit)")
                 rows.append(dict.fromkeys(record_keys(), None) | row)
                 continue

@@ -15,14 +15,15 @@ from core.units import format_bytes, format_tokens, plural
 
 
 def table_speeds(fit: Fit, hw: Hardware) -> list[dict]:
-    """Per row of a fit: decode tok/s of one sequence, and the aggregate with as many sequences as fit at once."""
+    """Per row of a fit: decode tok/s of one sequence, and the aggregate with as many sequences as fit at once (as
+    vLLM's scheduler takes, where --max-num-seqs bounds them)."""
     setup = fit.setup
     weights = setup_weights(setup)
     out = []
     for row in fit.rows:
         one = predict(setup, hw, row.context, 1, weights=weights)
         n = row.max_concurrency
-        batch = 1 if not row.fits or n == float("inf") else max(1, math.floor(n))
+        batch = 1 if not row.fits or n == float("inf") else max(1, row.max_num_seqs or math.floor(n))
         many = predict(setup, hw, row.context, batch, weights=weights) if batch > 1 else one
         out.append(
             {

@@ -5,8 +5,10 @@ Reads JSON from the file named by its argument: {"models": {name: gguf path}, "c
 prefills `context` random tokens (logits only for the last one, as llama-cli does; the fastest of `prefill_reps`,
 3 up to 1,024 tokens and 2 beyond),
 then decodes `decode_steps` single tokens one llama_decode at a time after one warm-up step; decode tok/s is one over
-the 10th-percentile step (the median is kept too), so other work on a shared machine moves it little. Prints one
-JSON line: {"cases": [{"id", "prefill_s", "prefill_tok_s", "decode_step_p10_s", "decode_tok_s", ...}]}.
+the 10th-percentile step (the median is kept too), so other work on a shared machine moves it little. A case with
+"sequences" and "kv_unified" prefills that many sequences in one context instead and times steps of one token each
+(run_sequences). Prints one JSON line: {"cases": [{"id", "prefill_s", "prefill_tok_s", "decode_step_p10_s",
+"decode_tok_s", ...}]}.
 
 Weights are loaded without the extra (AMX repack) buffer types: on this CPU they crash batches > 1 token
 (/work/shared/reference/engines-on-cpu.md), and the repacked layout would time a different kernel anyway.
@@ -38,8 +40,9 @@ def quiet(level: int, text: bytes, user_data) -> None:
 QUIET = llama_cpp.llama_log_callback(quiet)
 
 
-def decode(ctx, tokens: list[int], start: int, ubatch: int) -> None:
-    """One llama_decode of `tokens` at positions start…; logits only for the last (llama-cli's prompt eval)."""
+def decode(ctx, tokens: list[int], start: int, ubatch: int, seq: int = 0) -> None:
+    """One llama_decode of `tokens` at positions start… of sequence `seq`; logits only for the last (llama-cli's
+    prompt eval)."""
     n = len(tokens)
     batch = llama_cpp.llama_batch_init(n, 0, 1)
     try:
@@ -47,7 +50,7 @@ def decode(ctx, tokens: list[int], start: int, ubatch: int) -> None:
             batch.token[i] = tok
             batch.pos[i] = start + i
             batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
+            batch.seq_id[i][0] = seq
             batch.logits[i] = i == n - 1
         batch.n_tokens = n
         rc = llama_cpp.llama_decode(ctx, batch)
@@ -57,7 +60,62 @@ def decode(ctx, tokens: list[int], start: int, ubatch: int) -> None:
         llama_cpp.llama_batch_free(batch)
 
 
+def step(ctx, tokens: list[int], pos: int) -> None:
+    """One decode step of len(tokens) sequences, sequence i adding tokens[i] at position `pos` (a server's batch)."""
+    n = len(tokens)
+    batch = llama_cpp.llama_batch_init(n, 0, 1)
+    try:
+        for i, tok in enumerate(tokens):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = tok, pos, 1, True
+            batch.seq_id[i][0] = i
+        batch.n_tokens = n
+        rc = llama_cpp.llama_decode(ctx, batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc}")
+    finally:
+        llama_cpp.llama_batch_free(batch)
+
+
+def run_sequences(model, vocab: int, case: dict) -> dict:
+    """`sequences` prompts of `context` tokens each in one context (n_seq_max = sequences, `kv_unified` as given),
+    then `decode_steps` steps each adding one token to every sequence: decode_step_p10_s is a step's time."""
+    n, k, steps = case["context"], case["sequences"], case["decode_steps"]
+    params = llama_cpp.llama_context_default_params()
+    params.n_seq_max = k
+    params.kv_unified = case["kv_unified"]
+    params.n_ctx = k * (n + steps + 8)  # split streams: each sequence gets n_ctx / n_seq_max cells
+    params.n_batch = params.n_ubatch = case.get("n_ubatch", 512)
+    params.n_threads = params.n_threads_batch = case["threads"]
+    params.flash_attn_type = FLASH[case.get("flash_attn", "auto")]
+    params.no_perf = True
+    ctx = llama_cpp.llama_init_from_model(model, params)
+    if not ctx:
+        return {"id": case["id"], "error": "llama_init_from_model failed"}
+    rng = random.Random(n)
+    try:
+        for seq in range(k):
+            for start in range(0, n, params.n_batch):
+                chunk = [rng.randrange(vocab) for _ in range(min(params.n_batch, n - start))]
+                decode(ctx, chunk, start, params.n_ubatch, seq)
+        step(ctx, [rng.randrange(vocab) for _ in range(k)], n)  # warm-up step
+        steps_s = []
+        for i in range(steps):
+            t0 = time.perf_counter()
+            step(ctx, [rng.randrange(vocab) for _ in range(k)], n + 1 + i)
+            llama_cpp.llama_synchronize(ctx)
+            steps_s.append(time.perf_counter() - t0)
+        fast = statistics.quantiles(steps_s, n=10)[0]
+        return {
+            "id": case["id"], "decode_step_p10_s": fast, "decode_step_median_s": statistics.median(steps_s),
+            "decode_tok_s": k / fast, "prefill_tok_s": 0.0,  # tokens a second over all sequences; no prompt timed
+        }  # fmt: skip
+    finally:
+        llama_cpp.llama_free(ctx)
+
+
 def run_case(model, vocab: int, case: dict) -> dict:
+    if "sequences" in case:
+        return run_sequences(model, vocab, case)
     n = case["context"]
     steps = case["decode_steps"]
     params = llama_cpp.llama_context_default_params()
