@@ -31,7 +31,7 @@ from core.check import add_check_parser
 from core.cluster_report import cluster_report, parse_layout, print_cluster
 from core.engines import ENGINES, Engine, configured
 from core.engines.base import CacheAccount
-from core.engines.llamacpp import DEFAULT_FRONTEND, FRONTENDS, LlamaCppBuild, LlamaCppEngine
+from core.engines.llamacpp import DEFAULT_FRONTEND, FRONTENDS, LlamaCppBuild, LlamaCppEngine, windows_dropped
 from core.engines.runtimes import OLLAMA_KV_TYPES, OllamaSettings, request_ctx
 from core.engines.vllm_cluster import Cluster
 from core.engines.vllm_engine import VERSIONS, VllmEngine, VllmOptions
@@ -50,6 +50,7 @@ from core.ollama_report import DEFAULT_CARDS, MEASURED, free_card, host, parse_f
 from core.probe import add_probe_parser
 from core.report import format_note, table_records
 from core.speed.cli import add_calibrate_parser, add_speed_flags, print_speed, speed_report
+from core.speed.work import engine_view
 from core.units import MIB, floor_places, format_bytes, format_tokens
 
 DEFAULT_CONTEXTS = (4096, 32768, 131072)
@@ -111,6 +112,8 @@ def cmd_size(args: argparse.Namespace) -> dict:
         notes.append(vllm_state_note(engine, accounts[0], raw))
     if isinstance(engine, VllmEngine):
         notes += served_notes(engine, model, contexts[0], args)
+    if isinstance(engine, LlamaCppEngine) and (dropped := windows_dropped(model)):
+        notes.append(dropped)
     if isinstance(engine, LlamaCppEngine) and engine.fixed_slots():
         notes.append(engine.slots_note(model, counts=False))
         if args.batch > engine.slots(1):
@@ -129,7 +132,7 @@ def cmd_size(args: argparse.Namespace) -> dict:
         "batch": args.batch,
         "kv_bytes_per_token": engine.kv_bytes_per_token(model, args.kv_dtype),
         "fixed_bytes_per_sequence": raw,
-        "layers": model.layer_counts(),
+        "layers": engine_view(model, engine).layer_counts(),  # as the engine builds them (llama.cpp's windows)
         "max_context": model.max_context,
         "notes": notes,
         "kinds": [

@@ -8,7 +8,7 @@ from core.dtypes import dtype_named
 from core.engines import Engine
 from core.engines.base import CacheAccount, per_count, sized_tensors, sized_weights
 from core.engines.hf_transformers import TransformersEngine
-from core.engines.llamacpp import LlamaCppEngine, Offload, as_llamacpp_sees
+from core.engines.llamacpp import LlamaCppEngine, Offload, as_llamacpp_sees, windows_dropped
 from core.engines.vllm_cluster import Layout, rank_weights
 from core.engines.vllm_engine import NEEDS_CC, ON_APPLE, Capacity, VllmEngine
 from core.engines.vllm_mxfp4 import Kernel, kernel_for, loading_growth
@@ -99,11 +99,11 @@ def cache_in_ram(fit: Fit, row: Row) -> bool:
 
 
 def flag_notes(setup: Setup) -> list[str]:
-    """What llama.cpp's flags do other than as given: an -ub past -b, --n-cpu-moe on a model without routed
-    experts (fit's notes and speed's)."""
+    """What llama.cpp does other than its flags or the config say: an -ub past -b, --n-cpu-moe on a model without
+    routed experts, sliding windows its loader does not build (fit's notes and speed's)."""
     if not isinstance(setup.engine, LlamaCppEngine):
         return []
-    notes = [setup.engine.ubatch_note()]
+    notes = [setup.engine.ubatch_note(), windows_dropped(setup.model)]
     if setup.cpu_experts and not count_params(setup.model).experts:
         notes.append(f"--n-cpu-moe changes nothing here: {setup.model.name} has no routed experts")
     return [n for n in notes if n]

@@ -60,6 +60,16 @@ def test_mamba_ssm_native_config_is_translated():
     assert (layer.heads, layer.head_dim, layer.d_state, layer.intermediate) == (8, 16, 128, 128)
 
 
+def test_a_mamba_ssm_hybrid_with_attention_layers_is_refused_not_sized_as_pure_mamba():
+    """mamba2attn's attn_layer_idx names 6 MHA layers kvscope's translation had no field for: it sized 64 Mamba2
+    layers and no K/V (18× under at 32K)."""
+    raw = {"d_model": 64, "n_layer": 4, "vocab_size": 100, "ssm_cfg": {"layer": "Mamba2", "headdim": 16},
+           "attn_layer_idx": [1, 3], "attn_cfg": {"num_heads": 4}}  # fmt: skip
+    with pytest.raises(InputError, match=r"attn_layer_idx \[1, 3\].*give the model's transformers config"):
+        load(raw)
+    assert load(raw | {"attn_layer_idx": []}).layer_counts() == {"mamba2": 4}  # mamba2-2.7b ships it empty
+
+
 def test_a_byte_order_mark_is_read_alike_in_a_file_and_in_pasted_text():
     text = '\ufeff{"model_type": "llama", "hidden_size": 64}'
     assert parse_json(text, "pasted") == parse_json(text.encode("utf-8"), "uploaded") == {

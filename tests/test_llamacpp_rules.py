@@ -13,7 +13,7 @@ from core.engines.llamacpp import LlamaCppBuild
 from core.errors import InputError
 from core.fit import Setup, fit, layer_bytes
 from core.memory.gpus import card_named
-from core.model.loading import load_model
+from core.model.loading import load_model, model_from_config
 from core.model.params import count_params
 
 LLAMA = engine_named("llama.cpp")
@@ -63,6 +63,21 @@ def test_mistral_ggufs_have_no_sliding_window():
     assert LLAMA.account(model, 32768).total == 32768 * per_cell
     # transformers honours the window
     assert engine_named("transformers").account(model, 32768).total == 4095 * per_cell
+
+
+def test_windows_only_where_llama_cpps_loader_builds_them():
+    """SWA_ARCHS: phi3's loader drops the window its GGUF carries, qwen2's converter writes none (libllama agrees:
+    tests/engines, phi3_swa and qwen2_swa); fit, speed and size say so, and size counts the layers as built."""
+    from core.engines.llamacpp import windows_dropped
+    from tests.tiny_configs import tiny_raw
+
+    phi3 = model_from_config(tiny_raw("phi3", sliding_window=8), "phi3")
+    assert phi3.layer_counts() == {"sliding_window": 2}  # transformers keeps the window
+    assert LLAMA.account(phi3, 4096).total == 4096 * 2 * 2 * 2 * 16 * 2  # 2 layers × K,V × 2 heads × 16 wide × f16
+    assert "phi3's sliding windows are full attention there" in windows_dropped(phi3)
+    gemma = load_model("google/gemma-3-12b-it")
+    assert not windows_dropped(gemma) and LLAMA.account(gemma, 32768).total < 48 * 32768 * 2 * 8 * 256 * 2
+    assert windows_dropped(load_model("meta-llama/Llama-3.1-8B-Instruct")) == ""  # no window to drop
 
 
 def test_the_swa_cache_keeps_the_requested_cache_type():

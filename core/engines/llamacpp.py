@@ -52,9 +52,17 @@ from core.model.spec import ModelSpec
 from core.units import round_up
 
 CELL_PAD = 256
-# Architectures whose GGUF conversion drops the sliding window: Mistral and Mixtral load as plain "llama", so
-# llama.cpp keeps every token on every layer for them.
-NO_SWA = frozenset({"mistral", "mixtral"})
+# Architectures whose llama.cpp loader builds a windowed cache (src/models/*.cpp at 0c1e57098 reading
+# LLM_KV_ATTENTION_SLIDING_WINDOW into a swa_type, or fixing one: FIXED_PATTERNS), by their config's model_type. Any
+# other model's windows are full attention there: Mistral and Mixtral convert to plain "llama", Qwen2/Qwen3 with
+# use_sliding_window to "qwen2"/"qwen3", whose loaders read no window, and phi3's loader drops the window it reads
+# ("Phi SWA is currently disabled", models/phi3.cpp, PR #13676). libllama referees phi3 and qwen2 (tests/engines).
+SWA_ARCHS = frozenset(
+    {
+        "gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma3n_text", "cohere2", "gpt_oss", "llama4", "llama4_text",
+        "exaone4", "olmo3", "lfm2", "lfm2_moe", "phimoe", "smallthinker",
+    }
+)  # fmt: skip
 # Window patterns llama.cpp fixes at load time, whatever the config's layer_types: (period, chunk or None).
 # The last layer of each period is global (llama-hparams.cpp set_swa_pattern: swa iff il % period < period - 1).
 FIXED_PATTERNS = {
@@ -237,10 +245,20 @@ def _windowed(layer: LayerKind) -> bool:
     return isinstance(layer, (SlidingWindow, ChunkedAttention))
 
 
+def windows_dropped(model: ModelSpec) -> str:
+    """Why llama.cpp keeps every token on a model's windowed layers, where it does ("" otherwise)."""
+    if model.model_type in SWA_ARCHS or not any(_windowed(layer) for layer in model.census):
+        return ""
+    return (
+        f"llama.cpp: {model.model_type}'s sliding windows are full attention there (its loader builds no windowed "
+        "cache for this architecture), so every layer keeps every token"
+    )
+
+
 def as_llamacpp_sees(model: ModelSpec) -> ModelSpec:
     """The model's layers as libllama builds them from the converted GGUF. A part of a model (`first_layer`) is
     patterned by its layers' indices in the whole model, so a part of a seen model is seen unchanged."""
-    if model.model_type in NO_SWA:
+    if model.model_type not in SWA_ARCHS:
         return model.with_layers(
             tuple(
                 FullAttention(layer.kv_heads, layer.head_dim, layer.v_head_dim) if _windowed(layer) else layer

@@ -112,6 +112,12 @@ def from_mamba_ssm(raw: dict[str, Any]) -> dict[str, Any]:
     ssm = raw.get("ssm_cfg") or {}
     if not isinstance(ssm, dict):
         raise InputError(f"mamba_ssm config: ssm_cfg must be an object, got {_shown(ssm)}")
+    if raw.get("attn_layer_idx"):  # mamba_ssm's hybrids (mamba2attn): their attention layers have no mapping here
+        raise InputError(
+            f"mamba_ssm config with attention layers (attn_layer_idx {_shown(raw['attn_layer_idx'])}): kvscope maps "
+            "only pure Mamba/Mamba2 configs of this format, and none of its engines loads it; give the model's "
+            "transformers config.json (model_type) instead"
+        )
     layer = ssm.get("layer", "Mamba1")
     hidden = _mamba_int(raw, "d_model", None)
     expand = _mamba_int(ssm, "expand", 2)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.tiny_configs import tiny_raw
+from tests.tiny_configs import BASE, WINDOW, tiny_raw
 
 _HD = {"head_dim": 32}
 _GDN = {"linear_key_head_dim": 16, "linear_value_head_dim": 16}
@@ -43,4 +43,11 @@ MODELS: dict[str, dict[str, Any]] = {
     "falcon_h1": tiny_raw("falcon_h1", **_HD),
     "jamba": tiny_raw("jamba", hidden_size=128, **_HD),
     "mamba": tiny_raw("mamba"),
-}
+    # sliding windows in the config that llama.cpp's loader does not build (core.engines.llamacpp.SWA_ARCHS): phi3's
+    # drops the window its GGUF carries; qwen2's converter writes none. Hidden 128: heads 32 wide (hidden ÷ heads)
+    "phi3_swa": tiny_raw("phi3", sliding_window=WINDOW, hidden_size=128),
+    "qwen2_swa": {
+        "model_type": "qwen2", **BASE, "hidden_size": 128, "num_hidden_layers": 2, "use_sliding_window": True,
+        "sliding_window": WINDOW, "max_window_layers": 0,
+    },
+}  # fmt: skip
