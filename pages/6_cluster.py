@@ -12,19 +12,23 @@ from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
 from core.memory.gpus import card_named, cards
 from core.units import format_bytes, format_tokens
-from ui.inputs import context_box, sidebar
+from ui.inputs import sidebar
 from ui.layout import mobile_css, opened, page_config
 from ui.state import BOUNDS, DEFAULTS, SWITCH, to_query
 
 page_config("vLLM across nodes")
 mobile_css()
 st.title("vLLM across nodes")
-inputs, model, _ = sidebar(model_only=True, context=True)
 st.caption(
     "Tensor parallel inside a node, pipeline parallel across nodes, data-parallel engine cores, expert parallel for "
     "MoE: how many requests each cut of the cluster holds at once. MLA models keep their whole latent on every TP "
     "rank, so DP-attention (one engine core per GPU) often holds several times more."
 )
+c1, c2, c3 = st.columns(3)
+c4, c5, c6 = st.columns(3)
+# the context box is this page's (c4); the sidebar draws it before reading it, so an unreadable context stops the
+# page beside the box it is mended in
+inputs, model, _ = sidebar(model_only=True, context_at=c4)
 
 names = [name for name, card in cards().items() if not card.unified_memory]
 fixed = inputs
@@ -40,12 +44,9 @@ if fixed != inputs:
     inputs = fixed
 
 
-c1, c2, c3 = st.columns(3)
 card_name = c1.selectbox("Card", names, key="in_ccard")
 c2.number_input("Nodes", *BOUNDS["nodes"], key="in_nodes")
 c3.number_input("GPUs per node", *BOUNDS["gpn"], key="in_gpn")
-c4, c5, c6 = st.columns(3)
-context_box(c4)
 kv = c5.selectbox(
     "KV dtype",
     VllmEngine.kv_dtypes,

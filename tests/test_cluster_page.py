@@ -47,3 +47,14 @@ def test_cluster_inputs_round_trip_and_bad_values_are_named():
     inputs, ignored = from_query({"nodes": "0", "gpn": "lots", "ccard": "no such card", "ep": "maybe"})
     assert (inputs.nodes, inputs.gpn, inputs.ep) == (2, 8, "auto")
     assert len(ignored) == 4 and all(k in " ".join(ignored) for k in ("nodes", "gpn", "ccard", "ep"))
+
+
+def test_an_unreadable_context_leaves_the_box_to_mend_it_in():
+    """The sidebar stopped the page on ctx=0 before the page drew its own context box: only the error was left, and
+    a link carrying it was a dead end. The box now stands beside the error, and mending it brings the plans."""
+    at = _page({"model": "deepseek-ai/DeepSeek-V3", "ctx": "0", "ccard": "H200", "nodes": "2", "gpn": "8"})
+    assert any("token count must be positive" in e.value for e in at.error) and not at.dataframe
+    (box,) = [t for t in at.text_input if t.key == "in_ctx_text"]
+    assert box.value == "0"
+    box.input("16k").run()
+    assert not at.error and at.dataframe and at.query_params["ctx"] == "16K"

@@ -174,3 +174,13 @@ def test_an_unreachable_hub_answers_in_seconds(monkeypatch):
     with pytest.raises(InputError, match="the Hub cannot be reached"):
         load_raw("mistralai/Mistral-Nemo-Instruct-2407", local_files=False)
     assert time.monotonic() - start < 5
+
+
+def test_a_long_value_in_a_hand_edited_link_gets_a_bounded_message():
+    """A 20,000-character engine= came back whole inside its reason: a 20,130-character warning over the results."""
+    from ui.state import from_query
+
+    for params in ({"engine": "A" * 20_000}, {"model": "x" * 20_000, "source": "Preset"}, {"B" * 20_000: "1"},
+                   {"ctx": "9" * 3_000}, {"ocards": "C" * 3_000}):  # fmt: skip
+        _, ignored = from_query(params)
+        assert ignored and all(len(item) < 320 for item in ignored), [len(i) for i in ignored]

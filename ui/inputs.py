@@ -402,15 +402,18 @@ def _stop(message: str) -> None:
     st.stop()
 
 
-def sidebar(*, model_only: bool = False, context: bool | None = None) -> tuple[Inputs, ModelSpec, Setup]:
+def sidebar(*, model_only: bool = False, context_at: Any = None) -> tuple[Inputs, ModelSpec, Setup]:
     """Draw the shared inputs; return them with the model and the fit setup they describe.
 
     `model_only` draws just the model (and what-if) inputs, for pages whose other settings are their own; the
-    hidden inputs keep their values and stay in the link. `context` (default: not `model_only`): the page draws
-    the context box (`context_box`), so a context that cannot be read stops it. Inputs that cannot be read stop
-    the page with an error in place of its results."""
+    hidden inputs keep their values and stay in the link. The context box is the sidebar's unless `model_only`;
+    `context_at` is a page's own place for it (a column of its inputs), where it is drawn before it is read, so a
+    context that cannot be read stops the page with the box still there to mend it. Inputs that cannot be read
+    stop the page with an error in place of its results."""
     RESOLVER.start_soon()  # once per server, after this first page: ready before a visitor's new config needs it
     _init_from_url()
+    if context_at is not None:
+        context_box(context_at)
     with st.sidebar:
         # A session's first run draws the results from the inputs' values alone; the page links and the inputs
         # follow once the browser has drawn it. No link before that rerun: one clicked first would lose to it.
@@ -430,7 +433,7 @@ def sidebar(*, model_only: bool = False, context: bool | None = None) -> tuple[I
                 problems.append(f"Model: {gguf[:80]!r} cannot be used: {err}")
         if not model_only:
             problems += _hardware_inputs(w, gguf_caption)
-    context = not model_only if context is None else context
+    context = not model_only or context_at is not None
     ctx_problem = _sync_context()
     if context and ctx_problem:
         problems.append(ctx_problem)

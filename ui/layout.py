@@ -69,7 +69,8 @@ export default function ({ data, setStateValue }) {
   const app = document.querySelector('[data-testid="stApp"]');
   const over = () => !["running", "rerunRequested"].includes(app.getAttribute("data-test-script-state"))
     && !document.querySelector('[data-testid="stStatusWidget"]');
-  if (!app || over()) return whenIdle();
+  // nothing returned: Streamlit calls what the component returns as its cleanup (a timer id is not one)
+  if (!app || over()) { whenIdle(); return; }
   const late = setTimeout(() => { watch.disconnect(); report(); }, 20000);
   const watch = new MutationObserver(() => {
     if (!over()) return;

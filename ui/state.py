@@ -302,6 +302,11 @@ def _check(key: str, value: str):
     raise InputError(f"unknown parameter {key!r}")
 
 
+def clipped(text: str, most: int = 40) -> str:
+    """A link's text as a message quotes it: at most `most` characters, an ellipsis for the rest."""
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
 def from_query(params: dict[str, str]) -> tuple[Inputs, list[str]]:
     """Inputs from a link's query parameters, and the parameters that were ignored (with why)."""
     values: dict[str, object] = {}
@@ -309,12 +314,13 @@ def from_query(params: dict[str, str]) -> tuple[Inputs, list[str]]:
     known = {f.name for f in fields(Inputs)}
     for key, value in params.items():
         if key not in known:
-            ignored.append(f"{key} (unknown parameter)")
+            ignored.append(f"{clipped(key)} (unknown parameter)")
             continue
         try:
             values[key] = _check(key, str(value))
         except (InputError, ValueError) as err:
-            ignored.append(f"{key}={str(value)[:40]!r} ({err})")
+            # the reason may quote the value whole: a hand-edited link's 20,000 characters flooded the page
+            ignored.append(f"{key}={str(value)[:40]!r} ({clipped(str(err), 200)})")
     inputs = replace(DEFAULTS, **values)
     if inputs.engine in ENGINES and inputs.kv not in ENGINES[inputs.engine].kv_dtypes:
         ignored.append(f"kv={inputs.kv!r} (not available on {inputs.engine})")
@@ -327,7 +333,8 @@ def from_query(params: dict[str, str]) -> tuple[Inputs, list[str]]:
     if inputs.card != CUSTOM_CARD:  # a listed card is sized and timed by its own figures
         given = [key for key in CUSTOM_FIGURES if key in values]
         ignored += [
-            f"{key}={params[key]} (card={inputs.card} has its own figures; they apply to card=custom)" for key in given
+            f"{key}={clipped(params[key])} (card={inputs.card} has its own figures; they apply to card=custom)"
+            for key in given
         ]
         inputs = replace(inputs, **{key: getattr(DEFAULTS, key) for key in given})
     if params.get("source") == "Preset" and inputs.model not in presets():  # a Hub id is read only with source=Hub

@@ -208,7 +208,8 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture
 def page(request, chromium, server):
-    """A fresh browser context (own session, own downloads) with every wait bounded; JS errors collected."""
+    """A fresh browser context (own session, own downloads) with every wait bounded; JS errors (thrown or logged to
+    the console) collected."""
     from playwright.sync_api import expect
 
     expect.set_options(timeout=15_000)  # a loaded 2-core CI runner can take longer than the 5 s default
@@ -218,6 +219,8 @@ def page(request, chromium, server):
     page = context.new_page()
     page.js_errors = []
     page.on("pageerror", lambda err: page.js_errors.append(str(err)))
+    # errors the page logs without throwing: Streamlit calling a component's return value as its cleanup was one
+    page.on("console", lambda msg: msg.type == "error" and page.js_errors.append(f"console: {msg.text}"))
     try:
         yield page
         if getattr(request.node, "e2e_failed", False):  # what the browser showed when the test failed
