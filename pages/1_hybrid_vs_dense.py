@@ -18,7 +18,7 @@ from core.compare import (
     with_model,
 )
 from core.errors import InputError
-from core.fit import Setup, context_limit, validate
+from core.fit import Setup, context_limit, setup_format, validate
 from core.model.loading import load_model, presets
 from core.model.whatif import all_full_attention
 from core.speed import Hardware, untimed
@@ -114,7 +114,8 @@ st.dataframe(
             "cache layout": [s.layout for s in all_series],
             "B/token, long contexts": [s.far_bytes_per_token for s in all_series],
             "fixed state (MiB)": [s.fixed_bytes / MIB for s in all_series],
-            "longest context": [s.limit_text for s in all_series],
+            # the model's own limit, not the card's (Fit a card's max context): the bars below are the card's
+            "model's context limit": [s.limit_text for s in all_series],
         }
     ),
     hide_index=True,
@@ -262,11 +263,14 @@ if how := opened("How is this computed?", "kv_how_hybrid"):  # drawn only while 
     )
     how.markdown(
         "Ratio = the comparator's cache ÷ this model's cache at the same n; its asymptote is the ratio of the "
-        "per-token rates once every window is full. Concurrency and longest context come from the same solver as "
+        "per-token rates once every window is full. Concurrency and the card-size bars come from the same solver as "
         "*Fit a card* (weights, overhead and the engine's rules on this card); a card-size bar is the longest "
-        "single sequence that fits, capped at that model's own maximum context (**max**)."
+        "single sequence that fits, capped at that model's own maximum context (**max**), which the table's "
+        '"model\'s context limit" column gives.'
     )
+sized = setup_format(setup)  # transformers dequantises a GGUF type to the checkpoint's format (the page's warning)
+weights = inputs.weights if sized == inputs.weights else f"{inputs.weights}, loaded by {setup.engine.name} as {sized}"
 st.caption(
-    f"Same engine ({setup.engine.name}), weights ({inputs.weights}) and KV dtype for every model. "
+    f"Same engine ({setup.engine.name}), weights ({weights}) and KV dtype for every model. "
     f"Contexts run from 1K to {format_tokens(shown)}, each model's curves to its own limit."
 )

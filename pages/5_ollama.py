@@ -34,6 +34,7 @@ mobile_css()
 st.title("Ollama on your card")
 inputs, model, setup = sidebar(model_only=True)  # card, engine and context are Ollama's own here
 RAM_CHOICES = {"typical": f"Typical desktop ({TYPICAL_SOURCE.split(': ', 1)[1]})", "given": "Enter a figure"}
+OLLAMA_SETTINGS = "Ollama settings and host"
 RAM_CHOICES[MEASURED] = "Measured on the server running kvscope (its calibration, once calibrated on Measure live)"
 
 
@@ -49,12 +50,13 @@ st.caption(
     "llama.cpp account of the split and the speed it predicts follow. Read from source; none of it was checked "
     "against a running Ollama (none runs here)."
 )
-# Folded, with what is set in its label: on a phone the settings would otherwise fill the first screen.
-summary = (
-    f"num_ctx {inputs.octx or 'default'}, KV {inputs.okv}, flash attention {inputs.ofa}, {inputs.ow}, "
+# Folded, with what is set beside it: on a phone the settings would otherwise fill the first screen. Not in its label:
+# a new label is a new expander, which folds shut after every change made in it.
+st.caption(
+    f"Set: num_ctx {inputs.octx or 'default'}, KV {inputs.okv}, flash attention {inputs.ofa}, {inputs.ow}, "
     f"{len(st.session_state['ol_cards'])} card(s), free {inputs.ofree or 'all'}"
 )
-with st.expander(f"Ollama settings and host: {summary}"):  # every control is bound to a link field (in_o…)
+with st.expander(OLLAMA_SETTINGS):  # every control is bound to a link field (in_o…)
     c1, c2, c3 = st.columns(3)
     listed = [name for name, card in cards().items() if card.bandwidth_gb_s and card.dense_tflops]
     chosen = c1.multiselect(

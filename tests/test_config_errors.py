@@ -104,3 +104,13 @@ def test_a_key_given_twice_with_two_values_is_refused():
     nested = '{"text_config": {"hidden_size": 64, "hidden_size": 128}}'
     with pytest.raises(InputError, match="'hidden_size' twice, 64 then 128"):
         parse_json(nested, "config.json")
+
+
+def test_pasted_text_beside_an_uploaded_file_is_said_to_be_unread():
+    """The sidebar read the uploaded file and left pasted text unread without a word (a browser audit)."""
+    from ui.inputs import config_text
+
+    assert config_text(None, ' {"a": 1} ') == ('{"a": 1}', "")
+    assert config_text(b"{}", "") == (b"{}", "")
+    text, note = config_text(b"{}", '{"model_type": "llama"}')
+    assert text == b"{}" and "pasted text is not read while a file is uploaded" in note

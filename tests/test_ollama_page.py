@@ -131,6 +131,18 @@ def test_settings_host_and_a_second_model_reach_the_table():
     assert phi.loc["GeForce RTX 4060 8GB", "decode tok/s"] < phi.loc["GeForce RTX 4090 24GB", "decode tok/s"]
 
 
+def test_the_settings_box_keeps_its_label_while_its_settings_change():
+    """Its label carried the settings: each change made a new expander, which the browser drew folded, so every
+    change meant opening the box again. The settings now stand in a caption beside it."""
+    at = ollama_page({"model": LLAMA})
+    labels = [at.expander[0].label]
+    at.text_input(key="in_octx").input("8k").run()
+    at.selectbox(key="in_okv").set_value("q8_0").run()
+    labels.append(at.expander[0].label)
+    assert labels == ["Ollama settings and host"] * 2
+    assert any(c.value.startswith("Set: num_ctx 8k, KV q8_0") for c in at.caption)
+
+
 def test_a_quantised_cache_follows_current_ollamas_flash_attention():
     """v0.32.15 passes OLLAMA_KV_CACHE_TYPE as given and flash attention auto (on) unless the variable is set: a
     q8_0 cache with the variable unset is q8_0 for Llama too (v0.12.10 sized it f16), and with it off llama-server

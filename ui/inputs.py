@@ -179,6 +179,15 @@ class _Unseen:
         return lambda *args, **kwargs: None
 
 
+def config_text(uploaded: bytes | None, pasted: str) -> tuple[bytes | str, str]:
+    """The config.json to read, the uploaded file's before pasted text; and a note where that leaves pasted text
+    unread (it was ignored without a word)."""
+    if uploaded is None:
+        return pasted.strip(), ""
+    note = "The uploaded file is used; the pasted text is not read while a file is uploaded (remove the file)."
+    return uploaded, note if pasted.strip() else ""
+
+
 def _model_inputs(w: Any) -> list[str]:
     """Draw the model inputs with `w` (`st`, or `_Unseen`); return what cannot be read (shown in place of the
     results)."""
@@ -208,7 +217,9 @@ def _model_inputs(w: Any) -> list[str]:
     else:
         upload = w.file_uploader("config.json", type=["json"], help="A checkpoint's config.json")
         pasted = w.text_area("…or paste it", height=80) or ""
-        text = upload.getvalue() if upload is not None else pasted.strip()
+        text, note = config_text(upload.getvalue() if upload is not None else None, pasted)
+        if note:
+            w.warning(note)
         if text:
             try:
                 st.session_state["in_config"] = pack_config(parse_json(text, "the uploaded config.json"))
