@@ -126,7 +126,7 @@ class DevicePart:
     expert_bytes: float = 0.0  # the routed experts' share of weight_bytes (read at Efficiency.expert_bandwidth)
     cache_gb_s: float = 0.0  # the cache's streaming rate, all threads, as calibrated or fitted for the ISA (0: none)
     peak_note: str = ""  # why the matmuls' peak differs from the card's listed one (core.speed.groups.MatmulPeak)
-    family_note: str = ""  # on a CPU: the weight format's kernel factor, and the ISA it was fitted for
+    family_note: str = ""  # the weight format's kernel factor (on a CPU: and the ISA it was fitted for)
     cache_note: str = ""  # on a CPU: where the cache stream's rate comes from (this host's calibration, its ISA's fit)
     attention_note: str = ""  # why the attention's peak is below the card's listed one (groups.flash_attention_peak)
     expert_note: str = ""  # why a decode step's routed experts run as a GEMM (groups.tiled_experts)
@@ -465,6 +465,8 @@ def _part(
         base = peak * (eff.prefill_compute if prefill else eff.decode_compute) * factor
         if device == "cpu" and family != "float":
             family_note = cpu_family_note(eff, family, factor, prefill, isa)
+        elif family != "float" and factor != 1.0:  # a GPU's: shown, so the rate in the explanation can be traced
+            family_note = f"{family} kernels at {factor:.5g}× the float kernels' rate, as fitted (fitted.json families)"
         # a prefill pass's GEMMs fill with its tokens; each routed expert's only with the tokens routed to it
         # (tokens × top-k ÷ experts: llama.cpp's mul_mat_id groups the batch by expert)
         mm_rate = base * fill(eff, pass_tokens) if prefill else base
