@@ -270,7 +270,8 @@ def rank_models(
 HOST = Hardware(ram_gb_s=TYPICAL_RAM_GB_S, threads=TYPICAL_THREADS)
 # Layer passes one table may time (issue 17: a link costs ≤ ~2 s of server CPU). A prediction walks every layer once
 # for the decode step and once per prefill span, and that work does not depend on the card, so a table of 46 cards
-# repeats it 46 times: bundled models (≤ ~100 layers) are timed on every row; a 10,000-layer config on the first few.
+# repeats it 46 times: bundled models (≤ ~120 layers) are timed on every row; a 1,000-layer config (MAX_LAYERS) on
+# the first few.
 SPEED_LAYER_PASSES = 128 * 1024
 
 

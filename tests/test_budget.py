@@ -1,7 +1,8 @@
 """Issue 17: a link (or one command) costs the server a bounded amount of CPU, however deep the model it names.
 
 The costliest links reported took 23-150 CPU seconds on 2 cores: the cluster, Ollama and finders pages with a
-10,000-layer config (MAX_LAYERS) or a what-if depth of 10,000. Each test opens such a link under AppTest and asserts
+10,000-layer config or a what-if depth of 10,000 (MAX_LAYERS, since cut to 1,000). Each test opens such a link under
+AppTest and asserts
 (a) the CPU its page run took, with room for a loaded CI machine (the target is 2 s; these bound at 20 s, where the
 old code took minutes), and (b) what makes it bounded: the model's tensors are built once per request, not once per
 card, plan or layer count. tests/bench/bench_links.py reports the seconds themselves.
@@ -19,10 +20,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import core.model.params as params
+from core.model.config import MAX_LAYERS
 from tests.conftest import ROOT
 from ui.state import pack_config
 
-DEEP = 10_000  # core.model.config's MAX_LAYERS, the deepest config kvscope accepts
+DEEP = MAX_LAYERS  # the deepest config kvscope accepts
 CLUSTER_ARGS = ["--gpu", "H100", "--nodes", "512", "--gpus-per-node", "8"]  # 4,096 GPUs, the most kvscope plans
 CPU_BOUND_S = 20.0  # generous: the target is 2 s, the old code took 23-150 s
 
@@ -73,15 +75,15 @@ def open_link(page: str, query: dict[str, str]) -> tuple[AppTest, float]:
     return at, spent
 
 
-def test_cluster_page_with_a_10000_layer_config_on_4096_gpus_is_bounded(builds):
+def test_cluster_page_with_the_deepest_config_on_4096_gpus_is_bounded(builds):
     at, spent = open_link("pages/6_cluster.py", {"config": pack_config(deep_moe()), "nodes": "512", "gpn": "8"})
     assert spent < CPU_BOUND_S, f"{spent:.1f} CPU s"
-    assert builds.count(DEEP) <= 1  # the tensors of the 10,000 layers, built once for every plan
+    assert builds.count(DEEP) <= 1  # the tensors of the deepest config's layers, built once for every plan
     plans = at.dataframe[0].value
     assert len(plans) > 40 and all("PP" in p or "DP" in p for p in plans["plan"])  # every cut was still evaluated
 
 
-def test_cluster_page_with_a_what_if_depth_of_10000_is_bounded(builds):
+def test_cluster_page_with_the_deepest_what_if_depth_is_bounded(builds):
     query = {"model": "deepseek-ai/DeepSeek-V3", "layers": str(DEEP), "nodes": "512", "gpn": "8"}
     at, spent = open_link("pages/6_cluster.py", query)
     assert spent < CPU_BOUND_S, f"{spent:.1f} CPU s"
@@ -89,7 +91,7 @@ def test_cluster_page_with_a_what_if_depth_of_10000_is_bounded(builds):
     assert at.metric[0].label == "Best plan"
 
 
-def test_cluster_command_on_a_10000_layer_config_is_bounded(tmp_path):
+def test_cluster_command_on_the_deepest_config_is_bounded(tmp_path):
     path = tmp_path / "deep.json"
     path.write_text(json.dumps(deep_moe()))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -114,18 +116,20 @@ def test_cluster_command_on_a_10000_layer_config_is_bounded(tmp_path):
     assert "best:" in done.stdout or "no plan fits" in done.stdout
 
 
-def test_ollama_page_with_a_10000_layer_config_is_bounded_and_says_so(builds):
+def test_ollama_page_with_the_deepest_config_is_bounded(builds):
     from core.speed.predict import PREFILL_SPANS, prefill_spans
 
     at, spent = open_link("pages/5_ollama.py", {"config": pack_config(deep_dense())})
     assert spent < CPU_BOUND_S, f"{spent:.1f} CPU s"
     assert builds.count(DEEP) <= 1
-    assert prefill_spans(DEEP) < PREFILL_SPANS == prefill_spans(1024)  # the bound applies only past 1,024 layers
-    assert any("bounded to keep a request under 2 s" in i.value for i in at.info)
-    assert len(at.dataframe[0].value) == 4  # every default card still has its row
+    # the prefill's span bound applies only past 1,024 layers, deeper than kvscope takes since MAX_LAYERS became
+    # 1,000 (a 9,990-layer what-if cost this page 5.7 s); the deepest config is timed over every span
+    assert prefill_spans(DEEP) == PREFILL_SPANS > prefill_spans(10_000)
+    assert not any("bounded to keep a request under 2 s" in i.value for i in at.info)
+    assert len(at.dataframe[0].value) == 4  # every default card has its row
 
 
-def test_finders_page_with_a_10000_layer_config_is_bounded(builds):
+def test_finders_page_with_the_deepest_config_is_bounded(builds):
     at, spent = open_link("pages/4_finders.py", {"config": pack_config(deep_dense())})
     assert spent < CPU_BOUND_S * 2, f"{spent:.1f} CPU s"  # two tables: every card, and every bundled model
     assert builds.count(DEEP) <= 1

@@ -21,7 +21,7 @@ from core.errors import InputError
 from core.memory.gguf_hub import GGUFName, gguf_name
 from core.memory.gpus import MAX_GB_S, MAX_TFLOPS, card_named
 from core.memory.quant import format_named
-from core.model.config import parse_json
+from core.model.config import MAX_LAYERS, parse_json
 from core.model.loading import DEFAULT_MODEL, presets
 from core.ollama_report import DEFAULT_CARDS, MEASURED, parse_free
 from core.probe.request import BACKENDS, DEVICES
@@ -44,7 +44,7 @@ BOUNDS = {
     "ncmoe": (0, 100_000),
     "ub": (0, 1 << 16),  # llama.cpp -ub; 0 = the front end's (512)
     "gpus": (1, 1024),
-    "layers": (0, 10_000),
+    "layers": (0, MAX_LAYERS),
     "kvh": (0, 4096),
     "hd": (0, 4096),
     "win": (0, 1 << 24),

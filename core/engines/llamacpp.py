@@ -258,18 +258,14 @@ def windows_dropped(model: ModelSpec) -> str:
 def as_llamacpp_sees(model: ModelSpec) -> ModelSpec:
     """The model's layers as libllama builds them from the converted GGUF. A part of a model (`first_layer`) is
     patterned by its layers' indices in the whole model, so a part of a seen model is seen unchanged."""
+    windows = [layer for layer in model.census if _windowed(layer)]  # distinct layers, first appearance first
+    if not windows:  # nothing to change: the model itself (a copy would lose its cached census)
+        return model
     if model.model_type not in SWA_ARCHS:
-        return model.with_layers(
-            tuple(
-                FullAttention(layer.kv_heads, layer.head_dim, layer.v_head_dim) if _windowed(layer) else layer
-                for layer in model.layers
-            )
-        )
+        full = {w: FullAttention(w.kv_heads, w.head_dim, w.v_head_dim) for w in windows}
+        return model.with_layers(tuple(full.get(layer, layer) for layer in model.layers))
     fixed = FIXED_PATTERNS.get(model.model_type)
     if fixed is None:
-        return model
-    windows = [layer for layer in model.census if _windowed(layer)]  # distinct layers, first appearance first
-    if not windows:
         return model
     period, chunk = fixed
     first = windows[0]

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from core.errors import InputError
 from core.model.architectures import ARCHITECTURES, Cfg
+from core.model.config import MAX_LAYERS
 from core.model.layers import MLA, FullAttention, LayerKind, NoCache, SlidingWindow
 from core.model.spec import ModelSpec
 
@@ -78,8 +79,8 @@ def edited(
     """The model with its depth, layer pattern or attention shape changed; the pattern repeats to the depth."""
     layers = list(model.layers)
     if num_layers is not None:
-        if not 0 < num_layers <= 10_000:
-            raise InputError(f"layer count must be 1 … 10,000, got {num_layers}")
+        if not 0 < num_layers <= MAX_LAYERS:
+            raise InputError(f"layer count must be 1 … {MAX_LAYERS:,}, got {num_layers}")
         layers = [layers[i % len(layers)] for i in range(num_layers)]
     if pattern:
         layers = list(patterned(model.with_layers(tuple(layers)), pattern, window))

@@ -52,7 +52,26 @@ def links() -> dict[str, tuple[str, dict[str, str]]]:
         "ollama-config": ("pages/5_ollama.py", {"config": packed["dense"]}),
         "finders-config": ("pages/4_finders.py", {"config": packed["dense"]}),
         "finders-config-moe": ("pages/4_finders.py", {"config": packed["moe"]}),
+        # a browser audit's: the widest and deepest each page's own inputs allow
+        "ollama-wide-deep": (
+            "pages/5_ollama.py",
+            {"layers": str(DEEP - 10), "ocards": ",".join(WIDE_CARDS), "omodels": BIG},
+        ),
+        "hybrid-deep-cmp": (
+            "pages/1_hybrid_vs_dense.py",
+            {"layers": str(DEEP - 10), "card": "H200 141GB SXM", "cmp": BIG},
+        ),
+        "finders-deep-transformers": ("pages/4_finders.py", {"layers": str(DEEP - 10), "engine": "transformers"}),
     }
+
+
+# twelve listed cards with speed figures (the Ollama page's most) and four large presets beside the model
+WIDE_CARDS = (
+    "GeForce RTX 4060 8GB", "GeForce RTX 4090 24GB", "GeForce RTX 3060 12GB", "GeForce RTX 5090 32GB",
+    "H100 80GB SXM", "A100 80GB SXM", "GeForce RTX 3090 24GB", "GeForce RTX 4070 12GB", "GeForce RTX 4080 16GB",
+    "L40S 48GB", "RTX 6000 Ada 48GB", "H200 141GB SXM",
+)  # fmt: skip
+BIG = "deepseek-ai/DeepSeek-V3,openai/gpt-oss-120b,Qwen/Qwen3-Next-80B-A3B-Instruct,nvidia/Nemotron-H-56B-Base-8K"
 
 
 def page_cpu(page: str, params: dict[str, str]) -> tuple[float, list[str]]:
