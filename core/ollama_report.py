@@ -172,8 +172,8 @@ def free_card(card: Card, free: int | None) -> Card:
         return card
     if not 0 < free <= card.memory_bytes:
         raise InputError(
-            f"free GPU memory {format_bytes(free)} must be positive and at most the card's "
-            f"{format_bytes(card.memory_bytes)}; give it as Ollama logs it, e.g. 7.1GiB"
+            f"free GPU memory {format_bytes(free)} must be positive and at most the {card.name}'s "
+            f"{format_bytes(card.memory_bytes)}; give it as Ollama logs it, e.g. 7.1GiB, or leave that card out"
         )
     return replace(card, memory_bytes=free, basis=f"{format_bytes(free)} free of {format_bytes(card.memory_bytes)}")
 

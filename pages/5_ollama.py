@@ -182,6 +182,11 @@ st.dataframe(
     },
 )
 for spec in specs:
+    if num_ctx and spec.max_context and num_ctx > spec.max_context:  # request_ctx: Ollama caps it, as the table does
+        st.info(
+            f"{spec.name}: num_ctx {format_tokens(num_ctx)} is past its training context "
+            f"{format_tokens(spec.max_context)}; Ollama caps it there (llm/server.go), as the table does."
+        )
     if prefill_spans(len(spec.layers)) < PREFILL_SPANS:
         st.info(
             f"{spec.name} has {len(spec.layers):,} layers: its prefill is timed over {prefill_spans(len(spec.layers))} "

@@ -114,3 +114,11 @@ def test_pasted_text_beside_an_uploaded_file_is_said_to_be_unread():
     assert config_text(b"{}", "") == (b"{}", "")
     text, note = config_text(b"{}", '{"model_type": "llama"}')
     assert text == b"{}" and "pasted text is not read while a file is uploaded" in note
+
+
+def test_a_layer_count_below_one_is_named_not_left_to_transformers():
+    """num_hidden_layers -4 came back in transformers' validator's words ("must be equal to the number of
+    layer_types (0)"), which say nothing of the fix."""
+    for n in (-4, 0):
+        with pytest.raises(InputError, match=f"num_hidden_layers={n} in the config: a model has at least one layer"):
+            load(tiny_raw("qwen3", num_hidden_layers=n))

@@ -143,6 +143,13 @@ def test_the_settings_box_keeps_its_label_while_its_settings_change():
     assert any(c.value.startswith("Set: num_ctx 8k, KV q8_0") for c in at.caption)
 
 
+def test_a_num_ctx_past_the_models_context_says_ollama_caps_it():
+    at = ollama_page({"model": "Qwen/Qwen3-8B", "octx": "1M"})
+    limit = load_model("Qwen/Qwen3-8B").max_context
+    assert set(at.dataframe[0].value["num_ctx"]) == {format_tokens(limit)}
+    assert any(f"num_ctx 1M is past its training context {format_tokens(limit)}" in i.value for i in at.info)
+
+
 def test_a_quantised_cache_follows_current_ollamas_flash_attention():
     """v0.32.15 passes OLLAMA_KV_CACHE_TYPE as given and flash attention auto (on) unless the variable is set: a
     q8_0 cache with the variable unset is q8_0 for Llama too (v0.12.10 sized it f16), and with it off llama-server
@@ -243,8 +250,12 @@ def test_free_memory_travels_in_the_link_and_reaches_the_split():
     assert int(got["Ollama layers"].split("/")[0]) < int(fit_split(LLAMA, "GeForce RTX 4060 8GB").split("/")[0])
     inputs, ignored = from_query({"model": LLAMA, "ofree": "5.5GiB"})
     assert inputs.ofree == "5.5GiB" and not ignored and to_query(inputs)["ofree"] == "5.5GiB"
-    _, ignored = from_query({"ofree": "lots"})
-    assert ignored and "cannot read free memory" in ignored[0]
+    # a value the page cannot read travels as typed: whoever opens the link meets the sender's message, not defaults
+    inputs, ignored = from_query({"ofree": "lots", "octx": "abc"})
+    assert (inputs.ofree, inputs.octx) == ("lots", "abc") and not ignored
+    for params, said in (({"ofree": "lots"}, "cannot read free memory"), ({"octx": "abc"}, "cannot read 'abc'")):
+        at = ollama_page({"model": LLAMA} | params)
+        assert any(said in e.value for e in at.error), [e.value for e in at.error]
 
 
 def test_the_servers_measured_ram_names_no_path_on_the_server(tmp_path, monkeypatch):

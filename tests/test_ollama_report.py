@@ -460,7 +460,7 @@ def test_free_memory_is_what_the_split_goes_into(capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["Qwen/Qwen3-8B", "--free", "9GiB", "--gpu", "RTX 4060 8GB"], "at most the card's 8.00 GiB"),
+        (["Qwen/Qwen3-8B", "--free", "9GiB", "--gpu", "RTX 4060 8GB"], "at most the GeForce RTX 4060 8GB's 8.00 GiB"),
         (["Qwen/Qwen3-8B", "--free", "7.1GB"], "cannot read free memory"),
         (["Qwen/Qwen3-8B", "--free", "0"], "must be positive"),
         # a card by its memory alone cannot be timed: the message names the two figures to add

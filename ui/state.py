@@ -23,7 +23,7 @@ from core.memory.gpus import MAX_GB_S, MAX_TFLOPS, card_named
 from core.memory.quant import format_named
 from core.model.config import MAX_LAYERS, parse_json
 from core.model.loading import DEFAULT_MODEL, presets
-from core.ollama_report import DEFAULT_CARDS, MEASURED, parse_free
+from core.ollama_report import DEFAULT_CARDS, MEASURED
 from core.probe.request import BACKENDS, DEVICES
 from core.speed.groups import AUTO_BACKEND, BACKEND_CHOICES
 from core.speed.ram import ISA_NAMES
@@ -288,16 +288,11 @@ def _check(key: str, value: str):
         if len(names) > MAX_OLLAMA_CARDS or not all(card_named(n).bandwidth_gb_s for n in names):
             raise InputError(f"cards with speed figures, at most {MAX_OLLAMA_CARDS}")
         return ",".join(names)
-    if key == "pctx":  # parsed when the probe starts, so a bad list travels and meets the same message there
+    # typed text the page itself reads (the probe's contexts, Ollama's num_ctx and free memory): a value it cannot
+    # read travels as typed, bounded, so whoever opens the link meets the sender's message, not defaults
+    if key in ("pctx", "octx", "ofree"):
         if len(value) > MAX_TYPED:
             raise InputError(f"at most {MAX_TYPED:,} characters")
-        return value
-    if key == "octx":
-        if value.strip():
-            parse_tokens(value)
-        return value.strip()
-    if key == "ofree":
-        parse_free(value)
         return value.strip()
     raise InputError(f"unknown parameter {key!r}")
 

@@ -101,10 +101,13 @@ def _depth(data: Any) -> int:
     return deepest
 
 
-def check_layer_count(n: Any) -> None:
-    """Before anything builds one entry per layer: a count past any real model is an error, not a MemoryError."""
+def check_layer_count(n: Any, key: str = "num_hidden_layers") -> None:
+    """Before anything builds one entry per layer: a count past any real model is an error, not a MemoryError; and
+    one below 1 says so, not in transformers' own validator's words."""
     if isinstance(n, int) and not isinstance(n, bool) and n > MAX_LAYERS:
-        raise InputError(f"num_hidden_layers={n:,} is more than kvscope sizes ({MAX_LAYERS:,}); check the config")
+        raise InputError(f"{key}={n:,} is more than kvscope sizes ({MAX_LAYERS:,}); check the config")
+    if isinstance(n, int) and not isinstance(n, bool) and n < 1:
+        raise InputError(f"{key}={n:,} in the config: a model has at least one layer; check the config")
 
 
 def from_mamba_ssm(raw: dict[str, Any]) -> dict[str, Any]:
@@ -200,7 +203,7 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
     text_raw = raw.get("text_config")
     for where in (raw, text_raw if isinstance(text_raw, dict) else {}):
         for key in ("num_hidden_layers", "n_layer", "num_layers"):
-            check_layer_count(where.get(key))
+            check_layer_count(where.get(key), key)
         for key in ("num_attention_heads", "num_key_value_heads"):  # transformers divides by them
             heads = where.get(key)
             if isinstance(heads, int) and not isinstance(heads, bool) and heads < 1:
