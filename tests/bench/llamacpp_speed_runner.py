@@ -40,63 +40,58 @@ def quiet(level: int, text: bytes, user_data) -> None:
 QUIET = llama_cpp.llama_log_callback(quiet)
 
 
-def decode(ctx, tokens: list[int], start: int, ubatch: int, seq: int = 0) -> None:
-    """One llama_decode of `tokens` at positions start… of sequence `seq`; logits only for the last (llama-cli's
-    prompt eval)."""
-    n = len(tokens)
-    batch = llama_cpp.llama_batch_init(n, 0, 1)
+def run_batch(ctx, cells: list[tuple[int, int, int, bool]]) -> None:
+    """One llama_decode of (token, position, sequence, logits?) cells."""
+    batch = llama_cpp.llama_batch_init(len(cells), 0, 1)
     try:
-        for i, tok in enumerate(tokens):
-            batch.token[i] = tok
-            batch.pos[i] = start + i
-            batch.n_seq_id[i] = 1
+        for i, (tok, pos, seq, logits) in enumerate(cells):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = tok, pos, 1, logits
             batch.seq_id[i][0] = seq
-            batch.logits[i] = i == n - 1
-        batch.n_tokens = n
+        batch.n_tokens = len(cells)
         rc = llama_cpp.llama_decode(ctx, batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
     finally:
         llama_cpp.llama_batch_free(batch)
+
+
+def decode(ctx, tokens: list[int], start: int, ubatch: int, seq: int = 0) -> None:
+    """One llama_decode of `tokens` at positions start… of sequence `seq`; logits only for the last (llama-cli's
+    prompt eval)."""
+    run_batch(ctx, [(tok, start + i, seq, i == len(tokens) - 1) for i, tok in enumerate(tokens)])
 
 
 def step(ctx, tokens: list[int], pos: int) -> None:
     """One decode step of len(tokens) sequences, sequence i adding tokens[i] at position `pos` (a server's batch)."""
-    n = len(tokens)
-    batch = llama_cpp.llama_batch_init(n, 0, 1)
-    try:
-        for i, tok in enumerate(tokens):
-            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = tok, pos, 1, True
-            batch.seq_id[i][0] = i
-        batch.n_tokens = n
-        rc = llama_cpp.llama_decode(ctx, batch)
-        if rc != 0:
-            raise RuntimeError(f"llama_decode returned {rc}")
-    finally:
-        llama_cpp.llama_batch_free(batch)
+    run_batch(ctx, [(tok, pos, i, True) for i, tok in enumerate(tokens)])
+
+
+def new_context(model, case: dict, n_ctx: int, n_batch: int, n_ubatch: int, n_seq_max: int, unified: bool):
+    """A libllama context for a case (its threads and flash attention), or None where libllama refuses it."""
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = n_ctx, n_batch, n_ubatch, n_seq_max
+    params.kv_unified = unified
+    params.n_threads = params.n_threads_batch = case["threads"]
+    params.flash_attn_type = FLASH[case.get("flash_attn", "auto")]
+    params.no_perf = True
+    return llama_cpp.llama_init_from_model(model, params)
 
 
 def run_sequences(model, vocab: int, case: dict) -> dict:
     """`sequences` prompts of `context` tokens each in one context (n_seq_max = sequences, `kv_unified` as given),
     then `decode_steps` steps each adding one token to every sequence: decode_step_p10_s is a step's time."""
     n, k, steps = case["context"], case["sequences"], case["decode_steps"]
-    params = llama_cpp.llama_context_default_params()
-    params.n_seq_max = k
-    params.kv_unified = case["kv_unified"]
-    params.n_ctx = k * (n + steps + 8)  # split streams: each sequence gets n_ctx / n_seq_max cells
-    params.n_batch = params.n_ubatch = case.get("n_ubatch", 512)
-    params.n_threads = params.n_threads_batch = case["threads"]
-    params.flash_attn_type = FLASH[case.get("flash_attn", "auto")]
-    params.no_perf = True
-    ctx = llama_cpp.llama_init_from_model(model, params)
+    ubatch = case.get("n_ubatch", 512)
+    # split streams: each sequence gets n_ctx / n_seq_max cells
+    ctx = new_context(model, case, k * (n + steps + 8), ubatch, ubatch, k, case["kv_unified"])
     if not ctx:
         return {"id": case["id"], "error": "llama_init_from_model failed"}
     rng = random.Random(n)
     try:
         for seq in range(k):
-            for start in range(0, n, params.n_batch):
-                chunk = [rng.randrange(vocab) for _ in range(min(params.n_batch, n - start))]
-                decode(ctx, chunk, start, params.n_ubatch, seq)
+            for start in range(0, n, ubatch):
+                chunk = [rng.randrange(vocab) for _ in range(min(ubatch, n - start))]
+                decode(ctx, chunk, start, ubatch, seq)
         step(ctx, [rng.randrange(vocab) for _ in range(k)], n)  # warm-up step
         steps_s = []
         for i in range(steps):
@@ -118,15 +113,9 @@ def run_case(model, vocab: int, case: dict) -> dict:
         return run_sequences(model, vocab, case)
     n = case["context"]
     steps = case["decode_steps"]
-    params = llama_cpp.llama_context_default_params()
-    params.n_ctx = n + steps + 8
-    params.n_batch = n  # the whole prompt in one llama_decode; libllama splits it into n_ubatch pieces
-    params.n_ubatch = case.get("n_ubatch", 512)
-    params.n_seq_max = 1
-    params.n_threads = params.n_threads_batch = case["threads"]
-    params.flash_attn_type = FLASH[case.get("flash_attn", "auto")]
-    params.no_perf = True
-    ctx = llama_cpp.llama_init_from_model(model, params)
+    ubatch = case.get("n_ubatch", 512)
+    # the whole prompt in one llama_decode (n_batch n); libllama splits it into n_ubatch pieces
+    ctx = new_context(model, case, n + steps + 8, n, ubatch, 1, False)
     if not ctx:
         return {"id": case["id"], "error": "llama_init_from_model failed"}
     rng = random.Random(case["context"])
@@ -138,7 +127,7 @@ def run_case(model, vocab: int, case: dict) -> dict:
         for _ in range(case.get("prefill_reps", 3 if n <= 1024 else 2)):
             llama_cpp.llama_memory_clear(mem, True)
             t0 = time.perf_counter()
-            decode(ctx, prompt, 0, params.n_ubatch)
+            decode(ctx, prompt, 0, ubatch)
             llama_cpp.llama_synchronize(ctx)
             prefills.append(time.perf_counter() - t0)
         decode(ctx, [rng.randrange(vocab)], n, 1)  # warm-up step
