@@ -327,7 +327,7 @@ def test_gpu_memory_utilization_is_offered_for_vllm_and_carried_in_the_link():
                   weights="bf16", gpu_memory_utilization=0.5)  # fmt: skip
     result = fit(setup, sorted(set(table_contexts(context_limit(setup))) | {32768}))
     row = next(r for r in result.rows if r.context == 32768)
-    assert metrics(at)["Requests at 32K"] == f"{row.max_concurrency:,.2f}" != before
+    assert metrics(at)["Requests at 32K"] == f"{math.floor(row.max_concurrency * 100) / 100:,.2f}" != before
     assert "in_util" not in [n.key for n in app({"engine": "llama.cpp"}).number_input]
 
 

@@ -21,7 +21,7 @@ from core.memory.gpus import card_named
 from core.model.loading import load_model
 from core.ollama_report import DEFAULT_CARDS
 from core.report import verdict
-from core.units import GIB, format_bytes, format_tokens, parse_tokens
+from core.units import GIB, floor_places, format_bytes, format_tokens, parse_tokens
 from tests.e2e.conftest import ARTIFACTS, WAIT_MS, full_page_screenshot, wait_for_app
 from ui.state import from_query
 
@@ -106,12 +106,12 @@ def test_share_link_fit_toggle_download_and_pages(page, server):
     text = alert.inner_text()
     assert v.fits and text.startswith("Fits.")
     for figure in (format_bytes(bf16_row.headroom_bytes), f"reach {format_tokens(bf16.max_context)} tokens",
-                   f"{bf16_row.max_concurrency:,.2f} requests of 32K", "KV bf16", CARD):  # fmt: skip
+                   f"{floor_places(bf16_row.max_concurrency):,.2f} requests of 32K", "KV bf16", CARD):  # fmt: skip
         assert figure in text, (figure, text)
     assert metrics(page) == {
         "Fits?": "yes" if bf16_row.fits else "no",
         "Max context, one sequence": format_tokens(bf16.max_context),
-        "Requests at 32K": f"{bf16_row.max_concurrency:,.2f}",
+        "Requests at 32K": f"{floor_places(bf16_row.max_concurrency):,.2f}",
         "Cache at this context": format_bytes(cache_bf16),
     }
     assert query(page) | {"ctx": "32K"} == {  # ctx=32K is the default, so the app drops it from the link
@@ -149,7 +149,7 @@ def test_share_link_fit_toggle_download_and_pages(page, server):
     assert metrics(page) == {
         "Fits?": "yes" if fp8_row.fits else "no",
         "Max context, one sequence": format_tokens(fp8.max_context),
-        "Requests at 32K": f"{fp8_row.max_concurrency:,.2f}",
+        "Requests at 32K": f"{floor_places(fp8_row.max_concurrency):,.2f}",
         "Cache at this context": format_bytes(cache_fp8),
     }
     expect(page.locator('[data-testid="stSidebar"] input[aria-label="KV dtype"]')).to_have_value("fp8")
