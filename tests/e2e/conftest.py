@@ -206,6 +206,16 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
+# Streamlit's frontend, opened at a page's path (/cluster), first asks that path for its server (/cluster/_stcore/
+# health, host-config) and then the root: the console logs those two 404s on every such load, Streamlit's own
+STREAMLIT_PROBES = ("/_stcore/health", "/_stcore/host-config")
+
+
+def logged_error(msg) -> bool:
+    """A console error the page logged, other than Streamlit's probes of a page's path for its server."""
+    return msg.type == "error" and not (msg.location or {}).get("url", "").endswith(STREAMLIT_PROBES)
+
+
 @pytest.fixture
 def page(request, chromium, server):
     """A fresh browser context (own session, own downloads) with every wait bounded; JS errors (thrown or logged to
@@ -220,7 +230,7 @@ def page(request, chromium, server):
     page.js_errors = []
     page.on("pageerror", lambda err: page.js_errors.append(str(err)))
     # errors the page logs without throwing: Streamlit calling a component's return value as its cleanup was one
-    page.on("console", lambda msg: msg.type == "error" and page.js_errors.append(f"console: {msg.text}"))
+    page.on("console", lambda msg: logged_error(msg) and page.js_errors.append(f"console: {msg.text}"))
     try:
         yield page
         if getattr(request.node, "e2e_failed", False):  # what the browser showed when the test failed
