@@ -65,10 +65,10 @@ def _contexts(values: list[int] | None, model_max: int | None) -> list[int]:
     return [c for c in DEFAULT_CONTEXTS if model_max is None or c <= model_max] or [model_max or 4096]
 
 
-def served_notes(engine: VllmEngine, model, context: int, args: argparse.Namespace) -> list[str]:
+def served_notes(engine: VllmEngine, model, context: int, here: int, args: argparse.Namespace) -> list[str]:
     """`size` has no card, so no `vllm serve` defaults for one (VllmEngine.served_on): where the card's batched
-    tokens or Hopper's FlashInfer GatedDeltaNet would change this cache, say so (fit on the card uses them)."""
-    here = engine.account(model, context, args.batch, args.kv_dtype).total
+    tokens or Hopper's FlashInfer GatedDeltaNet would change this cache (`here` bytes at `context`), say so (fit on
+    the card uses them)."""
     notes = []
     if args.max_num_batched_tokens is None:
         batched = engine.batched_tokens()
@@ -111,7 +111,7 @@ def cmd_size(args: argparse.Namespace) -> dict:
     if isinstance(engine, VllmEngine) and raw:
         notes.append(vllm_state_note(engine, accounts[0], raw))
     if isinstance(engine, VllmEngine):
-        notes += served_notes(engine, model, contexts[0], args)
+        notes += served_notes(engine, model, contexts[0], accounts[0].total, args)
     if isinstance(engine, LlamaCppEngine) and (dropped := windows_dropped(model)):
         notes.append(dropped)
     if isinstance(engine, LlamaCppEngine) and engine.fixed_slots():

@@ -120,6 +120,11 @@ class RunOptions:
     gpu_layers: int | None = None
     cpu_experts: range = range(0)
 
+    @classmethod
+    def of(cls, setup: Setup) -> RunOptions:
+        """The run options a setup (the sidebar's) carries."""
+        return cls(setup.gpu_memory_utilization, setup.gpu_layers, setup.cpu_experts)
+
     def applied(self, setup: Setup) -> Setup:
         chosen = {"gpu_memory_utilization": self.utilization} if self.utilization is not None else {}
         return replace(setup, gpu_layers=self.gpu_layers, cpu_experts=self.cpu_experts, **chosen)

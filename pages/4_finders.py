@@ -37,7 +37,7 @@ UNPLACED = (
 @st.cache_data(show_spinner="Fitting every card…", max_entries=32)
 def cards_frame(_setup: Setup, context: int, key: str) -> pd.DataFrame:
     """`key` (the setup's repr) stands in for the setup, which Streamlit cannot hash."""
-    run = RunOptions(_setup.gpu_memory_utilization, _setup.gpu_layers, _setup.cpu_experts)
+    run = RunOptions.of(_setup)
     answers = rank_cards(
         _setup.model, _setup.engine, context, _setup.weights, _setup.kv_dtype, gpus=_setup.gpus, run=run
     )

@@ -435,7 +435,9 @@ class LlamaCppEngine(Engine):
         one sequence (n_seq_max 1); 0 for llama-server, whose slots (or -np) the cache itself is made for."""
         if self.front_end == "llama-server":
             return 0
-        return max(1, self.options.n_outputs_max) if self.front_end == "ollama" else 1
+        if self.front_end == "ollama":  # OLLAMA_NUM_PARALLEL as given (core.engines.runtimes.llama_engine)
+            return max(1, self.options.n_outputs_max)
+        return FRONTENDS[self.front_end].n_parallel
 
     def runs_phrase(self, requests: int) -> str:
         """How `requests` of them run at once under this front end, where it runs fewer by default."""

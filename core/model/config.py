@@ -104,9 +104,11 @@ def _depth(data: Any) -> int:
 def check_layer_count(n: Any, key: str = "num_hidden_layers") -> None:
     """Before anything builds one entry per layer: a count past any real model is an error, not a MemoryError; and
     one below 1 says so, not in transformers' own validator's words."""
-    if isinstance(n, int) and not isinstance(n, bool) and n > MAX_LAYERS:
+    if not isinstance(n, int) or isinstance(n, bool):
+        return
+    if n > MAX_LAYERS:
         raise InputError(f"{key}={n:,} is more than kvscope sizes ({MAX_LAYERS:,}); check the config")
-    if isinstance(n, int) and not isinstance(n, bool) and n < 1:
+    if n < 1:
         raise InputError(f"{key}={n:,} in the config: a model has at least one layer; check the config")
 
 
