@@ -201,9 +201,16 @@ def breakdown_chart(_result, key: str):
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def speed_text(_setup: Setup, ram: float, threads: int, isa: str, backend: str | None, context: int, key: str) -> str:
-    """The speed explanation at one context (`key`: the setup's repr)."""
-    return "\n\n".join(speed_lines(predict(_setup, host(ram, threads, isa, backend), context)))
+def speed_text(
+    _setup: Setup, ram: float, threads: int, isa: str, backend: str | None, context: int, batch: int, key: str
+) -> str:
+    """The speed explanation at one context (`key`: the setup's repr): one sequence, the decode tok/s column, and
+    the `batch` sequences the aggregate tok/s column runs at once, where they are more."""
+    hw = host(ram, threads, isa, backend)
+    lines = speed_lines(predict(_setup, hw, context))
+    if batch > 1:
+        lines += speed_lines(predict(_setup, hw, context, batch), prefill=False)
+    return "\n\n".join(lines)
 
 
 # Both drawn only while open: closed, their text would still be sent and drawn, hidden, before the first paint.
@@ -216,7 +223,8 @@ if how := opened("How is this computed?", "kv_how"):
 if speed_rows and (how_speed := opened("How is the speed computed?", "kv_how_speed")):
     with how_speed:
         if row.fits:
-            st.markdown(speed_text(setup, ram, threads, isa, backend, context, repr(setup)))
+            batch = next(r["aggregate_batch"] for r in speed_rows if r["context"] == context)
+            st.markdown(speed_text(setup, ram, threads, isa, backend, context, batch, repr(setup)))
         else:  # the table shows "—" for this row: no figure here either
             st.markdown(
                 f"{format_tokens(context)} tokens do not fit on {setup.card.name}, so there is no speed to work "

@@ -232,8 +232,12 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
     return out
 
 
-def speed_lines(s: Speed) -> list[str]:
-    """Every term of one prediction, with the efficiencies used and where they come from."""
+HOW_FAR_OFF = "**How far off this can be** (held-out published runs, tests/bench/fit_corpus.py)"
+
+
+def speed_lines(s: Speed, prefill: bool = True) -> list[str]:
+    """Every term of one prediction, with the efficiencies used and where they come from; without `prefill`, its
+    decode step and that step's error bar only (another batch beside a full explanation: the prompt is the same)."""
     out = [
         f"### Speed at {format_tokens(s.context)} tokens, {s.batch} sequence{'s' if s.batch > 1 else ''}",
         "Each pass runs two kinds of kernel, each as fast as its slower side allows: the weight matmuls "
@@ -248,6 +252,8 @@ def speed_lines(s: Speed) -> list[str]:
         f"1 ÷ {_s(s.decode.seconds)} = {s.decode_tok_s:,.2f} tok/s; all sequences: {s.batch} × "
         f"{s.decode_tok_s:,.2f} tok/s = {s.aggregate_tok_s:,.2f} tok/s"
     )
+    if not prefill:
+        return [*out, f"{HOW_FAR_OFF}: decode {error_label(s.decode_error)}."]
     chunks = math.ceil(s.context / s.chunk)
     out.append(
         f"**Prefill** of {s.context:,} tokens in {chunks:,} pass{'es' if chunks > 1 else ''} of ≤ {s.chunk:,} "
@@ -260,10 +266,7 @@ def speed_lines(s: Speed) -> list[str]:
         f"{s.context:,} tokens ÷ {_s(s.prefill.seconds)} = {s.prefill_tok_s:,.1f} tok/s; time to first token: the "
         f"prefill, {_s(s.ttft_s)} (the first token is sampled from the prompt's last logits)"
     )
-    out.append(
-        f"**How far off this can be** (held-out published runs, tests/bench/fit_corpus.py): decode "
-        f"{error_label(s.decode_error)}; prefill {error_label(s.prefill_error)}."
-    )
+    out.append(f"{HOW_FAR_OFF}: decode {error_label(s.decode_error)}; prefill {error_label(s.prefill_error)}.")
     out.append("**Efficiencies used** (core/speed/fitted.json for fitted groups, else core/speed/efficiencies.json):")
     seen = set()
     for p in s.decode.parts + s.prefill.parts:

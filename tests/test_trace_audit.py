@@ -1,0 +1,47 @@
+"""Every number a page shows can be traced: the explanation on demand reproduces it from its terms, and a figure
+that is assumed rather than checked against an engine says so."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from tests.test_app import app, opened
+
+
+def _how_speed(params: dict[str, str]) -> tuple[str, object, str]:
+    """The Fit page's speed explanation, its context table and the caption below the table."""
+    page = opened(app(params), "kv_how_speed")
+    assert not page.exception, [e.value for e in page.exception]
+    text = "\n".join(m.value for e in page.expander if e.label == "How is the speed computed?" for m in e.markdown)
+    (caption,) = [c.value for c in page.caption if c.value.startswith("Per GPU. Binary units")]
+    return text, page.dataframe[0].value, caption
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"model": "Qwen/Qwen3.5-9B", "card": "GeForce RTX 4090 24GB"},  # llama.cpp, a hybrid: 17 at 32K
+        {"model": "openai/gpt-oss-20b", "card": "H100 80GB SXM5", "engine": "vllm", "weights": "mxfp4"},  # a MoE
+    ],
+)
+def test_the_aggregate_tok_s_at_the_chosen_context_is_worked_out_in_the_speed_explanation(params):
+    """The table's aggregate tok/s runs as many sequences as fit; the explanation used to work out one sequence only
+    ("all sequences: 1 × 67.32 tok/s = 67.32 tok/s" beside a table that said 498)."""
+    text, table, caption = _how_speed(params)
+    row = table[table["context"] == "32K"].iloc[0]
+    runs = {
+        int(b): float(t.replace(",", ""))
+        for b, t in re.findall(r"all sequences: (\d+) × [\d,.]+ tok/s = ([\d,.]+)", text)
+    }
+    batch = math.floor(row["requests"])
+    assert batch > 1 and batch in runs, (batch, runs)
+    assert runs[batch] == pytest.approx(row["aggregate tok/s"], abs=0.005)
+    assert runs[1] == pytest.approx(row["decode tok/s"], abs=0.005)  # the decode column's, still there
+    assert f"### Speed at 32K tokens, {batch} sequences" in text
+    # the batch's own error bar, as the table's caption gives the aggregate's (error_note)
+    batch_part = text.split(f"### Speed at 32K tokens, {batch} sequences")[1]
+    (bar,) = re.findall(r"How far off this can be\*\* \([^)]*\): decode (.+)\.", batch_part)
+    assert bar in caption, (bar, caption)
