@@ -45,3 +45,41 @@ def test_the_aggregate_tok_s_at_the_chosen_context_is_worked_out_in_the_speed_ex
     batch_part = text.split(f"### Speed at 32K tokens, {batch} sequences")[1]
     (bar,) = re.findall(r"How far off this can be\*\* \([^)]*\): decode (.+)\.", batch_part)
     assert bar in caption, (bar, caption)
+
+
+def _how(params: dict[str, str]) -> str:
+    page = opened(app(params), "kv_how")
+    assert not page.exception, [e.value for e in page.exception]
+    return "\n".join(m.value for e in page.expander if e.label == "How is this computed?" for m in e.markdown)
+
+
+@pytest.mark.parametrize(
+    ("params", "assumed"),
+    [
+        ({"model": "Qwen/Qwen3.5-9B", "card": "GeForce RTX 4090 24GB"}, ["CUDA context"]),
+        (
+            {"model": "Qwen/Qwen3-8B", "card": "GeForce RTX 4090 24GB", "engine": "transformers", "weights": "bf16"},
+            ["CUDA context"],
+        ),
+        (
+            {
+                "model": "openai/gpt-oss-20b",
+                "card": "H100 80GB SXM5",
+                "engine": "vllm",
+                "weights": "mxfp4",
+                "gpus": "2",
+            },
+            ["CUDA context", "CUDA graphs and workspaces", "NCCL buffers"],
+        ),
+    ],
+)
+def test_an_overhead_constant_no_engine_was_checked_against_says_so(params, assumed):
+    """The overhead's constants (512 MiB of CUDA context, vLLM's 896 MiB of graphs, 256 MiB of NCCL) are not read
+    from an engine's code nor checked against one; they printed as "CUDA context: 512 MiB = 512.00 MiB", as exact as
+    the compute buffer beside them."""
+    text = _how(params)
+    lines = {m[0]: m[1] for m in re.findall(r"^- ([^:\n]+): (.*)$", text, re.M)}
+    for label in assumed:
+        assert "not checked" in lines[label], (label, lines[label])
+    # the buffers read from the engine's code say nothing of the kind
+    assert all("not checked" not in line for label, line in lines.items() if label not in assumed and "B" in line)

@@ -67,7 +67,7 @@ from dataclasses import dataclass, replace
 
 from core.engines.llamacpp import LlamaCppEngine, Offload, as_llamacpp_sees
 from core.errors import InputError
-from core.memory.overhead import CUDA_CONTEXT, Item
+from core.memory.overhead import CUDA_CONTEXT_ITEM, Item
 from core.model.layers import MLA, FullAttention, GatedDeltaNet, LayerKind, Mamba1, Mamba2, ShortConv
 from core.model.spec import ModelSpec
 from core.units import round_up
@@ -450,7 +450,7 @@ def llamacpp_overhead(
     fit (sched_reserve retries without them), so the cache's budget is reckoned without them."""
     gpu = compute_buffers(engine, model, context, n_seq, offload, cpu_weight, n_outputs_max).gpu
     items = [
-        Item("CUDA context", CUDA_CONTEXT, "512 MiB"),
+        CUDA_CONTEXT_ITEM,
         Item("compute buffer", gpu.bytes, f"{gpu.label}: {gpu.formula}"),
     ]
     if copies > 1:
