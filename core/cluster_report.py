@@ -78,6 +78,14 @@ def cluster_report(
     }
 
 
+def gain_text(out: dict) -> str:
+    """The best plan's requests over plain TP's, as its arithmetic ("" where there is no ratio)."""
+    if not out["best_vs_plain_tp"]:
+        return ""
+    plain = out["recipes"]["plain_tp"]["requests"]
+    return f"{out['best']['requests']:,} ÷ {plain:,} requests = {out['best_vs_plain_tp']:.2f}×"
+
+
 def _gain(plan: PlanResult, baseline: PlanResult) -> float | None:
     if plan.why_not or not baseline.requests:
         return None
@@ -115,7 +123,4 @@ def print_cluster(out: dict) -> None:
         for line in r["arithmetic"]:
             print(f"  {line}")
     if out["best_vs_plain_tp"]:
-        print(
-            f"\nbest ÷ plain TP: {out['best']['requests']:,} ÷ {out['recipes']['plain_tp']['requests']:,} requests "
-            f"= {out['best_vs_plain_tp']:.2f}×"
-        )
+        print(f"\nbest ÷ plain TP: {gain_text(out)}")

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pandas as pd
 import streamlit as st
 
-from core.cluster_report import cluster_report
+from core.cluster_report import cluster_report, gain_text
 from core.engines.vllm_cluster import Cluster
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
@@ -86,9 +86,20 @@ m1, m2, m3 = st.columns(3)
 # metrics cut long values off: the short form here, the plan in full below
 short = f"TP{best['tp']} PP{best['pp']} DP{best['dp']}" if best["fits"] else "none fits"
 m1.metric("Best plan", short, help="TP × PP × DP sizes; the plan in full below")
-m2.metric(f"Requests at {format_tokens(context)}", f"{best['requests']:,}")
+m2.metric(
+    f"Requests at {format_tokens(context)}",
+    f"{best['requests']:,}",
+    help="DP ranks × requests one engine core holds: the best plan's arithmetic below",
+)
 gain = out["best_vs_plain_tp"]
-m3.metric("vs plain TP", f"{gain:.2f}×" if gain else "–")
+plain = out["recipes"]["plain_tp"]["layout"]
+m3.metric(
+    "vs plain TP",
+    f"{gain:.2f}×" if gain else "–",
+    help=f"the best plan's requests ÷ plain TP's ({plain}): {gain_text(out)}"
+    if gain
+    else f"no ratio: the best plan or plain TP ({plain}) holds no request",
+)
 st.markdown(f"**Best plan:** {best['layout']}" if best["fits"] else f"**No plan fits**; the closest: {best['layout']}")
 if best["fits"]:
     st.code("\n".join(out["best_launch"]), language="bash", wrap_lines=True)

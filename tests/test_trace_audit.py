@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.test_app import app, opened
+from tests.test_app import app, open_page, opened
 
 
 def _how_speed(params: dict[str, str]) -> tuple[str, object, str]:
@@ -83,3 +83,17 @@ def test_an_overhead_constant_no_engine_was_checked_against_says_so(params, assu
         assert "not checked" in lines[label], (label, lines[label])
     # the buffers read from the engine's code say nothing of the kind
     assert all("not checked" not in line for label, line in lines.items() if label not in assumed and "B" in line)
+
+
+def test_the_cluster_pages_gain_over_plain_tp_shows_its_division():
+    """ "vs plain TP 1.86×" had no formula on the page (the command line printed it); its help now divides the best
+    plan's requests by those plain TP's own arithmetic ends with."""
+    page = opened(open_page("pages/6_cluster.py", {"model": "Qwen/Qwen3.5-9B"}), "kv_how_plain_tp")
+    metric = {m.label: m for m in page.metric}
+    best = int(metric["Requests at 32K"].value.replace(",", ""))
+    (plain_code,) = [c.value for c in page.code if c.value.startswith("Weights per GPU") and "TP 8" in c.value]
+    plain = int(re.findall(r"Requests at [\d,]+ tokens = .* = ([\d,]+)$", plain_code, re.M)[0].replace(",", ""))
+    gain = metric["vs plain TP"]
+    assert f"{best:,} ÷ {plain:,} requests = {best / plain:.2f}×" in gain.proto.help, gain.proto.help
+    assert gain.value == f"{best / plain:.2f}×"
+    assert "arithmetic below" in metric["Requests at 32K"].proto.help
