@@ -4,7 +4,7 @@ arithmetic behind them. Other pages live in pages/."""
 import streamlit as st
 
 from core.errors import InputError
-from core.explain import row_lines, usable_line
+from core.explain import max_context_line, row_lines, usable_line
 from core.fit import Setup, cache_in_ram, context_limit, fit, table_contexts
 from core.llamacpp_autofit import autofit_sentence
 from core.report import (
@@ -62,7 +62,11 @@ figure_row(
         f"Requests at {format_tokens(context)}": requests_text(result, row),
         "Cache at this context": format_bytes(row.cache_bytes),
     },
-    helps={"Cache at this context": cache_help(result)},
+    helps={
+        "Cache at this context": cache_help(result),
+        "Max context, one sequence": "the longest context one request fits at: 'How is this computed?' shows the "
+        "rows on either side of it",
+    },
 )
 for note in result.notes:
     st.info(note)
@@ -218,6 +222,7 @@ if how := opened("How is this computed?", "kv_how"):
     with how:
         st.markdown(usable_line(result))
         st.markdown("\n\n".join(row_lines(result, row)))
+        st.markdown(max_context_line(result))
         st.caption(f"Engine rules: {setup.engine.name}; see core/engines/ for the source each rule was read from.")
 
 if speed_rows and (how_speed := opened("How is the speed computed?", "kv_how_speed")):

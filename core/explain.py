@@ -12,7 +12,7 @@ from core.engines.vllm_pipeline import fullest_stage_fraction, stage_bytes_per_b
 from core.fit import Fit, GpuShare, Row, Solver, cache_in_ram
 from core.memory.llamacpp_compute import PIPELINE_ITEM
 from core.memory.overhead import PER_SEQUENCE
-from core.units import format_bytes, format_tokens
+from core.units import floor_places, format_bytes, format_tokens
 
 
 def _copies(n: int, batch: int) -> str:
@@ -193,3 +193,25 @@ def usable_line(fit: Fit) -> str:
         + (f" × {util} gpu_memory_utilization" if util != 1.0 else "")
         + f" = {format_bytes(fit.usable_bytes)}"
     )
+
+
+def max_context_line(fit: Fit) -> str:
+    """The longest single-sequence context: the rows of one sequence on either side of it, as the solver's bisection
+    left them (a row fits while at least one request does: the Concurrency line's arithmetic)."""
+    solver = Solver(fit.setup)
+    head = "**Longest context, one sequence** (the longest n at which one request fits, bisected over n)"
+    n = fit.max_context
+    if n >= fit.context_limit:
+        return (
+            f"{head}: {n:,} tokens fit, the longest searched: the model's own limit (or --max-model-len), or "
+            "kvscope's cap on a model without one"
+        )
+
+    def at(k: int) -> str:
+        r = solver.row(k)
+        return (
+            f"at {k:,} tokens, total {r.total_bytes:,} B of {fit.usable_bytes:,} B usable, "
+            f"{floor_places(r.max_concurrency):,.2f} requests: {'fits' if r.fits else 'does not fit'}"
+        )
+
+    return f"{head}: " + "; ".join(at(k) for k in (n, n + 1) if k >= 1) + f" — {n:,}"

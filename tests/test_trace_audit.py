@@ -97,3 +97,37 @@ def test_the_cluster_pages_gain_over_plain_tp_shows_its_division():
     assert f"{best:,} ÷ {plain:,} requests = {best / plain:.2f}×" in gain.proto.help, gain.proto.help
     assert gain.value == f"{best / plain:.2f}×"
     assert "arithmetic below" in metric["Requests at 32K"].proto.help
+
+
+@pytest.mark.parametrize(
+    ("params", "by_bytes"),
+    [
+        ({}, True),  # llama.cpp, Qwen3.5-9B on a custom 8 GiB card: 73,984
+        (
+            {"model": "Qwen/Qwen3-8B", "card": "GeForce RTX 4090 24GB", "engine": "transformers", "weights": "bf16"},
+            True,
+        ),
+        ({"model": "Qwen/Qwen3-8B", "card": "GeForce RTX 4090 24GB", "engine": "vllm", "weights": "bf16"}, False),
+    ],
+)
+def test_the_max_context_metric_shows_the_rows_on_either_side_of_it(params, by_bytes):
+    """ "Max context, one sequence: 73,984" had no formula anywhere: the explanation now shows one request fitting at
+    that length and not one token later (vLLM's blocks decide by requests, not by the total)."""
+    page = opened(app(params), "kv_how")
+    metric = next(m for m in page.metric if m.label == "Max context, one sequence")
+    n = int(metric.value.replace(",", ""))
+    assert "How is this computed?" in metric.proto.help
+    (line,) = [
+        m.value for e in page.expander if e.label == "How is this computed?" for m in e.markdown if "Longest" in m.value
+    ]
+    sides = re.findall(
+        r"at ([\d,]+) tokens, total ([\d,]+) B of ([\d,]+) B usable, ([\d.,]+) requests: (fits|does not fit)", line
+    )
+    (k0, total0, usable, req0, fit0), (k1, total1, _, req1, fit1) = [
+        (int(k.replace(",", "")), int(t.replace(",", "")), int(u.replace(",", "")), float(r), f)
+        for k, t, u, r, f in sides
+    ]
+    assert (k0, k1, fit0, fit1) == (n, n + 1, "fits", "does not fit")
+    assert req0 >= 1 > req1
+    if by_bytes:
+        assert total0 <= usable < total1
