@@ -5,13 +5,15 @@ them), so each formula is built from the same quantities core used, not from a s
 
 from __future__ import annotations
 
-from core.engines.base import CacheAccount, KindLine
+from core.dtypes import dtype_named
+from core.engines.base import CacheAccount, KindLine, sized_weights
 from core.engines.llamacpp import LlamaCppEngine
 from core.engines.vllm_engine import VllmEngine
 from core.engines.vllm_pipeline import fullest_stage_fraction, stage_bytes_per_block
-from core.fit import Fit, GpuShare, Row, Solver, cache_in_ram
+from core.fit import Fit, GpuShare, Row, Solver, cache_in_ram, layer_bytes
 from core.memory.llamacpp_compute import PIPELINE_ITEM
 from core.memory.overhead import PER_SEQUENCE
+from core.model.params import count_params
 from core.units import floor_places, format_bytes, format_tokens
 
 
@@ -169,6 +171,7 @@ def row_lines(fit: Fit, row: Row) -> list[str]:
                 f"- per GPU, {setup.pp} pipeline stages: {total:,} B ÷ {setup.pp} = {format_bytes(row.cache_bytes)}"
             )
     out.append(f"**Weights** ({fit.weights_format}){per_gpu}: {format_bytes(row.weights_bytes)}")
+    out += weights_lines(row, solver)
     out.append("**Overhead**")
     out += [
         f"- {item.label}: {item.formula} = {format_bytes(item.bytes)}" + (f" ({item.basis})" if item.basis else "")
@@ -182,6 +185,53 @@ def row_lines(fit: Fit, row: Row) -> list[str]:
         + (f"; {row.tightest} has less left: {format_bytes(row.tightest_headroom_bytes)}" if row.tightest else "")
     )
     out.append(_concurrency_line(fit, row, solver))
+    return out
+
+
+# WeightBytes' categories as the weights line names them
+CATEGORIES = (("embedding", "token embedding"), ("lm_head", "output head"), ("linear", "linear layers"),
+              ("experts", "routed experts"), ("router", "routers"), ("other", "norms and the rest"))  # fmt: skip
+
+
+def weights_lines(row: Row, solver: Solver) -> list[str]:
+    """The weights figure from the model's tensors, each sized in the format as the engine loads it (a weights
+    file's are its own): the whole model by category, then the part on the row's GPU."""
+    setup = solver.setup
+    if setup.weights_file is not None:
+        return [f"- the file's own tensors: {setup.weights_file.total_bytes:,} B in all"]
+    count, dtype_bytes = count_params(setup.model), dtype_named(setup.model.dtype).block_bytes
+    whole = sized_weights(count, solver.format, dtype_bytes)
+    terms = " + ".join(f"{label} {getattr(whole, key):,} B" for key, label in CATEGORIES if getattr(whole, key))
+    out = [f"- the whole model, each tensor in {solver.format}: {terms} = {whole.total:,} B"]
+    if solver.relaid:
+        out.append(
+            f"- vLLM re-lays the MXFP4 experts for its kernel: {whole.total:,} B + {solver.relaid:,} B = "
+            f"{solver.weights_total:,} B"
+        )
+    share = solver.fullest(row.context)
+    if share is not None:  # llama.cpp: the decoder layers -ngl puts on this GPU and, on the last, the output layer
+        dense, routed, output = layer_bytes(count, solver.format, dtype_bytes)
+        part = share.where
+        layers = sum(dense[i] + (0 if i in part.cpu_experts else routed[i]) for i in part.layers if i < len(dense))
+        kept = f" + output layer {output:,} B" if part.output else ""
+        tied = (
+            ", the output layer holding the token embedding again (tied)" if part.output and not whole.lm_head else ""
+        )
+        shares = solver.shares
+        ram = ["the token embedding"] + (["the experts --n-cpu-moe names"] if part.cpu_experts else [])
+        ram += ["the layers -ngl leaves"] if sum(len(sh.where.layers) for sh in shares) < len(dense) else []
+        ram += [] if any(sh.where.output for sh in shares) else ["the output layer"]
+        others = "; the other GPUs hold the other layers" if len(shares) > 1 else ""
+        out.append(
+            f"- on the GPU: decoder layers {layers:,} B{kept} = {share.weights:,} B{tied}{others}; "
+            + (", ".join(ram[:-1]) + " and " + ram[-1] + " stay" if len(ram) > 1 else f"{ram[0]} stays")
+            + " in system RAM"
+        )
+    elif solver.stage_weights:
+        ranks = ", ".join(format_bytes(w) for w in solver.stage_weights)
+        out.append(f"- per GPU, as vLLM shards them: the heaviest of its pipeline stages' ranks ({ranks})")
+    elif setup.gpus > 1:
+        out.append(f"- per GPU: {solver.weights_total:,} B ÷ {setup.gpus} GPUs = {solver.weights:,} B, rounded up")
     return out
 
 

@@ -131,3 +131,33 @@ def test_the_max_context_metric_shows_the_rows_on_either_side_of_it(params, by_b
     assert req0 >= 1 > req1
     if by_bytes:
         assert total0 <= usable < total1
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},  # llama.cpp: the layers on the GPU and the output layer; the embedding stays in RAM
+        {"model": "openai/gpt-oss-20b", "card": "H100 80GB SXM5", "engine": "vllm", "weights": "mxfp4"},  # re-laid
+        {
+            "model": "Qwen/Qwen3-8B",
+            "card": "GeForce RTX 4090 24GB",
+            "engine": "transformers",
+            "weights": "bf16",
+            "gpus": "2",
+        },
+    ],
+)
+def test_the_weights_figure_is_worked_out_from_the_models_tensors(params):
+    """ "**Weights** (q4_k_m): 4.70 GiB" stood alone: the weights column and line had no formula. The explanation now
+    sums the whole model by category and takes the GPU's part, ending at the table's figure."""
+    page = opened(app(params), "kv_how")
+    text = "\n\n".join(m.value for e in page.expander if e.label == "How is this computed?" for m in e.markdown)
+    block = text.split("**Weights**")[1].split("**Overhead**")[0]
+    whole = re.search(r"the whole model, each tensor in \w+: (.+) = ([\d,]+) B", block)
+    assert whole, block
+    terms = [int(t.replace(",", "")) for t in re.findall(r"([\d,]+) B", whole[1])]
+    assert len(terms) >= 3 and sum(terms) == int(whole[2].replace(",", ""))
+    last = int(re.findall(r"= ([\d,]+) B", block)[-1].replace(",", ""))  # the GPU's part, the last step
+    table = page.dataframe[0].value
+    shown = table[table["context"] == "32K"].iloc[0]["weights (GiB)"]
+    assert last / 2**30 == pytest.approx(shown, abs=1e-9)
