@@ -39,7 +39,8 @@ from ui.state import (
     from_query,
     hub_gguf,
     model_problem,
-    pack_config,
+    pack_upload,
+    repeated_params,
     share_query,
     to_query,
     unpack_config,
@@ -105,6 +106,7 @@ def _init_from_url() -> None:
             st.session_state[key] = st.session_state[key] if key in st.session_state else kept[key]
         return
     inputs, ignored = from_query(dict(st.query_params))
+    ignored += repeated_params({key: st.query_params.get_all(key) for key in st.query_params})
     for key, value in asdict(inputs).items():
         st.session_state[f"in_{key}"] = value
     st.session_state["in_ctx_text"] = format_tokens(inputs.ctx).replace(",", "")
@@ -222,7 +224,7 @@ def _model_inputs(w: Any) -> list[str]:
             w.warning(note)
         if text:
             try:
-                st.session_state["in_config"] = pack_config(parse_json(text, "the uploaded config.json"))
+                st.session_state["in_config"] = pack_upload(parse_json(text, "the uploaded config.json"))
             except InputError as err:
                 st.session_state["in_config"] = ""  # the last readable one is not what the box holds now
                 problems.append(str(err))

@@ -90,7 +90,7 @@ CHOICES = {
 SOURCES = ("Preset", "Hub", "Upload")
 MAX_TYPED = 8192  # a text box carried in a link as typed (Measure live's contexts), errors included
 # org/name; never a path on the server (no "..", no "x.json" that core.model.loading would read as a file)
-REPO_ID = re.compile(r"^(?!.*\.\.)(?!.*\.json$)[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$", re.ASCII)
+REPO_ID = re.compile(r"^(?!.*\.\.)(?!.*\.json$)[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}\Z", re.ASCII)  # \Z: no final \n
 PATTERN = re.compile(r"^[A-Za-z]{0,64}$")  # what the sidebar's pattern box keeps; core.model.whatif judges the letters
 
 
@@ -174,9 +174,39 @@ PAGE_FIELDS = (
 )
 
 
+def _compact(raw: dict) -> bytes:
+    return json.dumps(raw, separators=(",", ":")).encode()
+
+
+def _packed(data: bytes) -> str:
+    return base64.urlsafe_b64encode(zlib.compress(data, 9)).decode().rstrip("=")
+
+
 def pack_config(raw: dict) -> str:
-    blob = zlib.compress(json.dumps(raw, separators=(",", ":")).encode(), 9)
-    return base64.urlsafe_b64encode(blob).decode().rstrip("=")
+    return _packed(_compact(raw))
+
+
+def pack_upload(raw: dict) -> str:
+    """An uploaded config as the link carries it, or an InputError where no link could: one that inflates past
+    MAX_UNPACKED_CONFIG or packs past MAX_SHARED_CONFIG is refused when the link is opened, so the sender's page
+    refuses it too, rather than size it from an upload its own link (and a reload) would not bring back."""
+    data = _compact(raw)
+    fix = (
+        "a checkpoint's config.json is a few KB: remove the fields kvscope does not read (label maps, tokenizer "
+        "data), or size it with the command line (python -m core fit config.json)"
+    )
+    if len(data) > MAX_UNPACKED_CONFIG:
+        raise InputError(
+            f"the uploaded config.json is {len(data) / (1 << 20):.1f} MiB, more than the app takes "
+            f"({MAX_UNPACKED_CONFIG >> 20} MiB); {fix}"
+        )
+    packed = _packed(data)
+    if len(packed) > MAX_SHARED_CONFIG:
+        raise InputError(
+            f"the uploaded config.json packs to {len(packed):,} characters, more than a link carries "
+            f"({MAX_SHARED_CONFIG:,}); {fix}"
+        )
+    return packed
 
 
 def unpack_config(text: str) -> dict:
@@ -336,6 +366,17 @@ def from_query(params: dict[str, str]) -> tuple[Inputs, list[str]]:
         ignored.append(f"model={inputs.model[:40]!r} (not a bundled preset; a link to a Hub model says source=Hub)")
         inputs = replace(inputs, model=DEFAULT_MODEL)
     return inputs, ignored
+
+
+def repeated_params(params: dict[str, list[str]]) -> list[str]:
+    """The inputs a link gives more than once (every value of each key): Streamlit reads the last, which the message
+    says, rather than drop the others without a word."""
+    known = {f.name for f in fields(Inputs)}
+    return [
+        f"{key} (given {len(values)} times; only the last, {clipped(values[-1])!r}, is read)"
+        for key, values in params.items()
+        if key in known and len(values) > 1
+    ]
 
 
 def to_query(inputs: Inputs) -> dict[str, str]:

@@ -367,12 +367,12 @@ def read_weights(source: str) -> WeightFile:
     hub_gguf = gguf_name(source)
     if hub_gguf is not None:
         return read_hub_gguf(hub_gguf).weights()
-    if re.fullmatch(r"[\w.-]+/[\w.-]+", source):
+    if re.fullmatch(r"[\w.-]{1,96}/[\w.-]{1,96}", source, re.ASCII):  # the Hub's limit; its own message repeats the id
         try:
             return read_hub(source)
         except _NoSafetensors:
             return read_hub_gguf(GGUFName(source, "")).weights()
     raise InputError(
-        f"no weights at {source!r}: give a .gguf file, a .safetensors file or folder, a Hub repo id or a Hub GGUF "
+        f"no weights at {source[:80]!r}: give a .gguf file, a .safetensors file or folder, a Hub repo id or a Hub GGUF "
         "name (org/repo:QUANT)"
     )

@@ -18,6 +18,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -200,7 +202,11 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
     # caller's config and so its cache key.
     raw = from_mamba_ssm(_cleaned(copy.deepcopy(raw)))
     model_type = raw.get("model_type")
-    if not isinstance(model_type, str) or not model_type:
+    if model_type is not None and not isinstance(model_type, str):
+        raise InputError(
+            f'config: model_type must be a string naming the architecture (e.g. "llama"), got {_shown(model_type)}'
+        )
+    if not model_type:
         raise InputError('config has no model_type; kvscope needs it to know the architecture (e.g. "llama")')
     text_raw = raw.get("text_config")
     for where in (raw, text_raw if isinstance(text_raw, dict) else {}):
@@ -212,13 +218,12 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
                 raise InputError(f"{key}={heads} in the config: a model has at least one attention head")
     top_dtype = _dtype_name(raw.get("dtype") or raw.get("torch_dtype"))
 
-    from transformers import CONFIG_MAPPING, AutoConfig
+    from transformers import CONFIG_MAPPING
 
     if model_type in CONFIG_MAPPING:
         fields = {k: v for k, v in raw.items() if k != "model_type"}
         try:
-            config = AutoConfig.for_model(model_type, **fields)
-            text = config.get_text_config(decoder=True)
+            config, text = _transformers_text(model_type, fields)
             out = json.loads(text.to_json_string(use_diff=False))
             # Some configs derive fields in properties (Mamba's layer_types, Nemotron-H's num_hidden_layers),
             # which to_json_string leaves out; read them from the object. layer_types there is canonical.
@@ -230,12 +235,17 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
             raise
         except Exception as err:  # transformers' validators raise many types; the message is what matters
             # one line: a front end shows it as a sentence, the command line as one line on stderr
-            raise InputError(f"transformers rejected this {model_type} config: {' '.join(str(err).split())}") from None
+            reason = " ".join(str(err).split())
+            culprit = _culprit(model_type, fields, reason)
+            where = f" (from its field {culprit}: without it the config resolves; check its value)" if culprit else ""
+            raise InputError(f"transformers rejected this {model_type} config: {reason}{where}") from None
         top_dtype = top_dtype or _dtype_name(getattr(config, "dtype", None))
         if text is not config and "tie_word_embeddings" in raw:
             out["tie_word_embeddings"] = raw["tie_word_embeddings"]
     elif model_type in ARCHITECTURES:
         text_raw = raw.get("text_config")
+        if text_raw is not None and not isinstance(text_raw, dict):  # not read in place of the top level unsaid
+            raise InputError(f"{model_type} config: text_config must be an object, got {_shown(text_raw)}")
         out = dict(text_raw) if isinstance(text_raw, dict) else dict(raw)
         out.setdefault("model_type", model_type)
     else:
@@ -248,6 +258,54 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
     out["dtype"] = _dtype_name(out.get("dtype")) or top_dtype
     out["_top_model_type"] = model_type
     return out
+
+
+def _transformers_text(model_type: str, fields: dict[str, Any]) -> tuple[Any, Any]:
+    """transformers' config object for these fields, and its decoder's text config."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(model_type, **fields)
+    return config, config.get_text_config(decoder=True)
+
+
+MAX_BLAMED_FIELDS = 300  # configs have 20 to 60 top-level fields; each try costs about 1 ms
+BLAME_BUDGET_S = 1.0
+
+
+def _resolves(model_type: str, fields: dict[str, Any]) -> bool:
+    try:
+        _transformers_text(model_type, fields)[1].to_json_string(use_diff=False)
+    except Exception:
+        return False
+    return True
+
+
+def _without_one(fields: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(key, the fields without it) for each key."""
+    for key in fields:
+        yield key, {k: v for k, v in fields.items() if k != key}
+
+
+def _culprit(model_type: str, fields: dict[str, Any], reason: str, budget_s: float = BLAME_BUDGET_S) -> str | None:
+    """The field a failure of transformers' comes from when its message names none ("list index out of range" for a
+    dtype given as a list, "'str' object has no attribute 'to_dict'" for quantization_config "awq"): the first field
+    without which the config resolves, inside a sub-config (text_config.torch_dtype) where that is where it lies.
+    None when the message names a field itself, or no single field is to blame within the budget."""
+    if len(fields) > MAX_BLAMED_FIELDS or any(f"'{key}'" in reason or f"`{key}`" in reason for key in fields):
+        return None
+    deadline = time.monotonic() + budget_s
+    for key, rest in _without_one(fields):
+        if time.monotonic() > deadline:
+            return None
+        if not _resolves(model_type, rest):
+            continue
+        inner = fields[key]
+        if isinstance(inner, dict) and key.endswith("_config") and len(inner) <= MAX_BLAMED_FIELDS:
+            for sub, kept in _without_one(inner):
+                if time.monotonic() < deadline and _resolves(model_type, fields | {key: kept}):
+                    return f"{key}.{sub}"
+        return key
+    return None
 
 
 _CACHE_DIR = cache_dir() / "resolved"

@@ -19,7 +19,9 @@ from core.model.spec import ModelSpec
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 DEFAULT_MODEL = "Qwen/Qwen3.5-9B"
-_REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$", re.ASCII)  # the Hub's ids are ASCII; \w alone takes any letter
+# the Hub's ids are ASCII (\w alone takes any letter), each part at most 96 characters (huggingface_hub's check, whose
+# message repeats the whole id: a 500-character one came back twice); \Z, as $ also matches before a final newline
+_REPO_ID = re.compile(r"^[\w.-]{1,96}/[\w.-]{1,96}\Z", re.ASCII)
 
 
 @lru_cache(maxsize=1)
@@ -141,7 +143,10 @@ def load_raw(source: str, prefer_hub: bool = False, local_files: bool = True) ->
             ) from None
     if not _REPO_ID.match(source):
         what = "a preset, a file" if local_files else "a bundled preset"
-        raise InputError(f"{source[:80]!r} is not {what} or a Hub repo id (org/name)")
+        raise InputError(
+            f"{source[:80]!r} is not {what} or a Hub repo id (org/name, each at most 96 ASCII letters, digits, '-', "
+            "'_' or '.')"
+        )
     try:
         return source, fetch_hub_config(source), "Hugging Face Hub"
     except InputError as err:
@@ -215,15 +220,22 @@ def model_from_resolved(cfg: dict[str, Any], name: str) -> ModelSpec:
         name=name,
         model_type=c.model_type,
         layers=build_layers(cfg),
-        dtype=dtype_named(dtype).name,
+        dtype=_named_dtype(dtype, "dtype (or torch_dtype)"),
         hidden_size=c.int("hidden_size", "d_model"),
         vocab_size=c.int("vocab_size"),
         max_context=c.int("max_position_embeddings", hi=1 << 34) if c.has("max_position_embeddings") else None,
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        ssm_dtype=dtype_named(ssm).name if ssm else None,
+        ssm_dtype=_named_dtype(ssm, "mamba_ssm_dtype") if ssm else None,
         notes=tuple(notes),
         config=cfg,
     )
+
+
+def _named_dtype(value: Any, key: str) -> str:
+    try:
+        return dtype_named(value).name
+    except InputError as err:
+        raise InputError(f"config field {key}: {err}") from None
 
 
 def load_model(source: str, isolated: bool = False, prefer_hub: bool = False, local_files: bool = True) -> ModelSpec:
