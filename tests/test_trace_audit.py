@@ -161,3 +161,24 @@ def test_the_weights_figure_is_worked_out_from_the_models_tensors(params):
     table = page.dataframe[0].value
     shown = table[table["context"] == "32K"].iloc[0]["weights (GiB)"]
     assert last / 2**30 == pytest.approx(shown, abs=1e-9)
+
+
+def test_the_cluster_arithmetic_breaks_down_its_overhead_and_block_count():
+    """ "− 4.33 GiB overhead" and "One engine core: 30,427 blocks" had no terms: the overhead now lists its items
+    (the assumed ones say so) and the block count divides the KV budget by a block's bytes."""
+    page = opened(open_page("pages/6_cluster.py", {"model": "Qwen/Qwen3.5-9B"}), "kv_how_cluster")
+    (code,) = [c.value for c in page.code if c.value.startswith("Weights per GPU")]
+    overhead_gib, budget_gib = re.search(r"− ([\d.]+) GiB overhead = ([\d.]+) GiB", code).groups()
+    items = re.search(r"^  overhead: (.+) = ([\d.]+) GiB$", code, re.M)
+    assert items and items[2] == overhead_gib, code  # the same overhead as the budget line's
+    terms = [float(g) for g in re.findall(r"(?:^|\+ )[\w ,-]+? ([\d.]+) GiB", items[1])]
+    assert len(terms) >= 4 and sum(terms) == pytest.approx(float(items[2]), abs=0.005 * len(terms))
+    assert "CUDA context" in items[1] and "not checked" in items[1]
+    a, b, n, n2, k, share = re.search(
+        r"⌊([\d,]+) B ÷ ([\d,]+) B per block⌋ = ([\d,]+) blocks; .* takes [\d,]+: ([\d,]+) ÷ ([\d,]+) = ([\d.,]+) req",
+        code,
+    ).groups()
+    num = [int(x.replace(",", "")) for x in (a, b, n, n2, k)]
+    assert num[0] // num[1] == num[2] == num[3]
+    assert float(share) == pytest.approx(num[2] / num[4], abs=0.005)
+    assert num[0] / 2**30 == pytest.approx(float(budget_gib), abs=0.005)  # the budget the line above ends with

@@ -582,6 +582,8 @@ def arithmetic(result: PlanResult) -> list[str]:
         f"KV budget per GPU = {_gib(r.cluster.card.memory_bytes)} × {r.usable_bytes / r.cluster.card.memory_bytes:.2f}"
         f" − {_gib(r.weights.total[s])} weights − {_gib(overhead)} overhead = {_gib(r.kv_budgets[s])}"
     )
+    items = " + ".join(f"{i.label} {_gib(i.bytes)}" + (f" ({i.basis})" if i.basis else "") for i in r.overhead)
+    lines.append(f"  overhead: {items} = {_gib(overhead)}")
     stage_layers = pp_partitions(len(r.model.layers), layout.pp)[s]
     per_token = stage_token_bytes(engine_for(r.cluster, layout), r.model, layout, r.kv_dtype)[s]
     mla = any(isinstance(p, MLA) for layer in r.model.layers for p in layer.parts())
@@ -591,9 +593,11 @@ def arithmetic(result: PlanResult) -> list[str]:
         lines.append(r.why_not or "")
         return lines
     c = r.capacity
+    per_block = stage_bytes_per_block(engine_for(r.cluster, layout), r.model, r.kv_dtype)[s]
     lines.append(
-        f"One engine core: {c.num_blocks:,} blocks; a {r.context:,}-token request takes {c.blocks_per_request:,}"
-        f" → {c.max_concurrency:,.2f} requests, at most {r.max_num_seqs:,} (max_num_seqs)"
+        f"One engine core: ⌊{r.kv_budgets[s]:,} B ÷ {per_block:,} B per block⌋ = {c.num_blocks:,} blocks; a "
+        f"{r.context:,}-token request takes {c.blocks_per_request:,}: {c.num_blocks:,} ÷ {c.blocks_per_request:,} = "
+        f"{c.max_concurrency:,.2f} requests, at most {r.max_num_seqs:,} (max_num_seqs)"
     )
     per_rank = f"min(⌊{c.max_concurrency:,.2f}⌋, {r.max_num_seqs:,})"
     lines.append(f"Requests at {r.context:,} tokens = DP {layout.dp} × {per_rank} = {r.requests:,}")

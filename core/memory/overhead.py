@@ -77,8 +77,8 @@ def vllm_overhead(
             "CUDA graphs and workspaces",
             VLLM_GRAPHS_AND_WORKSPACES,
             "896 MiB",
-            "set so that kvscope's KV cache for one seed figure, Qwen3-8B on an A100 80GB at 0.90 (54.94 GiB), comes "
-            "out 0.07 GiB under it, not checked on any other run",
+            "set so that kvscope's KV cache for one seed figure (Qwen3-8B, A100 80GB, utilization 0.90: 54.94 GiB) "
+            "comes out 0.07 GiB under it, not checked on any other run",
         ),
         *parallel_items(world),
     ]
