@@ -237,7 +237,7 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
             # one line: a front end shows it as a sentence, the command line as one line on stderr
             reason = " ".join(str(err).split())
             culprit = _culprit(model_type, fields, reason)
-            where = f" (from its field {culprit}: without it the config resolves; check its value)" if culprit else ""
+            where = f" (traced to its field {culprit}; check its value)" if culprit else ""
             raise InputError(f"transformers rejected this {model_type} config: {reason}{where}") from None
         top_dtype = top_dtype or _dtype_name(getattr(config, "dtype", None))
         if text is not config and "tie_word_embeddings" in raw:
@@ -272,12 +272,13 @@ MAX_BLAMED_FIELDS = 300  # configs have 20 to 60 top-level fields; each try cost
 BLAME_BUDGET_S = 1.0
 
 
-def _resolves(model_type: str, fields: dict[str, Any]) -> bool:
+def _failure(model_type: str, fields: dict[str, Any]) -> str | None:
+    """transformers' message for these fields, on one line; None when they resolve."""
     try:
         _transformers_text(model_type, fields)[1].to_json_string(use_diff=False)
-    except Exception:
-        return False
-    return True
+    except Exception as err:
+        return " ".join(str(err).split())
+    return None
 
 
 def _without_one(fields: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -289,20 +290,21 @@ def _without_one(fields: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]
 def _culprit(model_type: str, fields: dict[str, Any], reason: str, budget_s: float = BLAME_BUDGET_S) -> str | None:
     """The field a failure of transformers' comes from when its message names none ("list index out of range" for a
     dtype given as a list, "'str' object has no attribute 'to_dict'" for quantization_config "awq"): the first field
-    without which the config resolves, inside a sub-config (text_config.torch_dtype) where that is where it lies.
-    None when the message names a field itself, or no single field is to blame within the budget."""
+    without which that failure goes (the config resolves, or fails on another field), inside a sub-config
+    (text_config.torch_dtype) where that is where it lies. None when the message names a field itself, or no one
+    field is to blame within the budget."""
     if len(fields) > MAX_BLAMED_FIELDS or any(f"'{key}'" in reason or f"`{key}`" in reason for key in fields):
         return None
     deadline = time.monotonic() + budget_s
     for key, rest in _without_one(fields):
         if time.monotonic() > deadline:
             return None
-        if not _resolves(model_type, rest):
+        if _failure(model_type, rest) == reason:
             continue
         inner = fields[key]
         if isinstance(inner, dict) and key.endswith("_config") and len(inner) <= MAX_BLAMED_FIELDS:
             for sub, kept in _without_one(inner):
-                if time.monotonic() < deadline and _resolves(model_type, fields | {key: kept}):
+                if time.monotonic() < deadline and _failure(model_type, fields | {key: kept}) != reason:
                     return f"{key}.{sub}"
         return key
     return None
