@@ -2,6 +2,8 @@
 
 The page only draws: core.finders runs `fit` on each candidate, orders the answers, times them and writes the rows."""
 
+from dataclasses import replace
+
 import pandas as pd
 import streamlit as st
 
@@ -10,9 +12,9 @@ from core.finders import COST_BASIS, RunOptions, answer_speeds, card_rows, model
 from core.fit import Setup, context_limit
 from core.model.loading import load_model, presets
 from core.units import format_tokens
-from ui.inputs import sidebar
+from ui.inputs import EDITS, sidebar
 from ui.layout import mobile_css, page_config
-from ui.state import FINDER_VIEWS
+from ui.state import DEFAULTS, FINDER_VIEWS, Inputs, share_query
 
 page_config("finders")
 mobile_css()
@@ -34,21 +36,46 @@ UNPLACED = (
 )
 
 
+WORKING = "worked out"  # the column of links to Fit a card, where each row's figures are worked out
+WORKING_COLUMN = {
+    WORKING: st.column_config.LinkColumn(
+        WORKING, display_text="Fit a card", help="this row's inputs on Fit a card, with 'How is this computed?'"
+    )
+}
+
+
+def fit_link(sidebar_inputs: Inputs, **changes: object) -> str:
+    """A link to Fit a card (the root page, beside this one) with the sidebar's inputs and this row's changes."""
+    return "./?" + share_query(replace(sidebar_inputs, **changes))
+
+
 @st.cache_data(show_spinner="Fitting every card…", max_entries=32)
-def cards_frame(_setup: Setup, context: int, key: str) -> pd.DataFrame:
-    """`key` (the setup's repr) stands in for the setup, which Streamlit cannot hash."""
+def cards_frame(_setup: Setup, _inputs: Inputs, context: int, key: str) -> pd.DataFrame:
+    """`key` (the setup's repr and the link's query) stands in for the setup and inputs, which Streamlit cannot
+    hash."""
     run = RunOptions.of(_setup)
     answers = rank_cards(
         _setup.model, _setup.engine, context, _setup.weights, _setup.kv_dtype, gpus=_setup.gpus, run=run
     )
-    return pd.DataFrame(card_rows(answers, answer_speeds(answers)))
+    rows = card_rows(answers, answer_speeds(answers))
+    return pd.DataFrame(
+        [row | {WORKING: fit_link(_inputs, card=a.card.name)} for row, a in zip(rows, answers, strict=True)]
+    )
 
 
 @st.cache_data(show_spinner="Fitting every bundled model…", max_entries=32)
-def models_frame(_setup: Setup, context: int, key: str) -> pd.DataFrame:
+def models_frame(_setup: Setup, _inputs: Inputs, context: int, key: str) -> pd.DataFrame:
     models = [load_model(name) for name in presets()]
     answers = rank_models(models, _setup.engine, _setup.card, context, _setup.gpus, _setup.gpu_memory_utilization)
-    return pd.DataFrame(model_rows(answers, answer_speeds(answers)))
+    rows = model_rows(answers, answer_speeds(answers))
+    # each model as bundled and placed whole, in the format and KV dtype the row found: no upload, what-if or -ngl
+    whole = {key: getattr(DEFAULTS, key) for key in ("source", "config", "ngl", "ncmoe", *EDITS)}
+    return pd.DataFrame(
+        [
+            row | {WORKING: fit_link(_inputs, model=a.model.name, weights=a.weights_format, kv=a.kv_dtype, **whole)}
+            for row, a in zip(rows, answers, strict=True)
+        ]
+    )
 
 
 # A control rather than st.tabs: its value is the link's `ftab` (the sidebar writes every in_* key into the link),
@@ -67,7 +94,10 @@ if view == "models":
     )
     try:
         st.dataframe(
-            models_frame(setup, inputs.ctx, repr(setup) + str(inputs.ctx)), hide_index=True, key="models_table"
+            models_frame(setup, inputs, inputs.ctx, repr(setup) + str(inputs.ctx) + share_query(inputs)),
+            hide_index=True,
+            key="models_table",
+            column_config=WORKING_COLUMN,
         )
     except InputError as err:
         st.error(str(err))
@@ -81,6 +111,11 @@ else:
         "the rest follow, closest first, with the reason each falls short." + SPEED_NOTE
     )
     try:
-        st.dataframe(cards_frame(setup, context, repr(setup) + str(context)), hide_index=True, key="cards_table")
+        st.dataframe(
+            cards_frame(setup, inputs, context, repr(setup) + str(context) + share_query(inputs)),
+            hide_index=True,
+            key="cards_table",
+            column_config=WORKING_COLUMN,
+        )
     except InputError as err:
         st.error(str(err))

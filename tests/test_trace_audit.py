@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from urllib.parse import parse_qsl
 
 import pytest
 
@@ -182,3 +183,40 @@ def test_the_cluster_arithmetic_breaks_down_its_overhead_and_block_count():
     assert num[0] // num[1] == num[2] == num[3]
     assert float(share) == pytest.approx(num[2] / num[4], abs=0.005)
     assert num[0] / 2**30 == pytest.approx(float(budget_gib), abs=0.005)  # the budget the line above ends with
+
+
+@pytest.mark.parametrize(
+    ("params", "key", "rows"),
+    [
+        ({"model": "Qwen/Qwen3.5-9B"}, "card", [0, 5, -1]),  # cards for a hybrid, llama.cpp; the last does not fit
+        (
+            {
+                "model": "openai/gpt-oss-20b",
+                "engine": "vllm",
+                "weights": "mxfp4",
+                "card": "H100 80GB SXM5",
+                "ftab": "models",
+            },
+            "model",
+            [0, 3],
+        ),
+    ],
+)
+def test_each_finder_row_links_to_fit_a_card_with_the_same_figures(params, key, rows):
+    """The finders' rows had no formula of their own, only a caption pointing at Fit a card; each row now links to
+    Fit a card with its inputs, where the same figures come with 'How is this computed?'."""
+    finder = open_page("pages/4_finders.py", params)
+    table = finder.dataframe[0].value
+    for i in rows:
+        row = table.iloc[i]
+        link = row["worked out"]
+        assert link.startswith("./?"), link
+        page = app(dict(parse_qsl(link[3:])))
+        assert not page.exception and not page.warning, [w.value for w in page.warning]
+        shown = {m.label: m.value for m in page.metric}
+        assert shown["Max context, one sequence"] == row["max context"], (row[key], shown)
+        if row["fits"] == "yes":
+            assert shown[f"Requests at {row['context']}"] == row["requests"], (row[key], shown)
+            fit = page.dataframe[0].value
+            decode = fit[fit["context"] == row["context"]].iloc[0]["decode tok/s"]
+            assert f"{decode:.1f}" == row["decode tok/s"], (row[key], decode)
