@@ -126,6 +126,23 @@ def test_a_pasted_config_too_large_for_a_link_is_explained_in_the_app():
     assert not at.metric and "config" not in at.query_params
 
 
+def test_a_pasted_config_is_read_only_up_to_what_a_link_carries():
+    """3.5 MiB of nested lists (under parse_json's 4 MiB) was read in full on every rerun, ~2 s of CPU each on a
+    two-core machine, only to be refused as too large for the link; it is refused before it is read."""
+    nested = "[" * 30 + "0" + "]" * 30
+    text = json.dumps(tiny_raw("llama"))[:-1] + ', "pad": [' + ",".join([nested] * 60_000) + "]}"
+    assert MAX_UNPACKED_CONFIG < len(text) < 4 << 20
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
+    at.radio(key="in_source").set_value("Upload").run()
+    start = time.process_time()
+    at.text_area[0].input(text).run()
+    spent = time.process_time() - start
+    assert not at.exception, [e.value for e in at.exception]
+    errors = [e.value for e in at.main.error]
+    assert len(errors) == 1 and "more than a config.json's limit of 1 MiB" in errors[0], errors
+    assert spent < 1.5, spent
+
+
 # --- links: a key given twice -----------------------------------------------------------------------------------
 def test_a_key_given_twice_is_named():
     assert repeated_params({"gpus": ["2", "3"], "engine": ["vllm"], "evil": ["a", "b"]}) == [

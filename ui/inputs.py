@@ -31,6 +31,7 @@ from ui.state import (
     BOUNDS,
     CUSTOM_CARD,
     DEFAULTS,
+    MAX_UNPACKED_CONFIG,
     PAGE_FIELDS,
     PLATFORMS,
     SOURCES,
@@ -224,7 +225,9 @@ def _model_inputs(w: Any) -> list[str]:
             w.warning(note)
         if text:
             try:
-                st.session_state["in_config"] = pack_upload(parse_json(text, "the uploaded config.json"))
+                # no more than a link carries: reading 4 MiB of nested JSON, on every rerun, cost ~2 s of CPU
+                raw = parse_json(text, "the uploaded config.json", limit=MAX_UNPACKED_CONFIG)
+                st.session_state["in_config"] = pack_upload(raw)
             except InputError as err:
                 st.session_state["in_config"] = ""  # the last readable one is not what the box holds now
                 problems.append(str(err))
