@@ -13,6 +13,7 @@ from core.report import (
     cache_help,
     constant_table,
     display_records,
+    layers_in_ram,
     max_context_text,
     requests_text,
     table_records,
@@ -113,7 +114,7 @@ def speeds(_result, ram: float, threads: int, isa: str, backend: str | None, key
 
 
 # Layers left in system RAM (llama.cpp -ngl) run at its bandwidth: measured here once, editable for your machine.
-in_ram = (setup.gpu_layers is not None and setup.gpu_layers <= len(model.layers)) or bool(setup.cpu_experts)
+in_ram = layers_in_ram(setup)
 ram_measured = ram_gb_s()[0] if in_ram else 0.0
 ram, threads, isa = ram_measured, 8, ""
 if in_ram:  # the three are in the link (ram, thr, isa); an empty RAM box is this server's measured figure

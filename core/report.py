@@ -139,6 +139,12 @@ def requests_text(fit: Fit, row: Row) -> str:
 IN_RAM = "— (cache in system RAM)"
 
 
+def layers_in_ram(setup: Setup) -> bool:
+    """llama.cpp leaves decoder layers (-ngl) or routed experts (--n-cpu-moe) in system RAM: the host's RAM
+    bandwidth and threads then enter the speed."""
+    return (setup.gpu_layers is not None and setup.gpu_layers <= len(setup.model.layers)) or bool(setup.cpu_experts)
+
+
 def short_of(excess: int) -> str:
     """ "1.12 MiB more than ": the shortfall named, so two totals that print alike still differ (vLLM's next block)."""
     return f"{format_bytes(excess)} more than " if excess > 0 else "more than "

@@ -21,6 +21,7 @@ from core.errors import InputError
 from core.fit import Setup, context_limit, setup_format, validate
 from core.model.loading import load_model, presets
 from core.model.whatif import all_full_attention
+from core.report import layers_in_ram
 from core.speed import Hardware, untimed
 from core.speed.groups import chosen_backend
 from core.speed.published import points
@@ -63,6 +64,9 @@ def compute(_setup: Setup, comparators: tuple[str, ...], key: str):
     return [series(s, grid) for s in setups], [max_context_by_card(s) for s in setups], grid[-1], left_out
 
 
+RAM_GB_S, THREADS = 60.0, 8  # the host of layers llama.cpp's -ngl leaves in RAM; the caption says so
+
+
 @st.cache_data(show_spinner="Timing…", max_entries=64)
 def speed_curves(_setup: Setup, comparators: tuple[str, ...], backend: str | None, key: str):
     """Decode tok/s and time to first token over context for the same models, each to its own limit; None when
@@ -71,7 +75,7 @@ def speed_curves(_setup: Setup, comparators: tuple[str, ...], backend: str | Non
         return None
     setups, _ = _setups(_setup, comparators)
     grid = context_grid(shown_limit(setups))
-    hw = Hardware(ram_gb_s=60.0, threads=8, backend=backend)  # only layers left in RAM (llama.cpp -ngl) use RAM
+    hw = Hardware(ram_gb_s=RAM_GB_S, threads=THREADS, backend=backend)  # only layers left in RAM (-ngl) use them
     return {s.model.name: curve(s, hw, [c for c in grid if c <= context_limit(s)]) for s in setups}
 
 
@@ -242,6 +246,12 @@ else:
         "assumed (see *Fit a card*, "
         "'How is the speed computed?'). ✕ marks published figures for this card and engine "
         "(measurements/speed/published_speed.jsonl), with their caveats in the hover; they are never fitted to."
+        + (
+            f" Layers left in system RAM (-ngl {setup.gpu_layers}, --n-cpu-moe) are timed at {RAM_GB_S:g} GB/s with "
+            f"{THREADS} threads, not the host *Fit a card* lets you describe."
+            if layers_in_ram(setup)
+            else ""
+        )
     )
     st.caption(  # each model's own: its groups differ (a hybrid's state layers, a MoE's experts)
         "Error bars at the longest context drawn: "

@@ -3,6 +3,7 @@ that is assumed rather than checked against an engine says so."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from urllib.parse import parse_qsl
@@ -220,3 +221,28 @@ def test_each_finder_row_links_to_fit_a_card_with_the_same_figures(params, key, 
             fit = page.dataframe[0].value
             decode = fit[fit["context"] == row["context"]].iloc[0]["decode tok/s"]
             assert f"{decode:.1f}" == row["decode tok/s"], (row[key], decode)
+
+
+def test_the_hybrid_pages_speed_names_the_host_its_layers_in_ram_were_timed_on():
+    """With -ngl, the hybrid page's speed curves time the layers left in RAM on a host of its own, which no input or
+    caption named; the caption now does, and those figures reproduce the chart's decode tok/s."""
+    from core.engines import configured
+    from core.fit import Setup
+    from core.memory.gpus import card_named
+    from core.model.loading import load_model
+    from core.speed import Hardware
+    from core.speed.report import curve
+
+    params = {"model": "Qwen/Qwen3.5-9B", "card": "GeForce RTX 4060 8GB", "ngl": "20", "cmp": ""}
+    page = open_page("pages/1_hybrid_vs_dense.py", params)
+    (caption,) = [c.value for c in page.caption if c.value.startswith("A roofline per pass")]
+    ram, threads = re.search(r"-ngl 20, --n-cpu-moe\) are timed at ([\d.]+) GB/s with (\d+) threads", caption).groups()
+    charts = [json.loads(c.proto.spec) for c in page.get("plotly_chart")]
+    (decode,) = [c for c in charts if c["layout"]["yaxis"]["title"]["text"] == "decode tok/s, one sequence"]
+    trace = next(t for t in decode["data"] if t["name"] == "Qwen/Qwen3.5-9B")
+    setup = Setup(load_model("Qwen/Qwen3.5-9B"), configured("llama.cpp"), card_named("GeForce RTX 4060 8GB"),
+                  weights="q4_k_m", gpu_layers=20)  # fmt: skip
+    (again,) = curve(setup, Hardware(ram_gb_s=float(ram), threads=int(threads)), [trace["x"][0]])
+    assert again["decode_tok_s"] == pytest.approx(trace["y"][0], rel=1e-9)
+    whole = open_page("pages/1_hybrid_vs_dense.py", {**params, "ngl": "-1"})
+    assert not any("are timed at" in c.value for c in whole.caption)  # every layer on the card: no host enters
