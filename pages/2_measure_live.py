@@ -7,7 +7,6 @@ redraws the progress every second; the rest of the page (the form, past runs) st
 """
 
 import hashlib
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from core.errors import InputError
+from core.files import write_json_atomic
 from core.model.loading import config_label
 from core.probe import RANDOM_LABEL, ProbeBusy, ProbeJob, ProbeRequest, active_job, load_results
 from core.probe.request import BACKENDS, DEVICES
@@ -45,10 +45,9 @@ def probe_target() -> tuple[str, str]:
         return inputs.model, inputs.model
     raw = unpack_config(inputs.config)
     digest = hashlib.sha256(inputs.config.encode()).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / "kvscope-uploads"
-    folder.mkdir(exist_ok=True)
-    path = folder / f"{digest}.json"
-    path.write_text(json.dumps(raw))
+    path = Path(tempfile.gettempdir()) / "kvscope-uploads" / f"{digest}.json"
+    if not write_json_atomic(path, raw):  # two sessions probing one upload write it at once
+        raise InputError(f"cannot write the uploaded config to {path.parent}; set TMPDIR to a writable folder")
     return str(path), f"{config_label(raw) or model.model_type} (uploaded config.json {digest[:8]})"
 
 
@@ -56,18 +55,23 @@ def describe(msg: dict) -> str | None:
     """One progress line for a message from the probe process."""
     if msg.get("event") == "context":
         row = msg["row"]
-        measured = row["measured_cache_bytes"]
+        measured, predicted = row["measured_cache_bytes"], row["predicted_cache_bytes"]
         return (
             f"{format_tokens(row['context'])}: measured {'—' if measured is None else format_bytes(measured)}"
-            f" vs predicted {format_bytes(row['predicted_cache_bytes'] or 0)}"
+            f" vs predicted {'—' if predicted is None else format_bytes(predicted)}"
         )
     if msg.get("event") == "started":
         return f"probe process started (pid {msg['pid']})"
     return msg.get("message")
 
 
+def mib(n: int | None) -> float | None:
+    return None if n is None else n / 2**20
+
+
 mine: ProbeJob | None = st.session_state.get("probe_job")
 running = active_job()
+calibrating = active_calibration()  # a probe and a calibration on the same cores would slow each other's timings
 # Each full run notes whether a probe was live; the fragment, rerunning alone, redraws the page once it ends.
 st.session_state["probe_live"] = running is not None
 
@@ -86,7 +90,9 @@ with st.form("probe"):  # its inputs are link fields (pctx … ptime), as they s
     )
     steps = c5.number_input("Decode steps", *BOUNDS["psteps"], key="in_psteps")
     timeout = c6.number_input("Timeout (s)", *BOUNDS["ptime"], key="in_ptime")
-    start = st.form_submit_button("Run probe", type="primary", disabled=running is not None)
+    start = st.form_submit_button("Run probe", type="primary", disabled=running is not None or calibrating is not None)
+    if calibrating is not None:
+        st.caption("Disabled while this machine is being calibrated (below).")
 
 if start:
     try:
@@ -148,18 +154,29 @@ if result is not None:
     if result.contexts:
         st.subheader("Predicted vs measured")
         st.write(
-            f"**{result.model}** on **{result.device}**, decode mode **{result.decode_mode}**. {result.weights}"
+            f"**{result.model}** on **{result.device}** ({result.request.backend}, {result.dtype or 'dtype unknown'}"
+            f", batch {result.request.batch}), decode mode **{result.decode_mode}**. {result.weights}"
             + (f"; {result.scale}" if result.scale else "")
         )
         peaks = any(r.peak_bytes is not None for r in result.contexts)
+        vllm = any(r.max_concurrency is not None for r in result.contexts)  # vLLM's measured figure: no cache bytes
         frame = pd.DataFrame(
             [
                 {
                     "context": format_tokens(r.context),
-                    "predicted (MiB)": (r.predicted_cache_bytes or 0) / 2**20,
-                    "measured (MiB)": None if r.measured_cache_bytes is None else r.measured_cache_bytes / 2**20,
+                    "predicted (MiB)": mib(r.predicted_cache_bytes),
+                    "measured (MiB)": mib(r.measured_cache_bytes),
                     "measured ÷ predicted": r.ratio,
                     **({"peak (GiB)": None if r.peak_bytes is None else r.peak_bytes / GIB} if peaks else {}),
+                    **(
+                        {
+                            "vLLM max concurrency": r.max_concurrency,
+                            "predicted max concurrency": r.predicted_max_concurrency,
+                            "concurrency measured ÷ predicted": r.concurrency_ratio,
+                        }
+                        if vllm
+                        else {}
+                    ),
                     "prefill tok/s": r.prefill_tok_s,
                     "decode tok/s": r.decode_tok_s,
                     "mode": r.decode_mode,
@@ -171,16 +188,19 @@ if result is not None:
             frame,
             hide_index=True,
             width="stretch",
-            column_config={"measured ÷ predicted": st.column_config.NumberColumn(format="%.4f")},
+            column_config={
+                name: st.column_config.NumberColumn(format="%.4f")
+                for name in ("measured ÷ predicted", "concurrency measured ÷ predicted")
+            },
         )
         if not peaks:
             st.caption(f"Peak memory: {result.contexts[0].peak_source}.")
         xs = [r.context for r in result.contexts]
         st.plotly_chart(
             curves(
-                {
-                    "predicted": (xs, [(r.predicted_cache_bytes or 0) / 2**20 for r in result.contexts]),
-                    "measured": (xs, [(r.measured_cache_bytes or 0) / 2**20 for r in result.contexts]),
+                {  # a figure not known (vLLM measures no cache bytes) is a gap, not a line along zero
+                    "predicted": (xs, [mib(r.predicted_cache_bytes) for r in result.contexts]),
+                    "measured": (xs, [mib(r.measured_cache_bytes) for r in result.contexts]),
                 },
                 "cache (MiB)",
             ),
@@ -198,9 +218,7 @@ st.caption(
     "the rest of the app keeps working meanwhile."
 )
 cal_job: CalibrationJob | None = st.session_state.get("calibration_job")
-calibrating = active_calibration()
 st.session_state["calibration_live"] = calibrating is not None
-# a probe and a calibration on the same cores would time each other
 why_not = "a calibration is running" if calibrating is not None else "a probe is running" if running is not None else ""
 if st.button("Calibrate this machine", disabled=bool(why_not), help=f"Disabled: {why_not}." if why_not else None):
     try:
@@ -233,8 +251,10 @@ if outcome is not None and outcome.status != "ok":
     st.error(f"Calibration {outcome.status} after {outcome.elapsed_s:.0f} s: {outcome.error}")
 elif outcome is not None and outcome.record and outcome.record.get("warning"):
     st.warning(f"{outcome.record['warning']}; calibrate again when the machine is idle.")
-stored = calibration.load()
-if stored is None:
+stored, unreadable = calibration.load_checked()
+if unreadable:
+    st.warning(f"{unreadable}. Until then CPU speed figures use the fitted constants (their error shown).")
+elif stored is None:
     st.caption("This host has not been calibrated: CPU speed figures use the fitted constants (their error shown).")
 else:
     st.success(

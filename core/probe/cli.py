@@ -46,6 +46,7 @@ def cmd_probe(args: argparse.Namespace) -> dict[str, Any]:
         "model": result.model,
         "backend": request.backend,
         "device": result.device,
+        "dtype": result.dtype,
         "weights": result.weights,
         "scale": result.scale,
         "decode_mode": result.decode_mode,
@@ -79,7 +80,7 @@ def _r(x: float | None) -> str:
 
 
 def print_probe(out: dict[str, Any]) -> None:
-    print(f"{out['model']} on {out['device']} ({out['backend']}), decode {out['decode_mode']}")
+    print(f"{out['model']} on {out['device']} ({out['backend']}, {out['dtype']}), decode {out['decode_mode']}")
     print(f"{out['weights']}; {out['scale']}")
     print(
         f"{'context':>8}  {'predicted':>11}  {'measured':>11}  {'ratio':>6}  {'peak':>11}  "

@@ -95,6 +95,13 @@ class ContextResult:
             return None
         return self.measured_cache_bytes / self.predicted_cache_bytes
 
+    @property
+    def concurrency_ratio(self) -> float | None:
+        """vLLM's reported maximum concurrency ÷ kvscope's for the same free memory; 1.0 is exact."""
+        if not self.predicted_max_concurrency or self.max_concurrency is None:
+            return None
+        return self.max_concurrency / self.predicted_max_concurrency
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"ratio": self.ratio}
 
@@ -114,6 +121,7 @@ class ProbeResult:
     weights: str = ""  # RANDOM_LABEL or "real weights from <path>"
     scale: str = ""  # "full size (36 layers)" or "scaled down: 4 of 32 layers (...)"
     decode_mode: str = ""
+    dtype: str = ""  # the compute dtype the run used (the request's "auto" resolved), also the prediction's KV dtype
     weights_bytes: int | None = None  # parameters as loaded: with cache bytes, what each decode step reads
     notes: tuple[str, ...] = ()
     env: dict[str, Any] = field(default_factory=dict)  # host, GPU, driver, library versions

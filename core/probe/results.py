@@ -59,6 +59,8 @@ def load_results(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], li
         data = path.read_bytes()
     except FileNotFoundError:
         return [], []
+    except OSError as err:  # a folder in its place, no permission: the page says so and keeps working
+        return [], [f"{path} cannot be read ({err.strerror or err}); past runs are not shown"]
     rows: list[dict[str, Any]] = []
     warnings: list[str] = []
     for number, raw in enumerate(data.split(b"\n"), start=1):

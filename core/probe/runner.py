@@ -28,6 +28,7 @@ from typing import Any
 from core.errors import InputError
 from core.probe.request import ContextResult, ProbeRequest, ProbeResult
 from core.probe.results import RESULTS_NAME, SCHEMA_VERSION, append_result, results_dir
+from core.speed import calibrate_job
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCK_NAME = "probe.lock"
@@ -84,9 +85,15 @@ def _parse_holder(text: bytes) -> Holder | None:
 def probe_lock(directory: Path, model: str) -> Iterator[int]:
     """The machine's probe lock: an flock, which the kernel drops when its holder dies, so a dead pid never
     blocks; the JSON inside only names the holder for the "busy" message. Yields the fd (the child inherits it)."""
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:  # said before any process starts: its results could not be saved there either
+        raise InputError(
+            f"cannot write to {directory} ({err.strerror or err}), where probes lock and save their results; "
+            "set KVSCOPE_PROBE_DIR to a writable folder"
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -149,6 +156,20 @@ def _tail(path: Path, lines: int = 30) -> str:
         return ""
 
 
+def kvscope_revision() -> str | None:
+    """The commit of this checkout ("+ changes to core/" when its sizing code differs from it); None outside git."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=10)  # fmt: skip
+        if head.returncode != 0:
+            return None
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "core"], cwd=ROOT,
+                                 capture_output=True, text=True, timeout=10).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + (" + changes to core/" if changed else "")
+
+
 def record_of(result: ProbeResult) -> dict[str, Any]:
     """The results-file line for a finished probe."""
     req = result.request
@@ -160,9 +181,11 @@ def record_of(result: ProbeResult) -> dict[str, Any]:
         "gpu": result.env.get("gpu"),
         "gpu_memory_bytes": result.env.get("gpu_memory_bytes"),
         "driver": result.env.get("driver"),
-        "versions": {k: result.env.get(k) for k in ("torch", "transformers", "vllm", "flash_linear_attention")},
+        "versions": {k: result.env.get(k) for k in ("torch", "transformers", "vllm", "flash_linear_attention")}
+        | {"kvscope": kvscope_revision()},  # the prediction's own code: its formulas change between commits
         "model": result.model or req.name or req.model,
-        "settings": req.to_dict() | {"device_used": result.device, "weights": result.weights, "scale": result.scale},
+        "settings": req.to_dict()
+        | {"device_used": result.device, "dtype_used": result.dtype, "weights": result.weights, "scale": result.scale},
         "weights_bytes": result.weights_bytes,
         "predicted": [
             {
@@ -255,9 +278,16 @@ class ProbeJob:
             target=self._run, args=(folder, lock_fd, timeout, record), name="kvscope-probe", daemon=True
         )
         global _ACTIVE
-        with _ACTIVE_GUARD:
+        with calibrate_job.GUARD:
+            calibrating = calibrate_job.active_calibration()
+            if calibrating is not None:
+                self._lock.__exit__(None, None, None)
+                raise ProbeBusy(
+                    f"busy: a calibration of this machine started {time.time() - calibrating.started:.0f} s ago is "
+                    "running on this server; probe once it has ended (the two would slow each other's timings)"
+                )
             _ACTIVE = self
-        self._thread.start()
+            self._thread.start()
 
     def _note(self, msg: dict[str, Any]) -> None:
         if msg.get("event") == "started":
@@ -286,7 +316,6 @@ class ProbeJob:
 
 
 _ACTIVE: ProbeJob | None = None
-_ACTIVE_GUARD = threading.Lock()
 
 
 def active_job() -> ProbeJob | None:
@@ -378,6 +407,7 @@ def _run_child(
         weights=info.get("weights", ""),
         scale=info.get("scale", ""),
         decode_mode="/".join(modes),
+        dtype=info.get("dtype", ""),
         weights_bytes=info.get("weights_bytes"),
         notes=tuple(info.get("notes", ())),
         env=info.get("env", {}),

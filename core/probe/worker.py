@@ -23,7 +23,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from core.engines import engine_named
+from core.engines import configured, engine_named
 from core.errors import InputError
 from core.model.cachewalk import cache_bytes, pinned_bytes
 from core.model.loading import config_label, load_raw, model_from_config
@@ -379,6 +379,7 @@ def run_transformers(req: ProbeRequest, ch: Channel, budget_s: float | None = No
         layers=spec.layer_counts(),
         env=env,
         device=device if device == "cpu" else f"cuda:0 ({env['gpu']})",
+        dtype=dtype,  # what "auto" resolved to: the prediction and the model both use it
     )
 
     ch.progress(f"building the model ({scaled.note})")
@@ -486,10 +487,11 @@ def parse_vllm_log(text: str) -> dict[str, Any]:
     return out
 
 
-def vllm_prediction(spec: Any, context: int, kv_dtype: str) -> int | None:
-    """kvscope's vLLM cache bytes for one sequence, when that engine exists in this checkout."""
+def vllm_prediction(spec: Any, context: int, kv_dtype: str, tensor_parallel: int = 1) -> int | None:
+    """kvscope's vLLM cache bytes for one sequence on one GPU of the run's tensor-parallel group (what vLLM's
+    "Available KV cache memory" is shared over), when that engine exists in this checkout."""
     try:
-        return engine_named("vllm").account(spec, context, 1, kv_dtype).total
+        return configured("vllm", tensor_parallel=tensor_parallel).account(spec, context, 1, kv_dtype).total
     except (InputError, NotImplementedError):
         return None
 
@@ -525,6 +527,7 @@ def run_vllm(req: ProbeRequest, ch: Channel, budget_s: float | None = None) -> N
         layers=spec.layer_counts(),
         env=env,
         device=f"cuda:0 ({env['gpu']})",
+        dtype=req.dtype if req.dtype != "auto" else "auto (vLLM's choice)",
     )
     max_len = max(req.contexts) + req.decode_steps
     log_path = work / "vllm.log"
@@ -565,8 +568,8 @@ def run_vllm(req: ProbeRequest, ch: Channel, budget_s: float | None = None) -> N
         ids = torch.randint(0, spec.vocab_size, (n,), generator=rng).tolist()
         one = timed(ids, 1)
         many = timed(ids, req.decode_steps)
-        predicted = vllm_prediction(spec, n, req.kv_dtype)
-        at_max = vllm_prediction(spec, max_len, req.kv_dtype)
+        predicted = vllm_prediction(spec, n, req.kv_dtype, req.tensor_parallel_size)
+        at_max = vllm_prediction(spec, max_len, req.kv_dtype, req.tensor_parallel_size)
         available = parsed["available_kv_bytes"]
         row = ContextResult(
             context=n,
@@ -583,7 +586,7 @@ def run_vllm(req: ProbeRequest, ch: Channel, budget_s: float | None = None) -> N
             predicted_max_concurrency=available / at_max if available and at_max else None,
         )
         ch.send("context", row=row.to_dict())
-    if vllm_prediction(spec, max_len, req.kv_dtype) is None:
+    if vllm_prediction(spec, max_len, req.kv_dtype, req.tensor_parallel_size) is None:
         notes.append("kvscope has no vLLM engine in this checkout: prediction left empty")
     ch.send("done", weights=label, notes=notes, env=env)
 

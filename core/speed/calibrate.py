@@ -6,20 +6,25 @@ float prefill (numpy runs no quantised kernel, and its GEMV would time numpy, no
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from core.dtypes import FP16
 from core.errors import InputError
 from core.model.layers import FullAttention, Storage
+from core.speed import calibration
 from core.speed.calibration import Calibration, host_key
 from core.speed.ram import ram_bandwidth
 from core.speed.work import attended_sum, attention_flops_per_key
+from core.units import plural
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).resolve().parent / "calibrate_llamacpp.py"
@@ -160,7 +165,41 @@ def calibrate(
 ) -> Calibration:
     """Measure this host now. engine: "llama.cpp" (fail without it), "numpy", or "auto" (llama.cpp if importable);
     `model` (the random-weight GGUF's shape) and `head_dims` are fewer only in tests."""
-    threads = threads or os.cpu_count() or 1
+    cores = os.cpu_count() or 1
+    if threads is not None and threads > cores:  # stored, its rates per thread would read far too slow for good
+        raise InputError(f"--threads {threads:,}: this host has {plural(cores, 'core')}; give at most {cores}")
+    with _one_at_a_time():
+        return _calibrate(threads or cores, engine, formats, model, head_dims)
+
+
+@contextlib.contextmanager
+def _one_at_a_time() -> Iterator[None]:
+    """One calibration at a time on this host (two would time each other; the app's button allows one per server,
+    this covers the command line beside it): an flock in kvscope's cache folder, which the kernel drops when its
+    holder dies. Taken before any timing, so a folder the result cannot be stored in is said at once."""
+    lock = calibration.path().with_name("calibrating.lock")
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as err:
+        raise InputError(f"cannot write to {lock.parent} ({err.strerror or err}), where the calibration is stored; "
+                         "set KVSCOPE_CACHE to a writable folder") from None  # fmt: skip
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
+            raise InputError(f"a calibration is already running on this host ({holder}); wait for it to end") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}, since {time.strftime('%H:%M:%S UTC', time.gmtime())}".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+def _calibrate(
+    threads: int, engine: str, formats: tuple[str, ...], model: dict, head_dims: tuple[int, ...]
+) -> Calibration:
     python = engines_python() if engine != "numpy" else None
     if engine == "llama.cpp" and python is None:
         raise InputError("llama-cpp-python is not importable in the engines' venv; run `make engines`, set "

@@ -42,11 +42,19 @@ class CalibrationJob:
     already running here."""
 
     def __init__(self, command: list[str] | None = None, timeout: float = TIMEOUT_S) -> None:
+        from core.probe.runner import active_job  # here: core.probe.runner imports this module for GUARD
+
         global _ACTIVE
-        with _GUARD:
+        with GUARD:
             if _ACTIVE is not None and _ACTIVE.running:
                 raise CalibrationBusy(
                     f"a calibration started {time.time() - _ACTIVE.started:.0f} s ago is still running on this server"
+                )
+            probe = active_job()
+            if probe is not None:
+                raise CalibrationBusy(
+                    f"a probe of {probe.request.name or probe.request.model} is running on this server; calibrate "
+                    "once it has ended (the two would slow each other's timings)"
                 )
             self.started = time.time()
             self.result: CalibrationOutcome | None = None
@@ -97,4 +105,6 @@ def active_calibration() -> CalibrationJob | None:
 
 
 _ACTIVE: CalibrationJob | None = None
-_GUARD = threading.Lock()
+# Held while a calibration or a probe (core.probe.ProbeJob) starts: each checks that the other is not running, so
+# two sessions pressing the two buttons at once cannot start both.
+GUARD = threading.Lock()

@@ -8,9 +8,13 @@ its memory traffic; kvscope's decode roofline then reads max(bytes ÷ bandwidth,
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,21 +100,47 @@ class Calibration:
 
     @classmethod
     def of(cls, d: dict) -> Calibration:
-        rates = tuple((str(f), dec, pre) for f, dec, pre in d["rates"])
-        # calibrations stored before attention was timed per head width lack it (the fitted rate serves them), and
-        # before the cache's rate was timed apart from the FLOPs' they lack its fourth field
-        raw = d.get("attention") or ()
-        attention = tuple(
-            (int(a[0]), a[1], a[2], a[3] if len(a) == 4 else None)
-            for a in raw
-            if isinstance(a, list | tuple) and len(a) in (3, 4)
-        )
-        single = tuple((str(f), dec, pre) for f, dec, pre in d.get("single") or ())  # absent before 2026-12-03
-        # calibrations before 2026-12-05 copied with one thread: their figure is that thread's and the machine's
-        one = float(d.get("ram_thread_gb_s") or 0.0)
-        return cls(
-            d["host"], d["time"], d["method"], float(d["ram_gb_s"]), int(d["threads"]), rates, attention, single, one
-        )
+        """A stored record back; ValueError (naming the field) when one is missing or not the number it must be: a
+        file edited by hand, or damaged, would otherwise reach the speed arithmetic as text or NaN."""
+        try:
+            rates = tuple((str(f), _rate(dec), _rate(pre)) for f, dec, pre in d["rates"])
+            # calibrations stored before attention was timed per head width lack it (the fitted rate serves them),
+            # and before the cache's rate was timed apart from the FLOPs' they lack its fourth field
+            raw = d.get("attention") or ()
+            attention = tuple(
+                (_count(a[0], "head width"), _rate(a[1]), _rate(a[2]), _rate(a[3]) if len(a) == 4 else None)
+                for a in raw
+                if isinstance(a, list | tuple) and len(a) in (3, 4)
+            )
+            single = tuple((str(f), _rate(dec), _rate(pre)) for f, dec, pre in d.get("single") or ())  # 2026-12-03
+            # calibrations before 2026-12-05 copied with one thread: their figure is that thread's and the machine's
+            one = _rate(d.get("ram_thread_gb_s")) or 0.0
+            ram = _rate(d["ram_gb_s"])
+            if not ram:
+                raise ValueError(f"ram_gb_s is {d['ram_gb_s']!r}, not a positive number")
+            texts = [d[k] for k in ("host", "time", "method")]
+            if not all(isinstance(t, str) for t in texts):
+                raise ValueError(f"host, time and method must be text, got {texts!r}")
+            return cls(*texts, ram, _count(d["threads"], "threads"), rates, attention, single, one)
+        except KeyError as err:
+            raise ValueError(f"no {err.args[0]!r} field") from None
+        except TypeError as err:  # a field of the wrong shape (a number where a list of rates belongs)
+            raise ValueError(f"a field has the wrong shape ({err})") from None
+
+
+def _rate(x: object) -> float | None:
+    """A stored rate: a finite number ≥ 0, or None (not measured)."""
+    if x is None:
+        return None
+    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x < 0:
+        raise ValueError(f"a rate is {x!r}, not a number ≥ 0")
+    return x
+
+
+def _count(x: object, what: str) -> int:
+    if isinstance(x, bool) or not isinstance(x, int) or x <= 0:
+        raise ValueError(f"{what} is {x!r}, not a positive whole number")
+    return x
 
 
 def path() -> Path:
@@ -118,23 +148,65 @@ def path() -> Path:
 
 
 def load(host: str | None = None) -> Calibration | None:
-    """The stored calibration of this host (or `host`), None when it was never calibrated."""
+    """The stored calibration of this host (or `host`), None when it was never calibrated or cannot be read."""
+    return load_checked(host)[0]
+
+
+def load_checked(host: str | None = None) -> tuple[Calibration | None, str | None]:
+    """(this host's calibration or None, why a stored one cannot be used or None): a damaged file or entry is
+    said, not taken for "never calibrated"."""
+    data, problem = _read(path())
+    entry = data.get("hosts", {}).get(host or host_key())
+    if problem or entry is None:
+        return None, problem
     try:
-        data = json.loads(path().read_text(encoding="utf-8"))
-        entry = data.get("hosts", {}).get(host or host_key())
-        return Calibration.of(entry) if entry else None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        if not isinstance(entry, dict):
+            raise ValueError(f"a {type(entry).__name__}, not an object")
+        return Calibration.of(entry), None
+    except ValueError as err:
+        return None, f"this host's entry in {path()} cannot be read ({err}); calibrate again to replace it"
+
+
+def _read(p: Path) -> tuple[dict, str | None]:
+    """(the file's data, {} if none or unreadable; why it is unreadable, None if it is fine or absent)."""
+    try:
+        data = json.loads(p.read_bytes())
+    except FileNotFoundError:
+        return {}, None
+    except (OSError, ValueError, RecursionError) as err:  # ValueError: not JSON, or not UTF-8
+        return {}, f"{p} cannot be read ({err}); calibrate again to replace it"
+    if not isinstance(data, dict) or not isinstance(data.get("hosts", {}), dict):
+        return {}, f'{p} is not a calibration file (no "hosts" object); calibrate again to replace it'
+    return data, None
+
+
+@contextlib.contextmanager
+def _locked(p: Path) -> Iterator[None]:
+    """An exclusive flock beside the file: two calibrations storing at once (the CLI and the app, or two hosts
+    sharing a home directory) each read the other's entry before adding theirs, so neither is lost."""
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(p.with_name(p.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as err:
+        raise InputError(f"cannot write the calibration to {p} ({err.strerror or err}); set KVSCOPE_CACHE to a "
+                         "writable folder") from None  # fmt: skip
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
 
 
 def store(cal: Calibration) -> Path:
-    """Add or replace this host's entry, keeping other hosts' (a shared home directory serves several)."""
+    """Add or replace this host's entry, keeping other hosts' (a shared home directory serves several). A file
+    that cannot be read is kept beside the new one (…json.unreadable-<time>), not written over."""
     p = path()
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        data = {}
-    data.setdefault("hosts", {})[cal.host] = cal.record()
-    if not write_json_atomic(p, data):  # through a rename: an interrupted write never leaves half a file
-        raise InputError(f"cannot write the calibration to {p}; set KVSCOPE_CACHE to a writable folder")
+    with _locked(p):
+        data, problem = _read(p)
+        if problem:
+            with contextlib.suppress(OSError):
+                os.replace(p, p.with_name(f"{p.name}.unreadable-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"))
+        data.setdefault("hosts", {})[cal.host] = cal.record()
+        if not write_json_atomic(p, data):  # through a rename: an interrupted write never leaves half a file
+            raise InputError(f"cannot write the calibration to {p}; set KVSCOPE_CACHE to a writable folder")
     return p
