@@ -18,11 +18,11 @@ from core.errors import InputError
 from core.files import write_json_atomic
 from core.model.loading import config_label
 from core.probe import RANDOM_LABEL, ProbeBusy, ProbeJob, ProbeRequest, active_job, load_results
-from core.probe.request import BACKENDS, DEVICES
+from core.probe.request import BACKENDS, DEVICES, parse_contexts
 from core.probe.results import RESULTS_NAME, results_dir
 from core.speed import calibration
 from core.speed.calibrate_job import TIMEOUT_S, CalibrationBusy, CalibrationJob, active_calibration
-from core.units import GIB, format_bytes, format_tokens, parse_tokens, plural
+from core.units import GIB, format_bytes, format_tokens, plural
 from ui.charts import curves
 from ui.inputs import sidebar
 from ui.layout import page_config
@@ -101,7 +101,7 @@ if start:
             model=target,
             local_files=bool(inputs.config),  # only kvscope's own copy of an upload is a path
             name=name,
-            contexts=tuple(sorted({parse_tokens(t) for t in contexts_text.split(",") if t.strip()})),
+            contexts=parse_contexts(contexts_text),
             backend=backend,
             device=device,
             decode_steps=int(steps),

@@ -331,3 +331,34 @@ def test_the_page_shows_vllms_measured_concurrency_beside_the_prediction_and_no_
     assert table["concurrency measured ÷ predicted"].iloc[0] == pytest.approx(1.1)
     assert table["concurrency measured ÷ predicted"].isna().iloc[1]
     assert any("(vllm, bf16, batch 1)" in m.value for m in at.markdown), [m.value for m in at.markdown]
+
+
+# --- the form's contexts --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("typed", "contexts"),
+    [("512, 2k", (512, 2048)), ("64,000", (64_000,)), ("1,024, 4k", (1024, 4096)), ("512,2048", (512, 2048))],
+)
+def test_contexts_read_thousands_as_token_counts_do(typed, contexts):
+    """The page split on every comma: "64,000" (a token count as parse_tokens and every other box reads it) was
+    the contexts 64 and 0, refused as "token count must be positive, got '000'"."""
+    from core.probe.request import parse_contexts
+
+    assert parse_contexts(typed) == contexts
+
+
+def test_a_long_context_that_cannot_be_read_is_quoted_by_its_first_40_characters(tmp_path, monkeypatch):
+    """A link's 500-character pctx was repeated whole in the error (569 characters)."""
+    monkeypatch.setenv("KVSCOPE_PROBE_DIR", str(tmp_path))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.query_params["config"] = pack_config(tiny_raw("llama", layers=2))
+    at.query_params["pctx"] = "512, " + "x" * 500
+    at.run()
+    at = at.switch_page(PAGE).run()
+    run_button(at).click()
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    (error,) = [e.value for e in at.error]
+    assert "x" * 40 in error and "x" * 41 not in error and len(error) < 120, error
+    assert active_job() is None

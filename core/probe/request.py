@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from core.errors import InputError
-from core.units import format_tokens
+from core.units import format_tokens, parse_tokens
 
 BACKENDS = ("transformers", "vllm")
 DEVICES = ("auto", "cpu", "cuda")
 WEIGHTS = ("auto", "random")
 RANDOM_LABEL = "random weights: cache size and speed are real, output text is not"
+
+
+# A comma separates contexts, except one grouping thousands as a token count is written (64,000: a digit, then
+# exactly three): split there, "64,000" was the contexts 64 and 0, and was refused as "got '000'".
+_CONTEXT_SEPARATOR = re.compile(r",(?!(?<=\d,)\d{3}(?!\d))")
+MAX_QUOTED = 40  # of a piece that is not a token count, the characters a message repeats
+
+
+def parse_contexts(text: str) -> tuple[int, ...]:
+    """The contexts typed in a box ("512, 2k, 64,000"), distinct and ascending; an InputError names a piece that
+    cannot be read by at most its first MAX_QUOTED characters."""
+    contexts = set()
+    for piece in filter(None, (p.strip() for p in _CONTEXT_SEPARATOR.split(text))):
+        if len(piece) > MAX_QUOTED:
+            raise InputError(f"{piece[:MAX_QUOTED]!r}… is not a token count; separate contexts by commas: 1k, 4k")
+        contexts.add(parse_tokens(piece))
+    return tuple(sorted(contexts))
 
 
 @dataclass(frozen=True)
