@@ -161,7 +161,7 @@ def setup_format(setup: Setup) -> str:
 
 # checkpoint formats llama.cpp's converter dequantizes to its --outtype (auto: the 16-bit dtype) by default
 # (conversion/base.py dequant_model: fp8 with or without blocks, gptq, compressed-tensors int)
-CONVERTER_DEQUANTIZES = frozenset({"fp8", "fp8_block", "gptq", "int8"})
+CONVERTER_DEQUANTIZES = frozenset({"fp8", "fp8_block", "gptq", "gptq_int8", "int8"})
 
 
 def own_format(model: ModelSpec, engine: Engine) -> str:
@@ -686,8 +686,8 @@ def fit(setup: Setup, contexts: list[int] | None = None) -> Fit:
             notes.append(solver.engine.slots_note(setup.model))
         elif solver.engine.options.n_seq_max > 1:  # llama-server's slots, its unified cache turned off
             notes.append(solver.engine.split_note())
-    own = default_format(setup.model)
-    if isinstance(solver.engine, LlamaCppEngine) and not setup.weights and own in CONVERTER_DEQUANTIZES:
+    own = "" if setup.weights else default_format(setup.model)  # raises for a checkpoint it cannot count
+    if isinstance(solver.engine, LlamaCppEngine) and own in CONVERTER_DEQUANTIZES:
         notes.append(
             f"llama.cpp: the {own} checkpoint is sized as the {solver.format} GGUF its converter writes "
             f"(convert_hf_to_gguf.py dequantizes {own} to --outtype auto); --weights q8_0 or q4_k_m is smaller"

@@ -172,7 +172,7 @@ def engine_format_warning(engine: Engine, weights: str, model: ModelSpec | None 
         )
     if isinstance(engine, LlamaCppEngine) and weights == "mxfp4":
         return "llama.cpp runs GGUF files; its type for MXFP4 experts is mxfp4_moe (experts MXFP4, the rest Q8_0)."
-    if isinstance(engine, LlamaCppEngine) and weights in ("fp8", "fp8_block", "int8", "awq", "gptq", "nvfp4"):
+    if isinstance(engine, LlamaCppEngine) and not gguf and FORMATS[weights].quantises:  # a quantised checkpoint
         return f"llama.cpp runs GGUF files; {weights} checkpoints need converting first (e.g. to q8_0 or q4_k_m)."
     if isinstance(engine, VllmEngine) and gguf:
         return (

@@ -215,3 +215,85 @@ def test_bf16_on_llama_cpp_is_the_bf16_gguf_it_loads():
     gguf = weights("vllm", "bf16") - 2 * EMBED + 2 * NORMS
     assert weights("llama.cpp", "BF16") == weights("llama.cpp", "bf16") == gguf
     assert weights("llama.cpp", "F16") == weights("llama.cpp", "fp16")
+
+
+def test_gptq_int8_and_w4a16_by_hand(llama8b):
+    linear = LAYERS * (Q_O + K_V + MLP)
+    groups = linear // 128
+    rest = (2 * EMBED + NORMS) * 2
+    g_idx = 4 * LAYERS * (6 * H + INTER)  # one int32 per input column: q, k, v, gate, up and o read H; down INTER
+    # a byte a weight, an fp16 scale and an 8-bit zero per group of 128
+    assert weights_bytes(llama8b, "gptq_int8", 2).total == linear + groups * 3 + g_idx + rest
+    # symmetric INT4: nibbles and a 16-bit scale per group, no zero point
+    assert weights_bytes(llama8b, "w4a16", 2).total == linear // 2 + groups * 2 + rest
+
+
+def _with_quantization(qc: object):
+    from dataclasses import replace
+
+    spec = load_model("meta-llama/Llama-3.1-8B-Instruct")
+    return replace(spec, config={**spec.config, "quantization_config": qc})
+
+
+def _ct(weights: dict) -> dict:
+    return {
+        "quant_method": "compressed-tensors",
+        "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("qc", "fmt"),
+    [
+        ({"quant_method": "gptq", "bits": 4, "group_size": 128}, "gptq"),
+        ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "gptq_int8"),  # Qwen's *-GPTQ-Int8
+        ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}, "awq"),
+        (_ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "symmetric": True}), "w4a16"),
+        (_ct({"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": True}), "int8"),
+        (_ct({"num_bits": 8, "type": "float", "strategy": "channel"}), "fp8"),
+        (_ct({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]}), "fp8_block"),
+        (_ct({"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16}), "nvfp4"),
+    ],
+)
+def test_the_checkpoints_quantization_config_names_its_format(qc, fmt):
+    assert default_format(_with_quantization(qc)) == fmt
+
+
+@pytest.mark.parametrize(
+    ("qc", "named"),
+    [
+        # sized as bf16 before: 2-4x over
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}, "'bitsandbytes'"),
+        ({"quant_method": "gptq", "bits": 4, "group_size": 32}, "gptq at 4 bits, group size 32"),
+        ({"quant_method": "gptq", "bits": 3, "group_size": 128}, "gptq at 3 bits"),
+        ({"quant_method": "awq", "bits": 4, "group_size": 64}, "awq at 4 bits, group size 64"),
+        (_ct({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "symmetric": False}), "int 4-bit"),
+        ({"quant_method": "compressed-tensors", "config_groups": {}}, "0 weight schemes"),
+        ("awq", "quant_method 'awq'"),
+    ],
+)
+def test_a_quantization_config_kvscope_cannot_count_is_refused_naming_it(qc, named):
+    with pytest.raises(InputError) as err:
+        default_format(_with_quantization(qc))
+    assert named in str(err.value) and "--weights" in str(err.value)
+
+
+def test_a_checkpoint_it_cannot_count_is_sized_as_the_format_asked_for(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    raw = json.loads((ROOT / "core/model/presets/Qwen__Qwen3-8B.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw | {"quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True}}))
+
+    def fit(*more: str) -> subprocess.CompletedProcess:
+        args = ["fit", str(path), "--gpu", "RTX 4090", "--context", "8k", *more]
+        return subprocess.run([sys.executable, "-m", "core", *args], capture_output=True, text=True, cwd=ROOT)
+
+    refused = fit()
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "bitsandbytes" in refused.stderr
+    asked = fit("--weights", "awq")
+    assert asked.returncode == 0 and "weights awq" in asked.stdout, asked.stderr

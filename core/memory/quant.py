@@ -187,6 +187,13 @@ FORMATS: dict[str, WeightFormat] = {
         WeightFormat(
             "gptq", "INT4 matmuls, group 128, fp16 scale + 4-bit zero, g_idx", MATMUL, 4, 128, 2, 4, col_bytes=4
         ),
+        # GPTQ at 8 bits (Qwen's *-GPTQ-Int8 releases): the same tensors, four weights and four zeros to an int32.
+        WeightFormat(
+            "gptq_int8", "INT8 matmuls, group 128, fp16 scale + 8-bit zero, g_idx", MATMUL, 8, 128, 2, 8, col_bytes=4
+        ),
+        # compressed-tensors W4A16 (pack-quantized, symmetric): 4-bit weights packed in int32, one 16-bit scale per
+        # group of 128, no zero point: 64 + 2 B per 128 weights, 4.125 bits per weight.
+        WeightFormat("w4a16", "INT4 matmuls (compressed-tensors), group 128, 16-bit scale", MATMUL, 4, 128, 2),
         # OCP MXFP4 as gpt-oss ships it: experts only, FP4 + one E8M0 scale byte per 32 (17 B / 32 = 4.25 bpw);
         # attention, router, embeddings stay bf16 (its quantization_config's modules_to_not_convert).
         WeightFormat("mxfp4", "MXFP4 experts (gpt-oss), rest bf16", frozenset({"experts"}), 4, 32, 1, rest_bytes=2),
@@ -205,6 +212,7 @@ FORMATS: dict[str, WeightFormat] = {
 _ALIASES = {
     "int4_awq": "awq",
     "int4_gptq": "gptq",
+    "int8_gptq": "gptq_int8",
     "w8a16": "int8",
     "bfloat16": "bf16",
     "float16": "fp16",
@@ -257,16 +265,59 @@ def gguf_type(weights: str, runner: str) -> str:
     return name
 
 
+# quantization_config's (quant_method, bits, group_size) → the format that stores it; a group_size of 128 is the only
+# one these formats count scales for
+_GROUPED = {("awq", 4): "awq", ("gptq", 4): "gptq", ("gptq", 8): "gptq_int8"}
+
+
 def default_format(spec: ModelSpec) -> str:
-    """The format the checkpoint itself ships: its quantization_config if it has one, else its dtype."""
+    """The format the checkpoint itself ships: its quantization_config if it has one, else its dtype. A
+    quantization_config kvscope cannot count (bitsandbytes, another bit width or group size) is refused, naming it:
+    sizing such a checkpoint as its 16-bit dtype was 2-4x over, and a GPTQ-Int8 one as 4-bit GPTQ 2x under."""
     qc = spec.config.get("quantization_config")
-    if isinstance(qc, dict):
-        method = str(qc.get("quant_method", "")).lower()
-        if method == "fp8":
-            return "fp8_block" if qc.get("weight_block_size") else "fp8"
-        if method in ("mxfp4", "awq", "gptq"):
-            return method
-    return spec.dtype if spec.dtype in FORMATS else "bf16"
+    if qc is None:
+        return spec.dtype if spec.dtype in FORMATS else "bf16"
+    method = str(qc.get("quant_method", "")).lower() if isinstance(qc, dict) else ""
+    if method == "fp8":
+        return "fp8_block" if qc.get("weight_block_size") else "fp8"
+    if method == "mxfp4":
+        return method
+    if method in ("awq", "gptq"):
+        bits, group = qc.get("bits", 4), qc.get("group_size", 128)
+        if group == 128 and (method, bits) in _GROUPED:
+            return _GROUPED[method, bits]
+        raise _uncounted(f"{method} at {bits} bits, group size {group}", "awq, gptq (4-bit) and gptq_int8 at group 128")
+    if method == "compressed-tensors":
+        return _compressed_tensors(qc)
+    raise _uncounted(f"quant_method {method or qc!r}"[:80], "fp8, mxfp4, awq, gptq and compressed-tensors")
+
+
+def _compressed_tensors(qc: dict) -> str:
+    """compressed-tensors' one weight scheme (config_groups) as a format: FP8 (fp8), INT8 per channel (int8), INT4 in
+    symmetric groups of 128 (w4a16), FP4 in groups of 16 (nvfp4)."""
+    groups = qc.get("config_groups")
+    schemes = [g.get("weights") for g in groups.values() if isinstance(g, dict)] if isinstance(groups, dict) else []
+    if len(schemes) == 1 and isinstance(w := schemes[0], dict):
+        kind, bits, strategy = w.get("type"), w.get("num_bits"), w.get("strategy")
+        if (kind, bits) == ("float", 8):
+            return "fp8_block" if strategy == "block" else "fp8"
+        if (kind, bits, strategy) == ("int", 8, "channel"):
+            return "int8"
+        if (kind, bits, strategy, w.get("group_size"), w.get("symmetric")) == ("int", 4, "group", 128, True):
+            return "w4a16"
+        if (kind, bits, w.get("group_size")) == ("float", 4, 16):
+            return "nvfp4"
+        scheme = f"{kind} {bits}-bit, strategy {strategy}, group size {w.get('group_size')}"
+    else:
+        scheme = f"{len(schemes)} weight schemes"
+    raise _uncounted(f"compressed-tensors ({scheme})", "its FP8, INT8 per channel, INT4 in groups of 128 and NVFP4")
+
+
+def _uncounted(what: str, counted: str) -> InputError:
+    return InputError(
+        f"this checkpoint's quantization_config ({what}) is not one kvscope counts ({counted}); choose the weight "
+        "format to size it as (--weights, or Weights in the app)"
+    )
 
 
 def _use_more_bits(i: int, n: int) -> bool:
