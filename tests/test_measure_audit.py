@@ -124,6 +124,31 @@ def test_two_processes_storing_calibrations_at_once_lose_neither(tmp_path, monke
     assert sorted(hosts) == sorted(f"{p}-{i}" for p in "ab" for i in range(60))
 
 
+def _append_many(path: str, prefix: str, n: int, barrier: Any) -> None:
+    from core.probe.results import append_result
+
+    barrier.wait(60)
+    for i in range(n):
+        append_result(Path(path), {"model": f"{prefix}-{i}", "notes": ["x" * 20_000]})  # past any atomic pipe write
+
+
+def test_two_processes_appending_results_at_once_keep_every_line_whole(tmp_path):
+    """Already sound (flock + one write per line); kept as the check that it stays so."""
+    path = tmp_path / RESULTS_NAME
+    path.write_text('{"model": "earlier"}\n')
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    procs = [ctx.Process(target=_append_many, args=(str(path), p, 40, barrier)) for p in "ab"]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    rows, warnings = load_results(path)
+    assert warnings == [] and rows[0]["model"] == "earlier"
+    assert sorted(r["model"] for r in rows[1:]) == sorted(f"{p}-{i}" for p in "ab" for i in range(40))
+
+
 @pytest.mark.parametrize(
     ("content", "says"),
     [
