@@ -99,6 +99,18 @@ def test_two_threads_writing_one_json_file_never_show_a_reader_half_a_file(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shared.json"]  # no temporary file left behind
 
 
+def _at_once(target: Any, where: str, n: int) -> None:
+    """Two processes, "a" and "b", each running target(where, prefix, n, barrier), released together."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    procs = [ctx.Process(target=target, args=(where, p, n, barrier)) for p in "ab"]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+
+
 def _store_many(cache: str, prefix: str, n: int, barrier: Any) -> None:
     import os
 
@@ -112,14 +124,7 @@ def test_two_processes_storing_calibrations_at_once_lose_neither(tmp_path, monke
     """store() reads the file, adds its host and writes it back: two at once (the command line and the app, or two
     hosts sharing a home directory) each wrote back what they read, dropping the other's new entry."""
     monkeypatch.setenv("KVSCOPE_CACHE", str(tmp_path))
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(2)
-    procs = [ctx.Process(target=_store_many, args=(str(tmp_path), p, 60, barrier)) for p in "ab"]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0
+    _at_once(_store_many, str(tmp_path), 60)
     hosts = json.loads(calibration.path().read_text())["hosts"]
     assert sorted(hosts) == sorted(f"{p}-{i}" for p in "ab" for i in range(60))
 
@@ -136,14 +141,7 @@ def test_two_processes_appending_results_at_once_keep_every_line_whole(tmp_path)
     """Already sound (flock + one write per line); kept as the check that it stays so."""
     path = tmp_path / RESULTS_NAME
     path.write_text('{"model": "earlier"}\n')
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(2)
-    procs = [ctx.Process(target=_append_many, args=(str(path), p, 40, barrier)) for p in "ab"]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0
+    _at_once(_append_many, str(path), 40)
     rows, warnings = load_results(path)
     assert warnings == [] and rows[0]["model"] == "earlier"
     assert sorted(r["model"] for r in rows[1:]) == sorted(f"{p}-{i}" for p in "ab" for i in range(40))
