@@ -61,7 +61,7 @@ def _how(params: dict[str, str]) -> str:
         ({"model": "Qwen/Qwen3.5-9B", "card": "GeForce RTX 4090 24GB"}, ["CUDA context"]),
         (
             {"model": "Qwen/Qwen3-8B", "card": "GeForce RTX 4090 24GB", "engine": "transformers", "weights": "bf16"},
-            ["CUDA context"],
+            ["CUDA context", "prefill activations"],
         ),
         (
             {
@@ -71,14 +71,14 @@ def _how(params: dict[str, str]) -> str:
                 "weights": "mxfp4",
                 "gpus": "2",
             },
-            ["CUDA context", "CUDA graphs and workspaces", "NCCL buffers"],
+            ["CUDA context", "profile-run activations", "CUDA graphs and workspaces", "NCCL buffers"],
         ),
     ],
 )
 def test_an_overhead_constant_no_engine_was_checked_against_says_so(params, assumed):
-    """The overhead's constants (512 MiB of CUDA context, vLLM's 896 MiB of graphs, 256 MiB of NCCL) are not read
-    from an engine's code nor checked against one; they printed as "CUDA context: 512 MiB = 512.00 MiB", as exact as
-    the compute buffer beside them."""
+    """The overhead's constants (512 MiB of CUDA context, vLLM's 896 MiB of graphs, 256 MiB of NCCL) and the
+    activations' estimate are not read from an engine's code nor checked against one; they printed as "CUDA context:
+    512 MiB = 512.00 MiB", as exact as the compute buffer beside them."""
     text = _how(params)
     lines = {m[0]: m[1] for m in re.findall(r"^- ([^:\n]+): (.*)$", text, re.M)}
     for label in assumed:

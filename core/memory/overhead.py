@@ -57,7 +57,8 @@ def _ffn_width(model: ModelSpec) -> int:
 
 def activations(model: ModelSpec, tokens: int, what: str) -> Item:
     width = 4 * model.hidden_size + 3 * _ffn_width(model)
-    return Item(what, tokens * 2 * width, f"{tokens:,} tokens × 2 B × (4·{model.hidden_size} + 3·{_ffn_width(model)})")
+    formula = f"{tokens:,} tokens × 2 B × (4·{model.hidden_size} + 3·{_ffn_width(model)})"
+    return Item(what, tokens * 2 * width, formula, f"estimated: one layer's activations live at a time, {NOT_CHECKED}")
 
 
 def parallel_items(world: int) -> list[Item]:
