@@ -173,7 +173,12 @@ def fit_params(
         used_min = projected(setup, n_min, sequences, gpu_layers)
         reduced = fit_context(n_max, n_min, align, used, used_min, limit)
         if reduced is not None:
-            steps.append(f"context reduced from {n_max:,} to {reduced:,}: the whole model fits")
+            steps.append(
+                f"context reduced from {n_max:,} to {reduced:,}: the whole model fits ({used:,} B projected at "
+                f"{n_max:,} cells, {used_min:,} B at {n_min:,}; {n_min:,} + {n_max - n_min:,} × ({limit:,} − "
+                f"{used_min:,}) ÷ ({used:,} − {used_min:,}), the limit being the card less {margin >> 20:,} MiB, "
+                f"down to a multiple of {align:,})"
+            )
             return FitChoice(
                 reduced, gpu_layers, n_layers, projected(setup, reduced, sequences, gpu_layers), limit, tuple(steps)
             )
@@ -192,8 +197,13 @@ def fit_params(
     if count_params(setup.model).experts:
         return _fit_moe(setup, chosen, sequences, limit, steps)
     lo = _most(lambda k: projected(setup, chosen, sequences, k) <= limit, 0, n_layers + 1)
-    steps.append(f"layers on the GPU: {lo} of {n_layers + 1} (the output layer counts as one)")
-    return FitChoice(chosen, lo, n_layers, projected(setup, chosen, sequences, lo), limit, tuple(steps))
+    at = projected(setup, chosen, sequences, lo)
+    more = f", {projected(setup, chosen, sequences, lo + 1):,} B with one more" if lo <= n_layers else ""
+    steps.append(
+        f"layers on the GPU: {lo} of {n_layers + 1} (the output layer counts as one): {at:,} B projected{more}, "
+        f"against the card less {margin >> 20:,} MiB, {limit:,} B"
+    )
+    return FitChoice(chosen, lo, n_layers, at, limit, tuple(steps))
 
 
 def fit_contexts(train: int, min_ctx: int, sequences: int, engine: LlamaCppEngine) -> tuple[int, int, int]:

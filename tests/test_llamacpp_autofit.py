@@ -56,6 +56,9 @@ def test_context_is_interpolated_between_the_floor_and_the_training_context():
     assert (choice.n_ctx, choice.gpu_layers) == (expected, None)
     assert used(s, choice.n_ctx) <= limit  # the cache grows linearly, so the interpolation lands inside
     assert "context reduced from 131,072" in choice.steps[0]
+    # the step shows its arithmetic with these figures (the app's sentence and autofit print it)
+    shown = f"{hi:,} B projected at 131,072 cells, {lo:,} B at 4,096; 4,096 + 126,976 × ({limit:,} − {lo:,}) ÷ "
+    assert shown + f"({hi:,} − {lo:,})" in choice.steps[0] and "multiple of 256" in choice.steps[0]
 
 
 def test_layers_are_the_most_that_leave_the_margin_at_the_floor():
@@ -65,6 +68,11 @@ def test_layers_are_the_most_that_leave_the_margin_at_the_floor():
     assert choice.n_ctx == 4096 and choice.gpu_layers is not None
     assert used(s, 4096, choice.gpu_layers) <= limit < used(s, 4096, choice.gpu_layers + 1)
     assert choice.projected_bytes == used(s, 4096, choice.gpu_layers)
+    at, more = used(s, 4096, choice.gpu_layers), used(s, 4096, choice.gpu_layers + 1)
+    assert (
+        f"{at:,} B projected, {more:,} B with one more, against the card less 1,024 MiB, {limit:,} B"
+        in (choice.steps[-1])
+    )
 
 
 def test_what_the_user_sets_is_kept():
