@@ -101,7 +101,8 @@ def test_two_threads_writing_one_json_file_never_show_a_reader_half_a_file(tmp_p
 
 def _at_once(target: Any, where: str, n: int) -> None:
     """Two processes, "a" and "b", each running target(where, prefix, n, barrier), released together."""
-    ctx = multiprocessing.get_context("spawn")
+    # fork: spawn re-runs the parent's __main__, which after an AppTest in the same session is app.py
+    ctx = multiprocessing.get_context("fork")
     barrier = ctx.Barrier(2)
     procs = [ctx.Process(target=target, args=(where, p, n, barrier)) for p in "ab"]
     for p in procs:

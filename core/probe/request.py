@@ -26,7 +26,7 @@ def parse_contexts(text: str) -> tuple[int, ...]:
     cannot be read by at most its first MAX_QUOTED characters."""
     contexts = set()
     for piece in filter(None, (p.strip() for p in _CONTEXT_SEPARATOR.split(text))):
-        if len(piece) > MAX_QUOTED:
+        if len(piece) > MAX_QUOTED and not piece.isdigit():  # a long number: parse_tokens says it has too many digits
             raise InputError(f"{piece[:MAX_QUOTED]!r}… is not a token count; separate contexts by commas: 1k, 4k")
         contexts.add(parse_tokens(piece))
     return tuple(sorted(contexts))
