@@ -195,6 +195,7 @@ ENGINE_FLAGS = {
         "platform": "--platform",
         "vllm_version": "--vllm-version",
         "max_num_batched_tokens": "--max-num-batched-tokens",
+        "max_num_seqs": "--max-num-seqs",
         "prefix_caching": "--[no-]prefix-caching",
         "kv_cache_memory_bytes": "--kv-cache-memory-bytes",
         "max_model_len": "--max-model-len",
@@ -238,6 +239,7 @@ def build_engine(args: argparse.Namespace) -> Engine:
         args.engine,
         frontend=args.frontend,
         max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
         prefix_caching=args.prefix_caching,
         platform=args.platform,
         version=args.vllm_version,
@@ -334,6 +336,12 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
         "--max-num-batched-tokens",
         type=positive_int,
         help="vLLM (default: `vllm serve`'s for the card: 16384 from 160 GiB, 8192 from 70 GiB but A100, else 2048)",
+    )
+    vllm.add_argument(
+        "--max-num-seqs",
+        type=positive_int,
+        help="vLLM: requests its scheduler runs at once; the sampler's profile run sizes its logits by it (default: "
+        "`vllm serve`'s for the card: 1024 from 70 GiB but A100, else 256)",
     )
     vllm.add_argument(
         "--prefix-caching", action=argparse.BooleanOptionalAction, help="vLLM: state blocks per request (default on)"
@@ -574,18 +582,31 @@ def _count(requests: float) -> str:
     return f"{requests:,.0f}" if requests == int(requests) else f"{floor_places(requests):,.2f}"
 
 
+SEQS_NOTE = "* at once: vLLM's --max-num-seqs; the cache holds more (the JSON's requests)"
+
+
+def _requests_cell(r: dict) -> str:
+    """A finder row's requests at once: vLLM's --max-num-seqs (starred) where its scheduler runs fewer than the cache
+    holds, as fit says."""
+    if r.get("max_num_seqs"):
+        return f"{r['max_num_seqs']:,}*"
+    return "∞" if r["requests"] is None else _count(r["requests"])
+
+
 def print_cards(out: dict) -> None:
     gpus = "one GPU" if out["gpus"] == 1 else f"{out['gpus']} GPUs of each card (figures per GPU)"
     print(f"{out['model']} on {out['engine']}, {gpus}, {format_tokens(out['context'])} tokens per request")
     print(f"ranked by: {out['ranked_by']}")
     print(f"{'card':<48} {'memory':>10} {'fits':>4} {'max context':>11} {'requests':>8}  weights / why not")
     for c in out["cards"]:
-        requests = "∞" if c["requests"] is None else _count(c["requests"])
+        requests = _requests_cell(c)
         tail = (f"{c['weights']}{', ' + c['split'] if c['split'] else ''}") if c["fits"] else c["why_not"]
         print(
             f"{c['card'][:48]:<48} {format_bytes(c['memory_bytes']):>10} {'yes' if c['fits'] else 'no':>4} "
             f"{format_tokens(c['max_context']):>11} {requests:>8}  {tail}"
         )
+    if any("max_num_seqs" in c for c in out["cards"]):
+        print(SEQS_NOTE)
 
 
 def cmd_models(args: argparse.Namespace) -> dict:
@@ -614,12 +635,14 @@ def print_models(out: dict) -> None:
     print(f"ranked by: {out['ranked_by']}")
     print(f"{'model':<40} {'params':>8} {'fits':>4} {'weights':>8} {'KV':>9} {'max context':>11} {'requests':>8}")
     for m in out["models"]:
-        requests = "∞" if m["requests"] is None else _count(m["requests"])
+        requests = _requests_cell(m)
         line = (
             f"{m['model'][:40]:<40} {m['params'] / 1e9:>7.1f}B {'yes' if m['fits'] else 'no':>4} {m['weights']:>8} "
             f"{m['kv_dtype']:>9} {format_tokens(m['max_context']):>11} {requests:>8}"
         )
         print(line + (f"  {m['split']}" if m["split"] else "") + ("" if m["fits"] else f"  {m['why_not']}"))
+    if any("max_num_seqs" in m for m in out["models"]):
+        print(SEQS_NOTE)
 
 
 def cmd_ollama(args: argparse.Namespace) -> dict:

@@ -423,6 +423,12 @@ def model_rows(answers: list[ModelAnswer], speeds: list[AnswerSpeed]) -> list[di
 # --- records: one dict per answer, for the command line's JSON and the pages' tables ------------------------------
 
 
+def seq_bound(result: Fit | None) -> dict:
+    """{"max_num_seqs": n} where vLLM's scheduler runs fewer requests at once than the cache holds (as fit's JSON)."""
+    seqs = result.rows[0].max_num_seqs if result else 0
+    return {"max_num_seqs": seqs} if seqs else {}
+
+
 def card_record(answer: CardAnswer) -> dict:
     return {
         "card": answer.card.name,
@@ -432,6 +438,7 @@ def card_record(answer: CardAnswer) -> dict:
         "context": answer.context,
         "max_context": answer.max_context,
         "requests": answer.requests if answer.requests != float("inf") else None,
+        **seq_bound(answer.result),
         "weights": answer.weights_format,
         "weights_bytes": answer.weights_bytes,
         "usable_bytes": answer.usable_bytes,
@@ -450,6 +457,7 @@ def model_record(answer: ModelAnswer) -> dict:
         "context": answer.context,
         "max_context": answer.max_context,
         "requests": answer.requests if answer.requests != float("inf") else None,
+        **seq_bound(answer.result),
         "weights_bytes": answer.result.weights_bytes if answer.result else None,
         "split": split_text(answer.result),
         "why_not": answer.why_not,

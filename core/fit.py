@@ -596,7 +596,7 @@ class Solver:
         core/engines/vllm_cluster.py caps a plan's requests by it too)."""
         if not isinstance(self.engine, VllmEngine):
             return 0
-        cap = self.engine.options.max_num_seqs
+        cap = self.engine.max_seqs()
         return cap if concurrency >= cap + 1 else 0
 
     def shared_cells(self, context: int, concurrency: float) -> int:

@@ -41,6 +41,36 @@ def test_vllm_runs_no_more_requests_at_once_than_its_scheduler_takes(capsys):
     assert timed["decode_tok_s"] and refused["decode_tok_s"] is None and "at most 256 at once" in refused["why"]
 
 
+def test_max_num_seqs_as_given_bounds_the_requests_and_sizes_the_samplers_logits(capsys):
+    """`vllm serve --max-num-seqs 64`: 64 run at once, and the start-up profile run samples 64 rows of the vocabulary
+    (min(batched tokens, max_num_seqs) rows of fp32 logits and probabilities), not the card's default 256."""
+    _, default = run(capsys, "fit", *LFM2, "--engine", "vllm")
+    _, given = run(capsys, "fit", *LFM2, "--engine", "vllm", "--max-num-seqs", "64")
+    vocab = load_model("LiquidAI/LFM2-1.2B").vocab_size
+    assert given["contexts"][0]["max_num_seqs"] == 64 and given["engine_options"]["max_num_seqs"] == 64
+    overhead = default["contexts"][0]["overhead_bytes"] - given["contexts"][0]["overhead_bytes"]
+    assert overhead == (256 - 64) * vocab * 4 * 2
+    _, speed = run(capsys, "speed", *LFM2, "--engine", "vllm", "--max-num-seqs", "64", "--batch", "65")
+    assert "at most 64 at once" in speed["rows"][0]["why"]
+    assert main(["fit", *LFM2, "--max-num-seqs", "64"]) == 2  # transformers has no such flag
+    assert "--max-num-seqs is vllm's" in capsys.readouterr().err
+
+
+def test_the_finders_command_line_counts_what_vllm_runs_at_once(capsys):
+    """`cards` and `models` printed the cache's 382.65 requests for LFM2 on a 4090 where fit says 256 run at once;
+    they now print 256, starred and explained, and the JSON keeps both as fit's does."""
+    args = ["LiquidAI/LFM2-1.2B", "--engine", "vllm", "--context", "4k"]
+    _, cards = run(capsys, "cards", *args)
+    (row,) = [c for c in cards["cards"] if c["card"] == "GeForce RTX 4090 24GB"]
+    assert row["max_num_seqs"] == 256 and row["requests"] > 382
+    assert main(["cards", *args]) == 0
+    text = capsys.readouterr().out
+    (line,) = [x for x in text.splitlines() if x.startswith("GeForce RTX 4090 24GB ")]
+    assert " 256*  " in line and "382" not in line and "* at once: vLLM's --max-num-seqs" in text
+    _, models = run(capsys, "models", "LiquidAI/LFM2-1.2B", "--gpu", "RTX 4090", "--engine", "vllm", "--context", "4k")
+    assert models["models"][0]["max_num_seqs"] == 256
+
+
 def test_a_fractional_count_is_cut_not_rounded_up(capsys):
     """One token past the longest context vLLM's blocks hold: 0.9996 of a request shows as 0.99, not 1.00 beside
     "no", and the verdict names how much is missing where the two totals print alike."""

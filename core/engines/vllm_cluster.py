@@ -373,7 +373,7 @@ def evaluate(
         raise InputError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
     fmt = weights or default_format(model)
     engine = engine_for(cluster, layout)
-    max_seqs = engine.options.max_num_seqs
+    max_seqs = engine.max_seqs()
     result = PlanResult(
         model,
         cluster,

@@ -142,7 +142,7 @@ class VllmOptions:
     # None: `vllm serve`'s default for the card (served_on: 8,192 on H100/H200-class CUDA cards, 16,384 from 160 GiB),
     # else 2048, SchedulerConfig's (cards under 70 GiB, A100, CPU at world size 1, and where no card is known)
     max_num_batched_tokens: int | None = None
-    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS  # serve_defaults(card) gives vLLM's own for a card
+    max_num_seqs: int | None = None  # None: `vllm serve`'s default for the card (served_on), else 256
     async_scheduling: bool | None = None  # None: on for CUDA (vLLM's default); the CPU backend forces it off
     prefix_caching: bool = True
     mamba_ssm_cache_dtype: str = "auto"
@@ -250,13 +250,19 @@ class VllmEngine(Engine):
         return self.options.max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS
 
     def served_on(self, card: Card) -> VllmEngine:
-        """The engine as `vllm serve` runs it on `card` (serve_defaults): its max_num_seqs, and its
-        max_num_batched_tokens where none was set; the CPU backend keeps SchedulerConfig's 2048."""
+        """The engine as `vllm serve` runs it on `card` (serve_defaults): its max_num_seqs and max_num_batched_tokens
+        where none was set; the CPU backend keeps SchedulerConfig's 2048."""
         defaults = serve_defaults(card)
         batched = self.options.max_num_batched_tokens
         if batched is None and self.options.platform == "cuda":
             batched = defaults.max_num_batched_tokens
-        return self.with_options(max_num_seqs=defaults.max_num_seqs, max_num_batched_tokens=batched)
+        seqs = self.options.max_num_seqs or defaults.max_num_seqs
+        return self.with_options(max_num_seqs=seqs, max_num_batched_tokens=batched)
+
+    def max_seqs(self) -> int:
+        """The requests its scheduler runs at once: --max-num-seqs as set, else the default (served_on sets the
+        card's)."""
+        return self.options.max_num_seqs or DEFAULT_MAX_NUM_SEQS
 
     def max_num_batched_tokens(self, model: ModelSpec | None = None, max_model_len: int | None = None) -> int:
         value = self.batched_tokens()
@@ -268,7 +274,7 @@ class VllmEngine(Engine):
     def sampler_rows(self) -> int:
         """Vocabulary rows the start-up profile run samples: its dummy batch has min(tokens, max_num_seqs)
         requests (vllm 0.32.0 v1/worker/gpu_model_runner.py:5606, _dummy_run), one logits row each (:5942)."""
-        return min(self.batched_tokens(), self.options.max_num_seqs)
+        return min(self.batched_tokens(), self.max_seqs())
 
     def in_flight_tokens(self, model: ModelSpec | None = None, max_model_len: int | None = None) -> int:
         """VllmConfig.max_in_flight_tokens: one max_num_batched_tokens per concurrent batch."""

@@ -153,7 +153,7 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
         # llama-server's unified slots bound the requests on any device, memory or not; vLLM's scheduler runs at
         # most --max-num-seqs (vllm serve's for the card) whatever the cache holds
         slots = solver.engine.slots(1) if isinstance(solver.engine, LlamaCppEngine) else 0
-        seqs = solver.engine.options.max_num_seqs if isinstance(solver.engine, VllmEngine) else 0
+        seqs = solver.engine.max_seqs() if isinstance(solver.engine, VllmEngine) else 0
         for batch in batches:
             row = {"context": context, "batch": batch, "max_concurrency": fits, "fits": fits is None or fits >= batch}
             row["why"] = None  # why there is no speed, where there is none
