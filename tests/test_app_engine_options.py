@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from core.engines import configured
 from core.fit import Setup, context_limit, fit, table_contexts
 from core.memory.gpus import Card
@@ -94,3 +96,22 @@ def test_flash_attention_and_ubatch_from_the_sidebar_reach_llamacpp_memory():
     refused = app({**params, "fa": "off", "kv": "q8_0"})  # llama.cpp's own refusal, with the fix
     assert not refused.exception
     assert any("without flash attention: turn flash attention on" in e.value for e in refused.error)
+
+
+def test_max_num_seqs_from_the_sidebar_bounds_the_requests_as_vllm_serve_does():
+    """vLLM's --max-num-seqs in the sidebar (link field mns): LFM2 at 4K on a 4090 holds 384 requests; 64 run at
+    once, and the overhead drops by the profile run's sampler logits of the rows no longer sampled."""
+    from core.memory.gpus import card_named
+    from core.report import requests_text
+
+    params = {"model": "LiquidAI/LFM2-1.2B", "engine": "vllm", "card": "GeForce RTX 4090 24GB", "weights": "bf16"}
+    at = app(params | {"ctx": "4k", "mns": "64"})
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.number_input(key="in_mns").value == 64 and at.query_params["mns"] == "64"
+    setup = Setup(load_model("LiquidAI/LFM2-1.2B"), configured("vllm", max_num_seqs=64), card_named("RTX 4090"))
+    result = fit(replace(setup, weights="bf16"), [4096])
+    shown = metrics(at)["Requests at 4K"]
+    assert shown == requests_text(result, result.rows[0]) and shown.startswith("64 (--max-num-seqs")
+    served = app(params | {"ctx": "4k"})
+    assert metrics(served)["Requests at 4K"].startswith("256 (--max-num-seqs")  # the card's vllm serve default
+    assert "in_mns" not in [n.key for n in app({"model": "Qwen/Qwen3-8B"}).number_input]  # vLLM's only

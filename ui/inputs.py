@@ -319,6 +319,14 @@ def _hardware_inputs(w: Any, gguf_caption: str | None) -> list[str]:
             key="in_util",
             help="vLLM's --gpu-memory-utilization: the share of the card vLLM may use (default 0.92)",
         )
+        w.number_input(
+            "Max sequences at once",
+            *BOUNDS["mns"],
+            step=1,
+            key="in_mns",
+            help="vLLM's --max-num-seqs: the requests its scheduler runs at once, which also sizes the profile run's "
+            "sampler logits; 0 = `vllm serve`'s default for the card (256, or 1,024 from 70 GiB but A100)",
+        )
     if engine == "llama.cpp":
         w.selectbox(
             "llama.cpp front end",
@@ -534,6 +542,7 @@ def setup_for(inputs: Inputs, model: ModelSpec, weights_file: WeightFile | None 
         swa_full=SWITCH[inputs.swa],
         kv_unified=SWITCH[inputs.kvu],
         flash_attn=SWITCH[inputs.fa],
+        max_num_seqs=inputs.mns or None,
     )
     if inputs.ub and isinstance(engine, LlamaCppEngine):  # one knob: -b raised with it where it must be
         engine = engine.with_ubatch(inputs.ub, max(inputs.ub, engine.options.n_batch))

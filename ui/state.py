@@ -40,6 +40,7 @@ BOUNDS = {
     "gbs": (0.01, float(MAX_GB_S)),  # a custom card's speed figures: any positive one core.memory.gpus takes
     "tflops": (0.01, float(MAX_TFLOPS)),
     "util": (0.05, 1.0),
+    "mns": (0, 1 << 16),  # vLLM --max-num-seqs; 0 = `vllm serve`'s for the card
     "ngl": (-1, 100_000),
     "ncmoe": (0, 100_000),
     "ub": (0, 1 << 16),  # llama.cpp -ub; 0 = the front end's (512)
@@ -124,6 +125,7 @@ class Inputs:
     thr: int = 8
     isa: str = ""
     util: float = 0.92  # vLLM gpu_memory_utilization (vLLM 0.33's default)
+    mns: int = 0  # vLLM --max-num-seqs; 0 = `vllm serve`'s default for the card (256, or 1,024 from 70 GiB but A100)
     layers: int = 0  # what-if edits; 0 = as the config says
     kvh: int = 0
     hd: int = 0
