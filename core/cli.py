@@ -753,6 +753,7 @@ def cmd_cluster(args: argparse.Namespace) -> dict:
         gpu_memory_utilization=args.gpu_memory_utilization,
         pp_inside_nodes=args.pp_inside_nodes,
         layout=layout,
+        max_num_seqs=args.max_num_seqs,
     )
 
 
@@ -928,6 +929,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="MoE: only plans with (or without) --enable-expert-parallel (default: both)",
     )
     clusterp.add_argument("--pp-inside-nodes", action="store_true", help="also plans with PP stages inside a node")
+    clusterp.add_argument(
+        "--max-num-seqs", type=positive_int, help="requests one engine core runs at once (default: `vllm serve`'s for "
+        "the card: 1024 from 70 GiB but A100, else 256)",
+    )  # fmt: skip
     clusterp.add_argument("--layout", help="one plan instead of the search: TP,PP,DP[,ep], e.g. 1,1,16,ep")
     clusterp.add_argument("--gpu-memory-utilization", type=finite_float, default=0.92, help="vLLM (default 0.92)")
     add_json_flag(clusterp)

@@ -44,16 +44,19 @@ def cluster_report(
     gpu_memory_utilization: float = 0.92,
     pp_inside_nodes: bool = False,
     layout: Layout | None = None,
+    max_num_seqs: int | None = None,
 ) -> dict:
+    run = (weights, kv_dtype, gpu_memory_utilization, max_num_seqs)  # how each plan's engine runs
     if layout is not None:
-        ranked = [evaluate(model, cluster, layout, context, weights, kv_dtype, gpu_memory_utilization)]
+        ranked = [evaluate(model, cluster, layout, context, *run)]
     else:
         ranked = plans(
-            model, cluster, context, weights, kv_dtype, expert_parallel, gpu_memory_utilization, pp_inside_nodes
-        )
+            model, cluster, context, weights, kv_dtype, expert_parallel, gpu_memory_utilization, pp_inside_nodes,
+            max_num_seqs,
+        )  # fmt: skip
     best = ranked[0]
     recipes = {
-        name: evaluate(model, cluster, make(model, cluster), context, weights, kv_dtype, gpu_memory_utilization)
+        name: evaluate(model, cluster, make(model, cluster), context, *run)
         for name, make in (("plain_tp", plain_tp), ("dp_attention", dp_attention))
     }
     return {

@@ -62,22 +62,23 @@ c6.selectbox(
 
 
 @st.cache_data(show_spinner="Planning every cut…", max_entries=32)
-def report(_model, key: str, card: str, nodes: int, gpn: int, context: int, kv: str, ep: str) -> dict:
+def report(_model, key: str, card: str, nodes: int, gpn: int, context: int, kv: str, ep: str, seqs: int) -> dict:
     """`key` (the model's repr) stands in for the model, which Streamlit cannot hash."""
     cluster = Cluster(card_named(card), nodes, gpn)
-    return cluster_report(_model, cluster, context, kv_dtype=kv, expert_parallel=SWITCH[ep])
+    return cluster_report(_model, cluster, context, kv_dtype=kv, expert_parallel=SWITCH[ep], max_num_seqs=seqs or None)
 
 
 try:
     context = min(inputs.ctx, model.max_context or inputs.ctx)
-    out = report(model, repr(model), card_name, inputs.nodes, inputs.gpn, context, kv, inputs.ep)
+    out = report(model, repr(model), card_name, inputs.nodes, inputs.gpn, context, kv, inputs.ep, inputs.mns)
 except InputError as err:
     st.error(str(err))
     st.stop()
 
 st.caption(
     f"{format_tokens(context)}-token requests, KV dtype {kv}, weights as the checkpoint, `vllm serve`'s defaults "
-    "for the card (batched tokens, max_num_seqs)."
+    "for the card (batched tokens"
+    + (f"; max_num_seqs {inputs.mns:,}, as the sidebar sets it)." if inputs.mns else ", max_num_seqs).")
 )
 if context < inputs.ctx:
     st.info(f"{model.name} takes at most {model.max_context:,} tokens a request; the plans use that.")

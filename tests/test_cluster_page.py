@@ -58,3 +58,17 @@ def test_an_unreadable_context_leaves_the_box_to_mend_it_in():
     assert box.value == "0"
     box.input("16k").run()
     assert not at.error and at.dataframe and at.query_params["ctx"] == "16K"
+
+
+def test_the_sidebars_max_num_seqs_caps_each_engine_cores_requests():
+    """mns=16 (vLLM's --max-num-seqs, set in the sidebar): every plan's requests are its DP ranks × at most 16, as
+    `python -m core cluster --max-num-seqs 16` plans them; the caption names the figure in place of the default."""
+    params = {"model": "deepseek-ai/DeepSeek-V3", "ctx": "32k", "ccard": "H200", "nodes": "2", "gpn": "8"}
+    at = _page(params | {"mns": "16"})
+    model, cluster = load_model("deepseek-ai/DeepSeek-V3"), Cluster(card_named("H200"), 2, 8)
+    expected = plans(model, cluster, 32768, max_num_seqs=16)
+    shown = at.dataframe[0].value
+    assert list(shown["requests"]) == [r.requests for r in expected]
+    assert all(r.requests_per_rank <= 16 for r in expected) and any(r.requests_per_rank == 16 for r in expected)
+    assert expected[0].requests < plans(model, cluster, 32768)[0].requests  # the default (1,024) did not bind here
+    assert any("max_num_seqs 16, as the sidebar sets it" in c.value for c in at.caption)

@@ -52,6 +52,8 @@ def test_max_num_seqs_as_given_bounds_the_requests_and_sizes_the_samplers_logits
     assert overhead == (256 - 64) * vocab * 4 * 2
     _, speed = run(capsys, "speed", *LFM2, "--engine", "vllm", "--max-num-seqs", "64", "--batch", "65")
     assert "at most 64 at once" in speed["rows"][0]["why"]
+    _, cluster = run(capsys, "cluster", *LFM2, "--nodes", "1", "--gpus-per-node", "1", "--max-num-seqs", "64")
+    assert {plan["requests"] for plan in cluster["plans"]} == {64}
     assert main(["fit", *LFM2, "--max-num-seqs", "64"]) == 2  # transformers has no such flag
     assert "--max-num-seqs is vllm's" in capsys.readouterr().err
 

@@ -333,15 +333,16 @@ def layouts(
     return out
 
 
-def engine_for(cluster: Cluster, layout: Layout) -> VllmEngine:
-    """The vLLM engine one DP rank runs, with `vllm serve`'s batch defaults for the card."""
+def engine_for(cluster: Cluster, layout: Layout, max_num_seqs: int | None = None) -> VllmEngine:
+    """The vLLM engine one DP rank runs, with `vllm serve`'s batch defaults for the card (its --max-num-seqs where
+    given)."""
     defaults: ServeDefaults = serve_defaults(cluster.card)
     return VllmEngine(
         options=VllmOptions(
             tensor_parallel=layout.tp,
             pipeline_parallel=layout.pp,
             max_num_batched_tokens=defaults.max_num_batched_tokens,
-            max_num_seqs=defaults.max_num_seqs,
+            max_num_seqs=max_num_seqs or defaults.max_num_seqs,
             gdn_flashinfer=cluster.card.hopper,
         )
     )
@@ -361,6 +362,7 @@ def evaluate(
     weights: str | None = None,
     kv_dtype: str = "auto",
     gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+    max_num_seqs: int | None = None,
 ) -> PlanResult:
     """One layout: weights and overhead per GPU, the KV budget left per stage, and what one engine core holds."""
     if layout.gpus != cluster.gpus:
@@ -372,7 +374,7 @@ def evaluate(
     if not 0 < gpu_memory_utilization <= 1:
         raise InputError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
     fmt = weights or default_format(model)
-    engine = engine_for(cluster, layout)
+    engine = engine_for(cluster, layout, max_num_seqs)
     max_seqs = engine.max_seqs()
     result = PlanResult(
         model,
@@ -424,10 +426,11 @@ def plans(
     expert_parallel: bool | None = None,
     gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
     pp_inside_nodes: bool = False,
+    max_num_seqs: int | None = None,
 ) -> list[PlanResult]:
     """Every layout, best first (see _rank)."""
     results = [
-        evaluate(model, cluster, layout, context, weights, kv_dtype, gpu_memory_utilization)
+        evaluate(model, cluster, layout, context, weights, kv_dtype, gpu_memory_utilization, max_num_seqs)
         for layout in layouts(model, cluster, expert_parallel, pp_inside_nodes)
     ]
     if not results:
