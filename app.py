@@ -11,6 +11,7 @@ from core.report import (
     IN_RAM,
     breakdown_records,
     cache_help,
+    checkpoint_note,
     constant_table,
     display_records,
     layers_in_ram,
@@ -71,6 +72,8 @@ figure_row(
 )
 for note in result.notes:
     st.info(note)
+if shipped := checkpoint_note(setup):
+    st.caption(shipped)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

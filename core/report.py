@@ -196,6 +196,23 @@ def format_note(setup: Setup) -> str | None:
     return engine_format_warning(setup.engine, setup.weights or setup_format(setup), setup.model)
 
 
+def checkpoint_note(setup: Setup) -> str | None:
+    """Where the format sized is not the one the checkpoint ships (its quantization_config): the explorer always
+    sizes its Weights box's choice, so an uploaded GPTQ-Int8 config would read as q4_k_m without a word."""
+    if not setup.weights or "quantization_config" not in setup.model.config or setup.weights_file is not None:
+        return None
+    try:
+        own = default_format(setup.model)
+    except InputError as err:  # a quantization kvscope does not count: the Weights box's format is the estimate
+        return f"The weights are sized as {setup.weights}, the format chosen: {err}."
+    if own == format_named(setup.weights).name:
+        return None
+    return (
+        f"This checkpoint ships its weights as {own} (its quantization_config); the figures are for "
+        f"{setup.weights}, the format chosen (Weights)."
+    )
+
+
 def check(setup: Setup) -> None:
     """Raise InputError when the engine cannot run this setup at all (a split, a head count, a layout)."""
     solver = Solver(setup)

@@ -297,3 +297,31 @@ def test_a_checkpoint_it_cannot_count_is_sized_as_the_format_asked_for(tmp_path)
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "bitsandbytes" in refused.stderr
     asked = fit("--weights", "awq")
     assert asked.returncode == 0 and "weights awq" in asked.stdout, asked.stderr
+
+
+def test_the_explorer_says_when_it_sizes_another_format_than_the_checkpoint_ships():
+    """The explorer sizes its Weights box's format (default q4_k_m), so an uploaded GPTQ-Int8 config read as q4_k_m
+    without a word; Fit a card now names the checkpoint's own format beside it, or why kvscope cannot count it."""
+    import json
+
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import ROOT
+
+    raw = json.loads((ROOT / "core/model/presets/Qwen__Qwen3-8B.json").read_text())
+
+    def captions(qc: dict, weights: str | None = None) -> list[str]:
+        at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180).run()
+        at.radio(key="in_source").set_value("Upload").run()
+        at.text_area[0].input(json.dumps(raw | {"quantization_config": qc})).run()
+        if weights:
+            at.selectbox(key="in_weights").set_value(weights).run()
+        assert not at.exception, [e.value for e in at.exception]
+        return [c.value for c in at.caption if "checkpoint" in c.value or "quantization_config" in c.value]
+
+    gptq8 = {"quant_method": "gptq", "bits": 8, "group_size": 128}
+    (said,) = captions(gptq8)
+    assert "ships its weights as gptq_int8" in said and "for q4_k_m, the format chosen" in said
+    assert captions(gptq8, "gptq_int8") == []
+    (said,) = captions({"quant_method": "bitsandbytes", "load_in_4bit": True})
+    assert "sized as q4_k_m, the format chosen" in said and "'bitsandbytes'" in said
