@@ -66,6 +66,19 @@ def cache_dir() -> Path:
     return Path(os.environ.get("KVSCOPE_CACHE") or Path.home() / ".cache" / "kvscope")
 
 
+def open_lock(path: Path, what: str, env: str, mode: int = 0o666) -> int:
+    """A read-write fd on the lock file `path`, its folder made first, for an flock. Where the folder cannot be
+    written, an InputError naming it, `what` it holds and the variable `env` that moves it: said before any work,
+    whose results could not be saved there either."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT, mode)
+    except OSError as err:
+        raise InputError(
+            f"cannot write to {path.parent} ({err.strerror or err}), where {what}; set {env} to a writable folder"
+        ) from None
+
+
 def write_json_atomic(path: Path, value: Any) -> bool:
     """Write `value` as JSON through a temporary file and a rename, so a reader never sees half a file. False when
     the folder is not writable: a cache that cannot be written only costs the next use its work again.

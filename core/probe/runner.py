@@ -26,6 +26,7 @@ from queue import Empty, Queue
 from typing import Any
 
 from core.errors import InputError
+from core.files import open_lock
 from core.probe.request import ContextResult, ProbeRequest, ProbeResult
 from core.probe.results import RESULTS_NAME, SCHEMA_VERSION, append_result, results_dir
 from core.speed import calibrate_job
@@ -86,14 +87,7 @@ def probe_lock(directory: Path, model: str) -> Iterator[int]:
     """The machine's probe lock: an flock, which the kernel drops when its holder dies, so a dead pid never
     blocks; the JSON inside only names the holder for the "busy" message. Yields the fd (the child inherits it)."""
     path = directory / LOCK_NAME
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as err:  # said before any process starts: its results could not be saved there either
-        raise InputError(
-            f"cannot write to {directory} ({err.strerror or err}), where probes lock and save their results; "
-            "set KVSCOPE_PROBE_DIR to a writable folder"
-        ) from None
+    fd = open_lock(path, "probes lock and save their results", "KVSCOPE_PROBE_DIR", 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from core.dtypes import FP16
 from core.errors import InputError
+from core.files import open_lock
 from core.model.layers import FullAttention, Storage
 from core.speed import calibration
 from core.speed.calibration import Calibration, host_key
@@ -177,13 +178,7 @@ def _one_at_a_time() -> Iterator[None]:
     """One calibration at a time on this host (two would time each other; the app's button allows one per server,
     this covers the command line beside it): an flock in kvscope's cache folder, which the kernel drops when its
     holder dies. Taken before any timing, so a folder the result cannot be stored in is said at once."""
-    lock = calibration.path().with_name("calibrating.lock")
-    try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError as err:
-        raise InputError(f"cannot write to {lock.parent} ({err.strerror or err}), where the calibration is stored; "
-                         "set KVSCOPE_CACHE to a writable folder") from None  # fmt: skip
+    fd = open_lock(calibration.path().with_name("calibrating.lock"), calibration.STORED_WHERE, "KVSCOPE_CACHE")
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

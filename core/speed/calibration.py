@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import InputError
-from core.files import cache_dir, write_json_atomic
+from core.files import cache_dir, open_lock, write_json_atomic
 from core.speed.groups import format_family
 from core.speed.ram import cpu_name
 
@@ -180,16 +180,14 @@ def _read(p: Path) -> tuple[dict, str | None]:
     return data, None
 
 
+STORED_WHERE = "the calibration is stored"  # open_lock's words for kvscope's cache folder
+
+
 @contextlib.contextmanager
 def _locked(p: Path) -> Iterator[None]:
     """An exclusive flock beside the file: two calibrations storing at once (the CLI and the app, or two hosts
     sharing a home directory) each read the other's entry before adding theirs, so neither is lost."""
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(p.with_name(p.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError as err:
-        raise InputError(f"cannot write the calibration to {p} ({err.strerror or err}); set KVSCOPE_CACHE to a "
-                         "writable folder") from None  # fmt: skip
+    fd = open_lock(p.with_name(p.name + ".lock"), STORED_WHERE, "KVSCOPE_CACHE")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
