@@ -173,10 +173,7 @@ def row_lines(fit: Fit, row: Row) -> list[str]:
     out.append(f"**Weights** ({fit.weights_format}){per_gpu}: {format_bytes(row.weights_bytes)}")
     out += weights_lines(row, solver)
     out.append("**Overhead**")
-    out += [
-        f"- {item.label}: {item.formula} = {format_bytes(item.bytes)}" + (f" ({item.basis})" if item.basis else "")
-        for item in row.overhead
-    ]
+    out += [f"- {item.label}: {item.formula} = {format_bytes(item.bytes)}{item.basis_note}" for item in row.overhead]
     out.append(
         f"**Total**: weights {format_bytes(row.weights_bytes)} + overhead {format_bytes(row.overhead_bytes)} + "
         f"cache {format_bytes(row.cache_bytes)} = {format_bytes(row.total_bytes)}; "

@@ -453,10 +453,7 @@ def explain(row: OllamaRow, model: ModelSpec) -> list[str]:
         f"{row.num_ctx * row.num_parallel:,} -np {row.num_parallel}, cache {row.kv_type}, flash attention "
         f"{'on' if row.flash_attention else 'off'}):",
         f"- weights on the GPU {format_bytes(fit_row.weights_bytes)} + "
-        + "".join(
-            f"{item.label} {format_bytes(item.bytes)}" + (f" ({item.basis})" if item.basis else "") + " + "
-            for item in fit_row.overhead
-        )
+        + "".join(f"{item.label} {format_bytes(item.bytes)}{item.basis_note} + " for item in fit_row.overhead)
         + f"{row.num_parallel} × cache {format_bytes(fit_row.cache_bytes)} = "
         f"**{format_bytes(row.kvscope_gpu_bytes)}** of {format_bytes(row.fit.usable_bytes)}: "
         f"{FITS_SENTENCE[row.kvscope_fits]} (headroom {format_bytes(row.kvscope_headroom_bytes)}){in_ram(row)}",

@@ -585,7 +585,7 @@ def arithmetic(result: PlanResult) -> list[str]:
         f"KV budget per GPU = {_gib(r.cluster.card.memory_bytes)} × {r.usable_bytes / r.cluster.card.memory_bytes:.2f}"
         f" − {_gib(r.weights.total[s])} weights − {_gib(overhead)} overhead = {_gib(r.kv_budgets[s])}"
     )
-    items = " + ".join(f"{i.label} {_gib(i.bytes)}" + (f" ({i.basis})" if i.basis else "") for i in r.overhead)
+    items = " + ".join(f"{i.label} {_gib(i.bytes)}{i.basis_note}" for i in r.overhead)
     lines.append(f"  overhead: {items} = {_gib(overhead)}")
     stage_layers = pp_partitions(len(r.model.layers), layout.pp)[s]
     per_token = stage_token_bytes(engine_for(r.cluster, layout), r.model, layout, r.kv_dtype)[s]

@@ -37,6 +37,11 @@ class Item:
     formula: str  # the arithmetic with this model's numbers, shown on demand
     basis: str = ""  # for a figure not read from the engine's code: what it rests on, shown beside it
 
+    @property
+    def basis_note(self) -> str:
+        """ " (what it rests on)", to follow the figure wherever it is shown; "" for one read from the engine."""
+        return f" ({self.basis})" if self.basis else ""
+
 
 NOT_CHECKED = "not checked against an engine"
 CUDA_CONTEXT_ITEM = Item(

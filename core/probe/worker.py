@@ -563,14 +563,15 @@ def run_vllm(req: ProbeRequest, ch: Channel, budget_s: float | None = None) -> N
         llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)
         return time.perf_counter() - start
 
+    # kvscope's cache for one request at vLLM's max_model_len: what the logged KV memory holds that many of
+    at_max = vllm_prediction(spec, max_len, req.kv_dtype, req.tensor_parallel_size)
+    available = parsed["available_kv_bytes"]
     for n in req.contexts:
         ch.progress(f"context {n:,}: prefill + {req.decode_steps} decode steps in vLLM")
         ids = torch.randint(0, spec.vocab_size, (n,), generator=rng).tolist()
         one = timed(ids, 1)
         many = timed(ids, req.decode_steps)
         predicted = vllm_prediction(spec, n, req.kv_dtype, req.tensor_parallel_size)
-        at_max = vllm_prediction(spec, max_len, req.kv_dtype, req.tensor_parallel_size)
-        available = parsed["available_kv_bytes"]
         row = ContextResult(
             context=n,
             predicted_cache_bytes=predicted,
@@ -586,7 +587,7 @@ def run_vllm(req: ProbeRequest, ch: Channel, budget_s: float | None = None) -> N
             predicted_max_concurrency=available / at_max if available and at_max else None,
         )
         ch.send("context", row=row.to_dict())
-    if vllm_prediction(spec, max_len, req.kv_dtype, req.tensor_parallel_size) is None:
+    if at_max is None:
         notes.append("kvscope has no vLLM engine in this checkout: prediction left empty")
     ch.send("done", weights=label, notes=notes, env=env)
 
