@@ -235,8 +235,7 @@ def resolve(raw: dict[str, Any]) -> dict[str, Any]:
         except InputError:
             raise
         except Exception as err:  # transformers' validators raise many types; the message is what matters
-            # one line: a front end shows it as a sentence, the command line as one line on stderr
-            reason = " ".join(str(err).split())
+            reason = _one_line(err)
             culprit = _culprit(model_type, fields, reason)
             where = f" (traced to its field {culprit}; check its value)" if culprit else ""
             raise InputError(f"transformers rejected this {model_type} config: {reason}{where}") from None
@@ -278,8 +277,14 @@ def _failure(model_type: str, fields: dict[str, Any]) -> str | None:
     try:
         _transformers_text(model_type, fields)[1].to_json_string(use_diff=False)
     except Exception as err:
-        return " ".join(str(err).split())
+        return _one_line(err)
     return None
+
+
+def _one_line(err: Exception) -> str:
+    """transformers' message on one line (a front end shows it as a sentence, the command line as one line on
+    stderr); _culprit compares failures by it, so both sides must read it alike."""
+    return " ".join(str(err).split())
 
 
 def _without_one(fields: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
