@@ -11,7 +11,6 @@ from core.report import (
     IN_RAM,
     breakdown_records,
     cache_help,
-    checkpoint_note,
     constant_table,
     display_records,
     layers_in_ram,
@@ -72,8 +71,6 @@ figure_row(
 )
 for note in result.notes:
     st.info(note)
-if shipped := checkpoint_note(setup):
-    st.caption(shipped)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)

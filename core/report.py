@@ -12,7 +12,7 @@ from core.engines.hf_transformers import TransformersEngine
 from core.engines.llamacpp import LlamaCppEngine
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
-from core.fit import Fit, Row, Setup, Solver, cache_in_ram, default_split, setup_format
+from core.fit import Fit, Row, Setup, Solver, cache_in_ram, default_split, own_format, setup_format
 from core.memory.quant import FORMATS, default_format, format_named
 from core.model.params import count_params
 from core.model.spec import ModelSpec
@@ -211,6 +211,22 @@ def checkpoint_note(setup: Setup) -> str | None:
         f"This checkpoint ships its weights as {own} (its quantization_config); the figures are for "
         f"{setup.weights}, the format chosen (Weights)."
     )
+
+
+def format_offer(setup: Setup) -> str | None:
+    """The checkpoint's own format as the engine loads it (own_format), to offer in the Weights box's place where the
+    engine does not load the chosen format as such (format_note), or where the checkpoint ships quantised weights the
+    engine loads as they are (checkpoint_note); None where the engine would not load that one as such either."""
+    if not setup.weights or setup.weights_file is not None:
+        return None
+    try:
+        own = own_format(setup.model, setup.engine)
+        as_shipped = "quantization_config" in setup.model.config and own == default_format(setup.model)
+    except InputError:  # a quantization kvscope does not count: nothing of its own to offer
+        return None
+    if own == format_named(setup.weights).name or not (as_shipped or format_note(setup)):
+        return None
+    return None if engine_format_warning(setup.engine, own, setup.model) else own
 
 
 def check(setup: Setup) -> None:

@@ -325,3 +325,43 @@ def test_the_explorer_says_when_it_sizes_another_format_than_the_checkpoint_ship
     assert captions(gptq8, "gptq_int8") == []
     (said,) = captions({"quant_method": "bitsandbytes", "load_in_4bit": True})
     assert "sized as q4_k_m, the format chosen" in said and "'bitsandbytes'" in said
+
+
+def test_the_explorer_offers_the_checkpoints_own_format_one_click_away():
+    """The Weights box's default, q4_k_m, is a GGUF type vLLM serves only experimentally, and an uploaded GPTQ-Int8
+    config was sized as whatever the box held: a button beside the note now sizes the checkpoint's own format as the
+    engine loads it, and the figures and the link follow. Where the engine would not load that one as such either
+    (llama.cpp dequantizes GPTQ), or kvscope cannot count it (bitsandbytes), nothing is offered."""
+    import json
+
+    from core.units import format_tokens
+    from tests.conftest import ROOT
+    from tests.test_app import app, expected, metrics
+    from ui.state import Inputs, pack_config
+
+    def offers(at) -> list:
+        assert not at.exception, [e.value for e in at.exception]
+        return [b for b in at.button if "checkpoint's own" in b.label]
+
+    card = "GeForce RTX 4090 24GB"
+    at = app({"engine": "vllm", "card": card, "model": "Qwen/Qwen3-8B"})
+    assert any("experimentally" in w.value for w in at.warning)
+    (button,) = offers(at)
+    assert button.label == "Size the weights as bf16, the checkpoint's own"
+    button.click().run()
+    assert offers(at) == [] and not any("experimentally" in w.value for w in at.warning)
+    assert at.selectbox(key="in_weights").value == "bf16" and at.query_params["weights"] == "bf16"
+    result, _ = expected(Inputs(engine="vllm", card=card, model="Qwen/Qwen3-8B", weights="bf16"))
+    assert metrics(at)["Max context, one sequence"] == format_tokens(result.max_context)
+
+    raw = json.loads((ROOT / "core/model/presets/Qwen__Qwen3-8B.json").read_text())
+    gptq8 = pack_config(raw | {"quantization_config": {"quant_method": "gptq", "bits": 8, "group_size": 128}})
+    at = app({"engine": "vllm", "card": card, "config": gptq8, "weights": "awq"})
+    (button,) = offers(at)
+    assert button.label == "Size the weights as gptq_int8, the checkpoint's own"
+    button.click().run()
+    assert offers(at) == [] and at.query_params["weights"] == "gptq_int8"
+    assert not [c for c in at.caption if "ships its weights" in c.value]
+    assert offers(app({"card": card, "config": gptq8})) == []  # llama.cpp: converted to a GGUF first
+    bnb = pack_config(raw | {"quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True}})
+    assert offers(app({"engine": "vllm", "card": card, "config": bnb})) == []

@@ -23,7 +23,7 @@ from core.model.loading import DEFAULT_MODEL, load_raw, model_from_config, prese
 from core.model.resolver import RESOLVER
 from core.model.spec import ModelSpec
 from core.model.whatif import edited
-from core.report import check, csv_text, format_note, gpu_counts
+from core.report import check, checkpoint_note, csv_text, format_note, format_offer, gpu_counts
 from core.speed.groups import AUTO_BACKEND, BACKEND_CHOICES, BACKEND_NAMES
 from core.units import format_bytes, format_tokens, parse_tokens
 from ui.layout import fold_sidebar_on_phones, nav, opened, share_box, wait_for_paint
@@ -172,6 +172,10 @@ def _clear_edits() -> None:
 
 def _set_gpus(n: int) -> None:
     st.session_state["in_gpus"] = n
+
+
+def _set_weights(fmt: str) -> None:
+    st.session_state["in_weights"] = fmt
 
 
 class _Unseen:
@@ -508,7 +512,17 @@ def sidebar(*, model_only: bool = False, context_at: Any = None) -> tuple[Inputs
         warning = format_note(setup)
         if warning:
             st.warning(warning)
+        _weights_notes(setup)
     return inputs, setup.model, setup
+
+
+def _weights_notes(setup: Setup) -> None:
+    """Where the Weights box sizes another format than the checkpoint ships, say so, and offer the checkpoint's own
+    as the engine loads it, one click away (core.report.checkpoint_note, format_offer)."""
+    if shipped := checkpoint_note(setup):
+        st.caption(shipped)
+    if offer := format_offer(setup):
+        st.button(f"Size the weights as {offer}, the checkpoint's own", on_click=_set_weights, args=(offer,))
 
 
 def _check_setup(setup: Setup) -> None:
