@@ -183,7 +183,10 @@ def fit_params(
                 reduced, gpu_layers, n_layers, projected(setup, reduced, sequences, gpu_layers), limit, tuple(steps)
             )
         chosen = n_min
-        steps.append(f"context reduced from {n_max:,} to the floor of {n_min:,}: still too large")
+        steps.append(
+            f"context reduced from {n_max:,} to the floor of {n_min:,}: still too large ({used_min:,} B projected "
+            f"at {n_min:,} cells, not under the card less {margin >> 20:,} MiB, {limit:,} B)"
+        )
     elif n_ctx is None:
         steps.append(f"the model's context {n_max:,} is at or below the floor of {n_min:,}: no change")
     else:
@@ -195,15 +198,31 @@ def fit_params(
             chosen, gpu_layers, n_layers, projected(setup, chosen, sequences, gpu_layers), limit, tuple(steps)
         )
     if count_params(setup.model).experts:
-        return _fit_moe(setup, chosen, sequences, limit, steps)
+        return _fit_moe(setup, chosen, sequences, margin, steps)
     lo = _most(lambda k: projected(setup, chosen, sequences, k) <= limit, 0, n_layers + 1)
     at = projected(setup, chosen, sequences, lo)
-    more = f", {projected(setup, chosen, sequences, lo + 1):,} B with one more" if lo <= n_layers else ""
+    more = projected(setup, chosen, sequences, lo + 1) if lo <= n_layers else None
     steps.append(
-        f"layers on the GPU: {lo} of {n_layers + 1} (the output layer counts as one): {at:,} B projected{more}, "
-        f"against the card less {margin >> 20:,} MiB, {limit:,} B"
+        f"layers on the GPU: {lo} of {n_layers + 1} (the output layer counts as one): "
+        + _against(at, more, "one more", setup.card.memory_bytes, margin)
     )
     return FitChoice(chosen, lo, n_layers, at, limit, tuple(steps))
+
+
+def _against(at: int, more: int | None, one_more: str, memory: int, margin: int) -> str:
+    """A count's projection, and the next count's where there is one, against the card less the margin: the figures
+    that make the count the largest that stays within it."""
+    shown = "" if more is None else f", {more:,} B with {one_more}"
+    return f"{at:,} B projected{shown}, against the card less {margin >> 20:,} MiB, {memory - margin:,} B"
+
+
+def _tried(what: str, base: int, extra: int, limit: int) -> str:
+    """One of step 4's tries at part of a layer: the projection with its experts in RAM, what the part adds (or
+    takes away), and whether that is strictly under the limit, as fit.cpp asks."""
+    total = base + extra
+    sign = "+" if extra >= 0 else "−"
+    verdict = "under" if total < limit else "not under"
+    return f"{what}: {base:,} B {sign} {abs(extra):,} B = {total:,} B, {verdict} {limit:,} B"
 
 
 def fit_contexts(train: int, min_ctx: int, sequences: int, engine: LlamaCppEngine) -> tuple[int, int, int]:
@@ -234,11 +253,12 @@ def _most(fits, lo: int, hi: int) -> int:
     return lo
 
 
-def _fit_moe(setup: Setup, n_ctx: int, sequences: int, limit: int, steps: list[str]) -> FitChoice:
+def _fit_moe(setup: Setup, n_ctx: int, sequences: int, margin: int, steps: list[str]) -> FitChoice:
     """fit.cpp steps 3-4 for a MoE model on one GPU: `slots` of the n_layers + 1 on the GPU (the last ones), the
     first `full` of them with their experts, the rest with their experts in system RAM, the first of those perhaps
-    with part of its FFN on the GPU."""
-    n = len(setup.model.layers)
+    with part of its FFN on the GPU. Each step says the projections that decide it."""
+    n, memory = len(setup.model.layers), setup.card.memory_bytes
+    limit = memory - margin
 
     def experts_in_ram(slots: int, full: int) -> range:
         first = n + 1 - slots + full  # the GPU layers from the lowest: `full` whole, the rest partial
@@ -248,18 +268,47 @@ def _fit_moe(setup: Setup, n_ctx: int, sequences: int, limit: int, steps: list[s
         return projected(setup, n_ctx, sequences, slots, experts_in_ram(slots, full), partial)
 
     slots = _most(lambda k: used(k, 1) <= limit, 0, n + 1)
-    steps.append(f"layers with their experts in system RAM: {slots} of {n + 1} on the GPU")
+    more = used(slots + 1, 1) if slots <= n else None
+    steps.append(
+        f"layers with their experts in system RAM, the lowest GPU layer keeping its own: {slots} of {n + 1} on the "
+        "GPU (the output layer counts as one): " + _against(used(slots, 1), more, "one more", memory, margin)
+    )
     full = min(1, slots)
     partial = None
     # step 4 runs only when every dense weight fits with all experts in RAM (global_surplus_cpu_moe > 0)
-    if limit - projected(setup, n_ctx, sequences, None, range(n)) > 0 and slots:
+    dense = projected(setup, n_ctx, sequences, None, range(n))
+    if slots:
+        runs = "so step 4 gives experts back" if dense < limit else "so no experts go back (fit.cpp step 4 skipped)"
+        steps.append(
+            f"every layer on the GPU with all experts in system RAM: {dense:,} B projected, "
+            f"{'under' if dense < limit else 'not under'} {limit:,} B, {runs}"
+        )
+    if dense < limit and slots:
         full = _most(lambda k: used(slots, k) <= limit, full, slots)
-        steps.append(f"experts back on the GPU: the lowest {full} GPU layer(s) hold theirs")
+        more = used(slots, full + 1) if experts_in_ram(slots, full) else None
+        steps.append(
+            f"experts back on the GPU: the lowest {full} GPU layer(s) hold theirs: "
+            + _against(used(slots, full), more, "one more layer's", memory, margin)
+        )
+        first = experts_in_ram(slots, full).start
         if slots > 1 and experts_in_ram(slots, full):  # "try to fit at least part of one more layer", strictly under
-            if used(slots, full, "up") < limit:
-                partial = "gate" if used(slots, full, "gate") < limit else "up"
-            elif used(slots, full, "attn") < limit:
-                partial = "attn"
+            whole = used(slots, full)
+
+            def attempt(fraction: str) -> tuple[bool, str]:
+                extra = partial_bytes(setup, first, fraction)
+                return whole + extra < limit, _tried(f"its {ON_GPU[fraction]}", whole, extra, limit)
+
+            fits_up, up = attempt("up")
+            tries = [up]
+            if fits_up:
+                fits_gate, gate = attempt("gate")
+                tries.append(gate)
+                partial = "gate" if fits_gate else "up"
+            else:
+                fits_attn, attn = attempt("attn")
+                tries.append(attn)
+                partial = "attn" if fits_attn else None
+            steps.append(f"part of layer {first} on the GPU, its other tensors in system RAM: " + "; ".join(tries))
     ram = experts_in_ram(slots, full)
     if partial:
         steps.append(f"layer {ram.start} keeps its {ON_GPU[partial]} on the GPU, the rest of its FFN in system RAM")

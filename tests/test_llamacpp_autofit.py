@@ -193,7 +193,10 @@ def test_other_engines_are_refused_with_a_reason():
 def test_cli(capsys):
     assert main(["autofit", "microsoft/phi-4", "--gpu", "RTX 4060 8GB", "-np", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    direct = fit_params(setup("microsoft/phi-4"), None, 1)
+    # the CLI's engine: llama-server given -np 1 (no unified cache, one row of logits); its steps' projections are
+    # that engine's (its output buffer differs from llama-cli's)
+    server = configured("llama.cpp", frontend="llama-server", kv_unified=False, n_outputs_max=1)
+    direct = fit_params(replace(setup("microsoft/phi-4"), engine=server), None, 1)
     assert (out["n_ctx"], out["gpu_layers"], out["layer_slots"]) == (direct.n_ctx, direct.gpu_layers, 41)
     assert out["fits"] is True and out["steps"] == list(direct.steps)
     # llama-server's 4 slots share one unified stream, each may fill it; -np 2 gives two streams of half

@@ -1,0 +1,139 @@
+"""Three figures that pointed elsewhere now work themselves out: llama.cpp's --fit for a MoE model (the steps that put
+experts in RAM), a point of the hybrid page's concurrency curve, and a cluster rank's weights. Each explanation's
+numbers are checked against core's figures reached by another path (core.fit's rows, the tensor list), not against
+the explaining code's own."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+
+from core.engines import configured
+from core.engines.base import sized_tensors
+from core.fit import Setup, fit
+from core.llamacpp_autofit import FIT_MARGIN, autofit_sentence, fit_params
+from core.memory.gpus import Card, card_named
+from core.model.loading import load_model
+from core.model.params import count_params
+from tests.test_app import app
+
+CARD_8GB = card_named("RTX 4060 8GB")
+LIMIT_8GB = CARD_8GB.memory_bytes - FIT_MARGIN
+
+
+def numbers(text: str) -> list[int]:
+    """The integers a line shows, thousands separators and all ("7,516,192,768 B" → 7516192768)."""
+    return [int(n.replace(",", "")) for n in re.findall(r"\d[\d,]*", text)]
+
+
+def cli_setup(name: str, card: Card = CARD_8GB) -> Setup:
+    return Setup(load_model(name), configured("llama.cpp", frontend="llama-cli"), card, weights="q4_k_m")
+
+
+def server_setup(name: str) -> Setup:
+    """llama-server given -np 1, as `python -m core autofit -np 1` runs it: one slot, no unified cache."""
+    server = configured("llama.cpp", frontend="llama-server", kv_unified=False, n_outputs_max=1)
+    return replace(cli_setup(name), engine=server)
+
+
+def total(s: Setup, slots: int, experts_in_ram: range) -> int:
+    """Device memory of one 4,096-token sequence with -ngl `slots` and these layers' experts in RAM, as core.fit's
+    row counts it: the projection fit.cpp compares, reached through the solver rather than the fit's own code."""
+    return fit(replace(s, gpu_layers=slots, cpu_experts=experts_in_ram), [4096]).rows[0].total_bytes
+
+
+def step(steps: tuple[str, ...], start: str) -> str:
+    return next(s for s in steps if s.startswith(start))
+
+
+def layer_parts(s: Setup, layer: int) -> tuple[int, int]:
+    """One GGUF up-experts tensor (weights and bias: half of kvscope's fused gate_up) and the router (with its bias)
+    of a layer, in bytes, read off the tensor list."""
+    sizes = {t.role: size for t, size in sized_tensors(count_params(s.model), "q4_k_m", 2) if t.layer == layer}
+    up = (sizes["ffn_gate_up_exps"] + sizes.get("ffn_gate_up_exps_bias", 0)) // 2
+    return up, sizes["ffn_gate_inp"] + sizes.get("ffn_gate_inp_bias", 0)
+
+
+# --- 1. llama.cpp's --fit: the MoE steps ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "layers", "tried"),
+    [
+        # the next layer's up experts fit, then its gate experts too
+        ("Qwen/Qwen3-30B-A3B", cli_setup, 48, ("up", "gate")),
+        ("openai/gpt-oss-20b", cli_setup, 24, ("up", "gate")),
+        # llama-server's larger buffers: gpt-oss-20b's up experts do not fit; it keeps only the next layer's
+        # attention (its router to RAM)
+        ("openai/gpt-oss-20b", server_setup, 24, ("up", "attn")),
+    ],
+)
+def test_moe_fit_steps_show_the_projections_that_decide_them(name, make, layers, tried):
+    s = make(name)
+    choice = fit_params(s, None, 1)
+    assert choice.gpu_layers is None and choice.cpu_experts.stop == layers  # every slot on the GPU
+    first = choice.cpu_experts.start
+
+    # step 3: every slot on the GPU, the lowest layer whole, the others' experts in RAM
+    placed = step(choice.steps, "layers with their experts in system RAM")
+    assert f"{layers + 1} of {layers + 1} on the GPU" in placed
+    assert f"{total(s, layers + 1, range(1, layers)):,} B projected" in placed
+    assert f"against the card less 1,024 MiB, {LIMIT_8GB:,} B" in placed
+
+    # step 4's condition: every dense weight with all experts in RAM, under the limit
+    dense = step(choice.steps, "every layer on the GPU with all experts in system RAM")
+    assert numbers(dense)[:2] == [total(s, layers + 1, range(layers)), LIMIT_8GB] and "under" in dense
+
+    # step 4: the lowest `first` layers hold their experts; one more layer's would pass the limit
+    back = step(choice.steps, "experts back on the GPU")
+    at, more = total(s, layers + 1, range(first, layers)), total(s, layers + 1, range(first + 1, layers))
+    assert at <= LIMIT_8GB < more
+    assert f"the lowest {first} GPU layer(s) hold theirs: {at:,} B projected, {more:,} B with one more layer's" in back
+
+    # the part of the next layer: worked from its tensors (a GGUF's separate gate and up experts, the router)
+    part = step(choice.steps, f"part of layer {first} on the GPU")
+    up, router = layer_parts(s, first)
+    extra = {"up": up - router, "gate": 2 * up, "attn": -router}
+    shown = re.findall(r"(\d[\d,]*) B ([+−]) (\d[\d,]*) B = (\d[\d,]*) B, (under|not under) ([\d,]+) B", part)
+    assert len(shown) == len(tried)
+    for fraction, (base, sign, change, result, verdict, limit) in zip(tried, shown, strict=True):
+        base, change, result = (int(x.replace(",", "")) for x in (base, change, result))
+        assert (base, (1 if sign == "+" else -1) * change) == (at, extra[fraction])
+        assert result == at + extra[fraction] and int(limit.replace(",", "")) == LIMIT_8GB
+        assert verdict == ("under" if result < LIMIT_8GB else "not under")
+    assert choice.projected_bytes == at + extra[choice.partial]  # the choice is the last try that stayed under
+
+
+def test_a_card_too_small_for_the_dense_weights_says_step_4_is_skipped():
+    s = replace(cli_setup("Qwen/Qwen3-30B-A3B"), weights="fp16", card=Card.custom(3))
+    choice = fit_params(s, None, 1)
+    limit = Card.custom(3).memory_bytes - FIT_MARGIN
+    slots = choice.gpu_layers
+    assert slots is not None
+    placed = step(choice.steps, "layers with their experts in system RAM")
+    lowest = 49 - slots  # the GPU layers: 49 - slots … 47 and the output; the lowest keeps its experts
+    at, more = total(s, slots, range(lowest + 1, 48)), total(s, slots + 1, range(lowest, 48))
+    assert f"{at:,} B projected, {more:,} B with one more, against the card less 1,024 MiB, {limit:,} B" in placed
+    skipped = step(choice.steps, "every layer on the GPU with all experts in system RAM")
+    assert numbers(skipped)[:2] == [total(s, 49, range(48)), limit] and "not under" in skipped
+    assert "step 4 skipped" in skipped and not any(x.startswith("experts back") for x in choice.steps)
+
+
+def test_the_floor_step_shows_its_projection():
+    s = cli_setup("Qwen/Qwen3-30B-A3B")
+    floor = fit_params(s, None, 1).steps[0]
+    assert f"still too large ({total(s, 49, range(0)):,} B projected at 4,096 cells" in floor
+    assert f"{LIMIT_8GB:,} B" in floor
+
+
+def test_fit_page_shows_the_moe_arithmetic():
+    at = app({"model": "openai/gpt-oss-20b", "fe": "llama-cli", "card": "GeForce RTX 4060 8GB"})
+    assert not at.exception, [e.value for e in at.exception]
+    said = [i.value for i in at.info if "--fit" in i.value]
+    s = cli_setup("openai/gpt-oss-20b")
+    assert said == [autofit_sentence(s, "llama-cli")]
+    first = fit_params(s, None, 1).cpu_experts.start
+    at_first, more = total(s, 25, range(first, 24)), total(s, 25, range(first + 1, 24))
+    assert f"{at_first:,} B projected, {more:,} B with one more layer's" in said[0]
