@@ -10,7 +10,7 @@ from core.engines.base import CacheAccount, KindLine, sized_weights
 from core.engines.llamacpp import LlamaCppEngine
 from core.engines.vllm_engine import VllmEngine
 from core.engines.vllm_pipeline import fullest_stage_fraction, stage_bytes_per_block
-from core.fit import Fit, GpuShare, Row, Solver, cache_in_ram, layer_bytes
+from core.fit import Fit, GpuShare, Row, Setup, Solver, cache_in_ram, fit, layer_bytes
 from core.memory.llamacpp_compute import PIPELINE_ITEM
 from core.memory.overhead import PER_SEQUENCE
 from core.model.params import count_params
@@ -262,3 +262,54 @@ def max_context_line(fit: Fit) -> str:
         )
 
     return f"{head}: " + "; ".join(at(k) for k in (n, n + 1) if k >= 1) + f" — {n:,}"
+
+
+def point_lines(setup: Setup, context: int) -> list[str]:
+    """One point of a requests-at-once curve (the hybrid page's: Solver.concurrency at `context`), worked out as Fit a
+    card works a row: the usable memory, one request's cache (its growing part and its fixed state), the weights and
+    overhead, the budget left for cache and its division, then the engine's own cap on requests at once."""
+    result = fit(setup, [context])
+    row = result.rows[0]
+    account = row.account
+    growing = sum(line.token_bytes_total for line in account.lines)
+    fixed = sum(line.fixed_bytes_total for line in account.lines)
+    per_gpu = "" if row.cache_bytes == account.total else f", {format_bytes(row.cache_bytes)} of it per GPU"
+    return [
+        f"### {setup.model.name}: requests of {format_tokens(context)} tokens at once on {setup.card.name}",
+        usable_line(result),
+        f"**One request's cache**: growing part {growing:,} B + fixed state {fixed:,} B = {account.total:,} B"
+        f"{per_gpu} (term by term below)",
+        *row_lines(result, row)[1:],
+        cap_line(result, row),
+    ]
+
+
+def cap_line(fit: Fit, row: Row) -> str:
+    """The engine's own bound on the requests it runs at once, beside the memory's figure (row.max_concurrency, what
+    the curve draws)."""
+    engine = fit.engine or fit.setup.engine
+    n = row.max_concurrency
+    held = "any number" if n == float("inf") else f"{floor_places(n):,.2f}"
+    if isinstance(engine, VllmEngine):
+        cap = engine.max_seqs()
+        verdict = f"the cache holds more, so {cap:,} run" if row.max_num_seqs else "the cache decides"
+        return (
+            f"**Engine's cap** (vLLM): its scheduler runs at most --max-num-seqs {cap:,} requests at once "
+            f"(`vllm serve`'s default for the card, or as set); {verdict}. The curve draws the cache's {held}"
+        )
+    if isinstance(engine, LlamaCppEngine):
+        slots = engine.options.n_seq_max
+        if row.slots:
+            return (
+                f"**Engine's cap** (llama.cpp): its unified cache is made for {row.slots} slots (-np), and memory "
+                f"holds all of them (-c {row.n_ctx:,}): the curve stops at {row.slots}"
+            )
+        if row.front_end_runs:
+            return (
+                f"**Engine's cap** (llama.cpp): memory holds {int(n):,} {engine.runs_phrase(int(n))}; the curve "
+                "draws what the memory holds"
+            )
+        if slots and n != float("inf"):
+            return f"**Engine's cap** (llama.cpp): at most its {slots} slots (-np); memory holds {held}"
+        return f"**Engine's cap** (llama.cpp): none besides the memory's {held}"
+    return f"**Engine's cap** ({engine.name}): none; generate() batches as many as it is given, so memory decides"

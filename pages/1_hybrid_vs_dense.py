@@ -18,6 +18,7 @@ from core.compare import (
     with_model,
 )
 from core.errors import InputError
+from core.explain import point_lines
 from core.fit import Setup, context_limit, setup_format, validate
 from core.model.loading import load_model, presets
 from core.model.whatif import all_full_attention
@@ -192,6 +193,14 @@ st.plotly_chart(
     width="stretch",
 )
 
+if point := opened("How is a point of this curve worked out?", "kv_how_hybrid_point"):
+    names = [s.name for s in all_series]
+    name = point.selectbox("Model", names, key="hy_point_model")
+    drawn = all_series[names.index(name)]
+    context_at = point.selectbox("Context", drawn.contexts, format_func=format_tokens, key="hy_point_ctx")
+    # the series' setups in the order compute() drew them; the point is worked from its own setup
+    point.markdown("\n\n".join(point_lines(_setups(setup, tuple(chosen))[0][names.index(name)], context_at)))
+
 st.subheader("Longest context per card size")
 limited = [(s, r) for s, r in zip(all_series, reach, strict=True) if not s.unlimited]
 if limited:
@@ -274,7 +283,8 @@ if how := opened("How is this computed?", "kv_how_hybrid"):  # drawn only while 
     how.markdown(
         "Ratio = the comparator's cache ÷ this model's cache at the same n; its asymptote is the ratio of the "
         "per-token rates once every window is full. Concurrency and the card-size bars come from the same solver as "
-        "*Fit a card* (weights, overhead and the engine's rules on this card); a card-size bar is the longest "
+        "*Fit a card* (weights, overhead and the engine's rules on this card); 'How is a point of this curve worked "
+        "out?' below the concurrency curve gives any of its points' arithmetic. A card-size bar is the longest "
         "single sequence that fits, capped at that model's own maximum context (**max**), which the table's "
         '"model\'s context limit" column gives.'
     )

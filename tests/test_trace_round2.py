@@ -10,14 +10,15 @@ from dataclasses import replace
 
 import pytest
 
+from core.compare import series
 from core.engines import configured
 from core.engines.base import sized_tensors
-from core.fit import Setup, fit
+from core.fit import Setup, Solver, fit
 from core.llamacpp_autofit import FIT_MARGIN, autofit_sentence, fit_params
 from core.memory.gpus import Card, card_named
 from core.model.loading import load_model
 from core.model.params import count_params
-from tests.test_app import app
+from tests.test_app import app, opened
 
 CARD_8GB = card_named("RTX 4060 8GB")
 LIMIT_8GB = CARD_8GB.memory_bytes - FIT_MARGIN
@@ -137,3 +138,68 @@ def test_fit_page_shows_the_moe_arithmetic():
     first = fit_params(s, None, 1).cpu_experts.start
     at_first, more = total(s, 25, range(first, 24)), total(s, 25, range(first + 1, 24))
     assert f"{at_first:,} B projected, {more:,} B with one more layer's" in said[0]
+
+
+# --- 2. the hybrid page: a point of the concurrency curve ----------------------------------------------------------
+
+HYBRID = {"model": "Qwen/Qwen3.5-9B", "card": "GeForce RTX 4090 24GB", "cmp": "google/gemma-3-12b-it"}
+
+
+def hybrid_point(params: dict[str, str], model: str, context: int) -> str:
+    at = app(params)
+    at.switch_page("pages/1_hybrid_vs_dense.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not any(m.value.startswith("### ") for m in at.markdown)  # closed: nothing worked out
+    at = opened(at, "kv_how_hybrid_point")
+    at.selectbox(key="hy_point_model").set_value(model).run()
+    at.selectbox(key="hy_point_ctx").set_value(context).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return next(m.value for m in at.markdown if m.value.startswith(f"### {model}: requests of"))
+
+
+@pytest.mark.parametrize("model", ["Qwen/Qwen3.5-9B", "google/gemma-3-12b-it"])
+def test_hybrid_curve_point_is_worked_out_from_the_fit_solvers_bytes(model):
+    """llama-cli: the point is the budget left beside weights and overhead, divided by one request's cache; each
+    figure recomputed from Solver's own accounts and the drawn series, not from the explanation."""
+    text = hybrid_point(HYBRID | {"fe": "llama-cli"}, model, 32768)
+    s = cli_setup(model, card_named("RTX 4090"))
+    solver = Solver(s)
+    drawn = series(s, [32768])
+    weights, overhead = solver.weights, sum(i.bytes for i in solver.overhead(32768))
+    account = solver.account(32768)
+    growing = sum(line.count * line.bytes_per_token * line.tokens_held for line in account.lines)
+    fixed = sum(line.count * line.fixed_bytes for line in account.lines)
+    assert growing + fixed == drawn.cache_bytes[0]  # one request's cache, as the cache curve draws it
+    budget = solver.usable - weights - overhead
+    assert (
+        f"**One request's cache**: growing part {growing:,} B + fixed state {fixed:,} B = {drawn.cache_bytes[0]:,} B"
+        in text
+    )
+    assert (
+        f"{solver.usable:,} B usable − {weights:,} B weights − {overhead:,} B overhead = {budget:,} B for cache" in text
+    )
+    point = budget // drawn.cache_bytes[0]
+    assert point == drawn.concurrency[0] >= 1  # the drawn point
+    assert f"⌊{budget:,} B ÷ {drawn.cache_bytes[0]:,} B per sequence⌋ = {point:,}" in text
+    assert f"memory holds {point:,} as llama-server -np {point}; llama-cli runs one conversation" in text
+
+
+def test_hybrid_curve_point_under_vllm_shows_blocks_and_max_num_seqs():
+    text = hybrid_point(HYBRID | {"engine": "vllm", "weights": "bf16"}, "Qwen/Qwen3.5-9B", 32768)
+    s = Setup(load_model("Qwen/Qwen3.5-9B"), configured("vllm"), card_named("RTX 4090"))
+    drawn = series(s, [32768]).concurrency[0]
+    row = fit(s, [32768]).rows[0]
+    budget = int(s.card.memory_bytes * 0.92) - row.weights_bytes - row.overhead_bytes
+    shown = re.search(r"= ([\d,]+) B for cache; ⌊[\d,]+ B ÷ ([\d,]+) B per block⌋ = ([\d,]+) blocks; [\d,]+ blocks ÷ "
+                      r"([\d,]+) blocks per request = ([\d.]+) requests", text)  # fmt: skip
+    assert shown, text
+    budget_shown, per_block, blocks, per_request = (int(shown[i].replace(",", "")) for i in (1, 2, 3, 4))
+    assert budget_shown == budget and blocks == budget // per_block
+    assert float(shown[5]) == pytest.approx(blocks / per_request) == pytest.approx(drawn)
+    assert "its scheduler runs at most --max-num-seqs 256 requests at once" in text  # vllm serve's default, 24 GB
+
+
+def test_hybrid_curve_point_under_llama_servers_slots_names_the_cap():
+    text = hybrid_point(HYBRID | {"fe": "llama-server"}, "Qwen/Qwen3.5-9B", 8192)
+    assert "at most 4 run at once, the front end's slots (-np)" in text
+    assert "its unified cache is made for 4 slots (-np)" in text and "the curve stops at 4" in text
