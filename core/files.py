@@ -81,18 +81,22 @@ def open_lock(path: Path, what: str, env: str, mode: int = 0o666) -> int:
 
 def write_json_atomic(path: Path, value: Any) -> bool:
     """Write `value` as JSON through a temporary file and a rename, so a reader never sees half a file. False when
-    the folder is not writable: a cache that cannot be written only costs the next use its work again.
+    the folder is not writable: a cache that cannot be written only costs the next use its work again."""
+    return write_bytes_atomic(path, json.dumps(value).encode())
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> bool:
+    """Replace `path` by `data` through a temporary file and a rename (write_json_atomic); False when it cannot.
 
     The temporary file's name is unique to this write, not to the process: two server threads writing the same path
     with one shared name wrote into each other's file, and a reader saw the half-written one after the first rename."""
-    text = json.dumps(value).encode()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # the umask's mode, as a plain write gives (a shared cache folder stays readable to its other users)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
         with os.fdopen(fd, "wb") as f:
-            f.write(text)
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())  # the rename must not reach the disk before the bytes it names (a crash)
         os.replace(tmp, path)

@@ -19,7 +19,7 @@ from core.files import write_json_atomic
 from core.model.loading import config_label
 from core.probe import RANDOM_LABEL, ProbeBusy, ProbeJob, ProbeRequest, active_job, load_results
 from core.probe.request import BACKENDS, DEVICES, parse_contexts
-from core.probe.results import RESULTS_NAME, results_dir
+from core.probe.results import RESULTS_NAME, results_dir, trim_note
 from core.speed import calibration
 from core.speed.calibrate_job import TIMEOUT_S, CalibrationBusy, CalibrationJob, active_calibration
 from core.units import GIB, format_bytes, format_tokens, plural
@@ -291,9 +291,12 @@ def worst_ratio(measured: list[dict]) -> float | None:
 
 
 st.subheader("Past runs")
-rows, warnings = load_results(results_dir() / RESULTS_NAME)
+results_path = results_dir() / RESULTS_NAME
+rows, warnings = load_results(results_path)
 for warning in warnings:
     st.warning(warning)
+if trimmed := trim_note(results_path):
+    st.caption(trimmed)
 if rows:
     st.dataframe(
         pd.DataFrame(
