@@ -14,6 +14,7 @@ from core.engines.vllm_cluster import (
     plain_tp,
     plans,
     record,
+    weight_lines,
 )
 from core.errors import InputError
 from core.model.spec import ModelSpec
@@ -72,9 +73,15 @@ def cluster_report(
         "plans": [record(r) for r in ranked],
         "best": record(best),
         "best_arithmetic": arithmetic(best),
+        "best_weights": weight_lines(best),  # the weights per GPU above, tensor by tensor
         "best_launch": launch_script(best),  # shell lines, each step headed by a comment saying where it runs
         "recipes": {
-            name: {**record(r), "arithmetic": arithmetic(r), "requests_vs_plain_tp": _gain(r, recipes["plain_tp"])}
+            name: {
+                **record(r),
+                "arithmetic": arithmetic(r),
+                "weights_arithmetic": weight_lines(r),
+                "requests_vs_plain_tp": _gain(r, recipes["plain_tp"]),
+            }
             for name, r in recipes.items()
         },
         "best_vs_plain_tp": _gain(best, recipes["plain_tp"]),
@@ -117,13 +124,13 @@ def print_cluster(out: dict) -> None:
         print()
     else:
         print(f"\nno plan fits; the closest: {out['best']['layout']}")
-    for line in out["best_arithmetic"]:
+    for line in out["best_arithmetic"] + out["best_weights"]:
         print(f"  {line}")
     names = {"plain_tp": "plain TP (TP inside a node, PP across)", "dp_attention": "DP-attention (one engine per GPU)"}
     for name, r in out["recipes"].items():
         gain = f": {r['requests_vs_plain_tp']:.2f}× plain TP's requests" if r["requests_vs_plain_tp"] else ""
         print(f"\n{names[name]}: {r['layout']}{gain}")
-        for line in r["arithmetic"]:
+        for line in r["arithmetic"] + r["weights_arithmetic"]:
             print(f"  {line}")
     if out["best_vs_plain_tp"]:
         print(f"\nbest ÷ plain TP: {gain_text(out)}")

@@ -141,10 +141,12 @@ titles = {
 # Drawn only while open (ui.layout.opened): each code box loads Streamlit's syntax highlighter into a fresh tab.
 if box := opened(f"How is it computed? Best plan: {best['layout']}", "kv_how_cluster"):
     box.code("\n".join(out["best_arithmetic"]), language=None, wrap_lines=True)
+    box.code("\n".join(out["best_weights"]), language=None, wrap_lines=True)
 for name, recipe in out["recipes"].items():
     vs = f" — {recipe['requests_vs_plain_tp']:.2f}× plain TP" if recipe["requests_vs_plain_tp"] else ""
     if box := opened(f"{titles[name]} ({recipe['layout']}){vs}", f"kv_how_{name}"):
         box.code("\n".join(recipe["arithmetic"]), language=None, wrap_lines=True)
+        box.code("\n".join(recipe["weights_arithmetic"]), language=None, wrap_lines=True)
 st.caption(
     "Not modelled: the all-to-all buffers of EP kernels (DeepEP reserves its own), EPLB's redundant experts, "
     "decode context parallel, MTP draft layers. Rules and their vLLM sources: core/engines/vllm_cluster.py."

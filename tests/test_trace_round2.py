@@ -5,6 +5,7 @@ the explaining code's own."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 
@@ -18,7 +19,8 @@ from core.llamacpp_autofit import FIT_MARGIN, autofit_sentence, fit_params
 from core.memory.gpus import Card, card_named
 from core.model.loading import load_model
 from core.model.params import count_params
-from tests.test_app import app, opened
+from core.units import format_bytes
+from tests.test_app import app, open_page, opened
 
 CARD_8GB = card_named("RTX 4060 8GB")
 LIMIT_8GB = CARD_8GB.memory_bytes - FIT_MARGIN
@@ -203,3 +205,77 @@ def test_hybrid_curve_point_under_llama_servers_slots_names_the_cap():
     text = hybrid_point(HYBRID | {"fe": "llama-server"}, "Qwen/Qwen3.5-9B", 8192)
     assert "at most 4 run at once, the front end's slots (-np)" in text
     assert "its unified cache is made for 4 slots (-np)" in text and "the curve stops at 4" in text
+
+
+# --- 3. the cluster page: a rank's weights, tensor by tensor -------------------------------------------------------
+
+DSV3 = "deepseek-ai/DeepSeek-V3"
+CLUSTER = {"model": DSV3, "ctx": "32k", "ccard": "H200", "nodes": "2", "gpn": "8"}
+
+
+def dsv3_rank(tp: int, ways: int, expert_parallel: bool, layers: range, last_stage: bool) -> int:
+    """DeepSeek-V3's bytes on one GPU, from its tensor list and vLLM's rules read off its source, written out here:
+    routed experts whole (⌈256 ÷ EP⌉ a rank) or split over DP × TP; the fused q_a/kv_a projections, norms and
+    routers whole on each TP rank; the vocabulary (129,280 rows, already a multiple of 64) and everything else
+    split over TP; the embedding on the first stage, the head and final norm on the last."""
+    model = load_model(DSV3)
+    out = 0
+    for t, size in sized_tensors(count_params(model), "fp8_block", 2):
+        if t.layer is None:
+            if (t.category == "embedding") == last_stage:
+                continue
+            out += size if t.category == "other" else size // tp
+        elif t.layer not in layers:
+            continue
+        elif t.routed:
+            out += -(-t.count // ways) * (size // t.count) if expert_parallel else -(-size // ways)
+        elif t.category in ("other", "router") or t.role in ("attn_q_a", "attn_kv_a_mqa"):
+            out += size
+        else:
+            out += -(-size // tp)
+    return out
+
+
+def test_cluster_rank_weights_are_summed_tensor_by_tensor_on_the_page():
+    at = opened(open_page("pages/6_cluster.py", CLUSTER), "kv_how_cluster")
+    box = next(e for e in at.expander if e.label.startswith("How is it computed?"))
+    worked = box.code[1].value
+    row = at.dataframe[0].value.iloc[0]
+    assert row["plan"] == "TP 1 × PP 2 × DP 8 (EP 8)" and row["stage"] == 1
+    expected = dsv3_rank(1, 8, True, range(31), last_stage=False)  # get_pp_indices: 61 layers as 31 + 30
+    assert worked.splitlines()[0].startswith("Tensor by tensor, the weights per GPU (stage 1 of 2: layers 0–30 of 61")
+    assert worked.splitlines()[-1].endswith(f"= {expected:,} B ({expected / 2**30:,.2f} GiB)")
+    assert format_bytes(expected) == row["weights / GPU"]  # the table's figure, worked out
+    model = load_model(DSV3)
+    sizes = {t.role: size for t, size in sized_tensors(count_params(model), "fp8_block", 2) if t.layer == 3}
+    each = sizes["ffn_down_exps"] // 256
+    assert f"ffn_down_exps: ⌈256 experts ÷ EP 8⌉ = 32 × {each:,} B = {32 * each:,} B" in worked
+    assert "layers 0–2 (3 alike), each:" in worked and "layers 3–30 (28 alike), each:" in worked
+
+
+def test_plain_tp_rank_weights_show_the_tp_split():
+    at = opened(open_page("pages/6_cluster.py", CLUSTER), "kv_how_plain_tp")
+    box = next(e for e in at.expander if e.label.startswith("Plain TP"))
+    worked = box.code[1].value
+    expected = dsv3_rank(8, 8, False, range(31), last_stage=False)  # TP 8 × PP 2, experts split over 8
+    assert worked.splitlines()[-1].endswith(f" = {expected:,} B ({expected / 2**30:,.2f} GiB)")
+    model = load_model(DSV3)
+    sizes = {t.role: size for t, size in sized_tensors(count_params(model), "fp8_block", 2) if t.layer == 3}
+    assert f"attn_q_b: ⌈{sizes['attn_q_b']:,} B ÷ TP 8⌉ = {-(-sizes['attn_q_b'] // 8):,} B" in worked
+    assert f"attn_q_a: {sizes['attn_q_a']:,} B whole on each TP rank = {sizes['attn_q_a']:,} B" in worked
+    assert f"ffn_gate_up_exps: ⌈{sizes['ffn_gate_up_exps']:,} B ÷ 8 ranks (DP 1 × TP 8)⌉" in worked
+
+
+def test_cluster_cli_prints_the_worked_weights_of_the_last_stage(capsys):
+    """One layout given: TP 8 × PP 2 with the plan shown by its deciding stage; the JSON carries the lines, and a
+    stage's total is the record's weights per GPU."""
+    from core.cli import main
+
+    args = ["cluster", DSV3, "--gpu", "H200", "--nodes", "2", "--context", "32k", "--layout", "8,2,1", "--json"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    stage = out["best"]["stage"]
+    layers = range(31) if stage == 1 else range(31, 61)
+    expected = dsv3_rank(8, 8, False, layers, last_stage=stage == 2)
+    assert out["best"]["weights_bytes_per_gpu"] == expected
+    assert out["best_weights"][-1].endswith(f"= {expected:,} B ({expected / 2**30:,.2f} GiB)")

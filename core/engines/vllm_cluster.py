@@ -57,7 +57,7 @@ from core.memory.quant import default_format
 from core.model.layers import MLA
 from core.model.params import Tensor, count_params
 from core.model.spec import ModelSpec
-from core.units import GIB
+from core.units import GIB, layer_span
 
 GPU_MEMORY_UTILIZATION = 0.92  # vLLM 0.33's default, as core.fit.Setup
 TP_REPLICATED_ROLES = frozenset({"attn_q_a", "attn_kv_a_mqa"})  # DeepSeekV2FusedQkvAProjLinear: disable_tp=True
@@ -154,23 +154,47 @@ def _stage_of(tensor: Tensor, pp: int, tied: bool) -> tuple[int, ...]:
     return (pp - 1,)  # output head and final norm
 
 
-def _share(tensor: Tensor, size: int, layout: Layout, kv_heads: int, sequence_parallel_moe: bool) -> int:
-    """Bytes of one tensor on the fullest GPU of its stage."""
+def _share(tensor: Tensor, size: int, layout: Layout, kv_heads: int, sequence_parallel_moe: bool) -> tuple[int, str]:
+    """Bytes of one tensor on the fullest GPU of its stage, and the rule that gives them as arithmetic on its bytes."""
     tp, ways = layout.tp, layout.tp * layout.dp
     if tensor.routed:  # weights and biases: vLLM's fused-MoE layer holds and shards them together
         if layout.expert_parallel:
-            return -(-tensor.count // ways) * (size // tensor.count)  # whole experts, ⌈n / EP⌉ of them
-        return -(-size // ways)
+            owned, each = -(-tensor.count // ways), size // tensor.count
+            return owned * each, f"⌈{tensor.count} experts ÷ EP {ways}⌉ = {owned} × {each:,} B"
+        return -(-size // ways), f"⌈{size:,} B ÷ {ways} ranks (DP {layout.dp} × TP {tp})⌉"
     if tensor.category in ("embedding", "lm_head"):  # rows are the vocabulary
         padded = -(-tensor.rows // VOCAB_PADDING) * VOCAB_PADDING
-        return -(-size * padded // tensor.rows) // tp
+        how = f"⌊⌈{size:,} B × {padded:,} ÷ {tensor.rows:,} rows⌉ ÷ TP {tp}⌋ (vocabulary padded to {VOCAB_PADDING})"
+        return -(-size * padded // tensor.rows) // tp, how
     if tensor.category in ("other", "router") or tensor.role in TP_REPLICATED_ROLES:
-        return size
+        return size, f"{size:,} B whole" + (" on each TP rank" if tp > 1 else "")
     if sequence_parallel_moe and tensor.role.endswith("_shexp"):
-        return size
-    if tensor.role in ("attn_k", "attn_v"):
-        return -(-size // min(tp, kv_heads))  # KV heads are replicated once TP exceeds them
-    return -(-size // tp)
+        return size, f"{size:,} B whole on each TP rank (sequence-parallel MoE)"
+    if tensor.role in ("attn_k", "attn_v"):  # KV heads are replicated once TP exceeds them
+        return -(-size // min(tp, kv_heads)), f"⌈{size:,} B ÷ min(TP {tp}, {kv_heads} KV heads)⌉"
+    return -(-size // tp), f"⌈{size:,} B ÷ TP {tp}⌉"
+
+
+def _kind(tensor: Tensor, share: int, size: int, layout: Layout) -> int:
+    """Which StageWeights part a tensor's share counts in: 0 experts, 1 split over TP, 2 whole on every TP rank."""
+    if tensor.routed:
+        return 0
+    return 2 if share == size and layout.tp > 1 else 1
+
+
+def _split_rules(model: ModelSpec, layout: Layout) -> tuple[int, bool]:
+    """The model's KV heads (replicated past them), and whether the shared experts are whole on each TP rank
+    (use_sequence_parallel_moe: DP > 1, EP, TP > 1 and PP 1)."""
+    kv_heads = int(model.config.get("num_key_value_heads") or model.config.get("num_attention_heads") or 1)
+    return kv_heads, layout.dp > 1 and layout.expert_parallel and layout.tp > 1 and layout.pp == 1
+
+
+def _stage_starts(layers: int, pp: int) -> list[int]:
+    """Each stage's first layer, and the layer count last (get_pp_indices' bounds)."""
+    starts = [0]
+    for n in pp_partitions(layers, pp):
+        starts.append(starts[-1] + n)
+    return starts
 
 
 @dataclass(frozen=True)
@@ -220,42 +244,31 @@ def stage_weights(model: ModelSpec, layout: Layout, weights: str | None = None) 
     """Per-GPU weight bytes of each stage for a layout (the checkpoint's format unless `weights` names one)."""
     count = count_params(model)
     fmt = weights or default_format(model)
-    bounds, end = [], 0
-    for n in pp_partitions(len(model.layers), layout.pp):
-        end += n
-        bounds.append(end)
-    kv_heads = int(model.config.get("num_key_value_heads") or model.config.get("num_attention_heads") or 1)
-    sp_moe = layout.dp > 1 and layout.expert_parallel and layout.tp > 1 and layout.pp == 1
-    experts, split, replicated = [0] * layout.pp, [0] * layout.pp, [0] * layout.pp
+    starts = _stage_starts(len(model.layers), layout.pp)
+    kv_heads, sp_moe = _split_rules(model, layout)
+    parts = [[0] * layout.pp for _ in range(3)]  # experts, split, replicated
 
-    def shares(tensors) -> tuple[int, int, int]:
+    def shares(tensors) -> list[int]:
         """(experts, split, replicated) bytes of these tensors on the fullest GPU."""
         out = [0, 0, 0]
         for tensor, size in tensors:
-            share = _share(tensor, size, layout, kv_heads, sp_moe)
-            if tensor.routed:  # weights and biases: vLLM's fused-MoE layer holds and shards them together
-                out[0] += share
-            elif share == size and layout.tp > 1:
-                out[2] += share
-            else:
-                out[1] += share
-        return out[0], out[1], out[2]
+            share = _share(tensor, size, layout, kv_heads, sp_moe)[0]
+            out[_kind(tensor, share, size, layout)] += share
+        return out
 
     outside, classes = _weight_classes(count, fmt, dtype_named(model.dtype).block_bytes)
     for tensor, size in outside:
-        e, s, r = shares([(tensor, size)])
+        got = shares([(tensor, size)])
         for stage in _stage_of(tensor, layout.pp, count.lm_head == 0):
-            experts[stage] += e
-            split[stage] += s
-            replicated[stage] += r
+            for part, n in zip(parts, got, strict=True):
+                part[stage] += n
     for layer_class in classes:
-        e, s, r = shares(layer_class.tensors)
-        for stage, stop in enumerate(bounds):
-            n = count_within(layer_class.layers, bounds[stage - 1] if stage else 0, stop)
-            experts[stage] += e * n
-            split[stage] += s * n
-            replicated[stage] += r * n
-    return StageWeights(tuple(experts), tuple(split), tuple(replicated))
+        got = shares(layer_class.tensors)
+        for stage in range(layout.pp):
+            n = count_within(layer_class.layers, starts[stage], starts[stage + 1])
+            for part, b in zip(parts, got, strict=True):
+                part[stage] += b * n
+    return StageWeights(*(tuple(part) for part in parts))
 
 
 def rank_weights(model: ModelSpec, layout: Layout, fmt: str, card: Card, platform: str = "cuda") -> StageWeights:
@@ -266,7 +279,12 @@ def rank_weights(model: ModelSpec, layout: Layout, fmt: str, card: Card, platfor
         return sw
     growth = loading_growth(model.config, kernel_for(card, platform))
     whole = stage_weights(model, Layout(), fmt).experts[0]
-    return replace(sw, experts=tuple(e + -(-growth * e // whole) if whole else e for e in sw.experts))
+    return replace(sw, experts=tuple(e + _relaid(e, growth, whole) for e in sw.experts))
+
+
+def _relaid(experts: int, growth: int, whole: int) -> int:
+    """A rank's part of what vLLM's MXFP4 kernel layout adds to the experts: its share of them, rounded up."""
+    return -(-growth * experts // whole) if whole else 0
 
 
 @dataclass(frozen=True)
@@ -607,6 +625,69 @@ def arithmetic(result: PlanResult) -> list[str]:
     if r.why_not:
         lines.append(r.why_not)
     return lines
+
+
+def weight_lines(result: PlanResult) -> list[str]:
+    """The weights per GPU of the plan's shown stage, tensor by tensor: which layers and tensors the stage holds,
+    each tensor's bytes in the format and its share on one GPU (split over TP, whole, or its experts), summed to
+    the figure `arithmetic` and the table give. Layers alike in every tensor are listed once, with their count."""
+    r, layout = result, result.layout
+    if r.weights is None:
+        return []
+    s, model = r.stage, r.model
+    count = count_params(model)
+    starts = _stage_starts(len(model.layers), layout.pp)
+    kv_heads, sp_moe = _split_rules(model, layout)
+    outside, classes = _weight_classes(count, r.weights_format, dtype_named(model.dtype).block_bytes)
+    where = f"stage {s + 1} of {layout.pp}: " if layout.pp > 1 else ""
+    span = layer_span(starts[s], starts[s + 1] - 1)
+    lines = [f"Tensor by tensor, the weights per GPU ({where}{span} of {len(model.layers)}; {r.weights_format}):"]
+    parts = [0, 0, 0]  # experts, split, replicated
+
+    def tensor_line(tensor: Tensor, size: int, indent: str) -> int:
+        share, how = _share(tensor, size, layout, kv_heads, sp_moe)
+        parts[_kind(tensor, share, size, layout)] += share
+        lines.append(f"{indent}{tensor.role}: {how} = {share:,} B")
+        return share
+
+    for tensor, size in outside:
+        if s in _stage_of(tensor, layout.pp, count.lm_head == 0):
+            tensor_line(tensor, size, "  ")
+    for layer_class in classes:
+        held = [i for i in layer_class.layers if starts[s] <= i < starts[s + 1]]
+        if not held:
+            continue
+        runs = _runs(held)
+        lines.append(f"  {', '.join(layer_span(a, b) for a, b in runs)} ({len(held)} alike), each:")
+        before = parts.copy()
+        one = sum(tensor_line(tensor, size, "    ") for tensor, size in layer_class.tensors)
+        parts = [b + (p - b) * len(held) for b, p in zip(before, parts, strict=True)]
+        lines.append(f"    one layer {one:,} B × {len(held)} = {one * len(held):,} B")
+    experts = parts[0]
+    if r.weights.experts[s] != experts:  # MXFP4 experts, re-laid for vLLM's MoE kernel (rank_weights)
+        growth = loading_growth(model.config, kernel_for(r.cluster.card, "cuda"))
+        whole = stage_weights(model, Layout(), r.weights_format).experts[0]
+        lines.append(
+            f"  vLLM re-lays the MXFP4 experts for its kernel, {growth:,} B more over all {whole:,} B of them; this "
+            f"GPU's {experts:,} B: ⌈{growth:,} B × {experts:,} ÷ {whole:,}⌉ = {_relaid(experts, growth, whole):,} B"
+        )
+        parts[0] += _relaid(experts, growth, whole)
+    named = ("routed experts", f"split over TP {layout.tp}", "whole on every TP rank")
+    terms = [f"{name} {n:,} B" for name, n in zip(named, parts, strict=True) if n]
+    summed = " + ".join(terms) + " = " if len(terms) > 1 else ""
+    lines.append(f"  = {summed}{sum(parts):,} B ({_gib(sum(parts))})")
+    return lines
+
+
+def _runs(indices: list[int]) -> list[tuple[int, int]]:
+    """Ascending indices as runs of consecutive ones, (first, last) each."""
+    runs: list[tuple[int, int]] = []
+    for i in indices:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs
 
 
 def record(result: PlanResult) -> dict:
