@@ -289,13 +289,15 @@ def cap_line(fit: Fit, row: Row) -> str:
     the curve draws)."""
     engine = fit.engine or fit.setup.engine
     n = row.max_concurrency
-    held = "any number" if n == float("inf") else f"{floor_places(n):,.2f}"
+    if n == float("inf"):
+        return "**Engine's cap**: none needed: no request's cache grows on the GPU; the curve draws it at its top"
     if isinstance(engine, VllmEngine):
         cap = engine.max_seqs()
         verdict = f"the cache holds more, so {cap:,} run" if row.max_num_seqs else "the cache decides"
         return (
             f"**Engine's cap** (vLLM): its scheduler runs at most --max-num-seqs {cap:,} requests at once "
-            f"(`vllm serve`'s default for the card, or as set); {verdict}. The curve draws the cache's {held}"
+            f"(`vllm serve`'s default for the card, or as set); {verdict}. The curve draws the cache's "
+            f"{floor_places(n):,.2f}"
         )
     if isinstance(engine, LlamaCppEngine):
         slots = engine.options.n_seq_max
@@ -309,7 +311,10 @@ def cap_line(fit: Fit, row: Row) -> str:
                 f"**Engine's cap** (llama.cpp): memory holds {int(n):,} {engine.runs_phrase(int(n))}; the curve "
                 "draws what the memory holds"
             )
-        if slots and n != float("inf"):
-            return f"**Engine's cap** (llama.cpp): at most its {slots} slots (-np); memory holds {held}"
-        return f"**Engine's cap** (llama.cpp): none besides the memory's {held}"
+        if slots:
+            return (
+                f"**Engine's cap** (llama.cpp): at most its {slots} slots (-np) run at once; memory holds {int(n):,}, "
+                "which the curve draws"
+            )
+        return f"**Engine's cap** (llama.cpp): none besides the memory's {int(n):,}"
     return f"**Engine's cap** ({engine.name}): none; generate() batches as many as it is given, so memory decides"

@@ -198,8 +198,13 @@ if point := opened("How is a point of this curve worked out?", "kv_how_hybrid_po
     name = point.selectbox("Model", names, key="hy_point_model")
     drawn = all_series[names.index(name)]
     context_at = point.selectbox("Context", drawn.contexts, format_func=format_tokens, key="hy_point_ctx")
-    # the series' setups in the order compute() drew them; the point is worked from its own setup
-    point.markdown("\n\n".join(point_lines(_setups(setup, tuple(chosen))[0][names.index(name)], context_at)))
+    if context_at is None:
+        point.caption(f"{name} has no point drawn: its context limit is under the first one drawn (1K).")
+    else:  # the series' setups in the order compute() drew them; the point is worked from its own setup
+        try:
+            point.markdown("\n\n".join(point_lines(_setups(setup, tuple(chosen))[0][names.index(name)], context_at)))
+        except InputError as err:
+            point.error(str(err))
 
 st.subheader("Longest context per card size")
 limited = [(s, r) for s, r in zip(all_series, reach, strict=True) if not s.unlimited]

@@ -279,3 +279,22 @@ def test_cluster_cli_prints_the_worked_weights_of_the_last_stage(capsys):
     expected = dsv3_rank(8, 8, False, layers, last_stage=stage == 2)
     assert out["best"]["weights_bytes_per_gpu"] == expected
     assert out["best_weights"][-1].endswith(f"= {expected:,} B ({expected / 2**30:,.2f} GiB)")
+
+
+def test_mxfp4_rank_weights_add_their_share_of_the_relaid_experts():
+    """gpt-oss-120b, TP 4 × DP 2 with EP 8 on one node of 8 H100: each rank owns ⌈128 ÷ 8⌉ = 16 experts a layer, and
+    vLLM's MXFP4 kernel layout adds that rank's share of the bytes it adds to all experts."""
+    from core.engines.vllm_cluster import Cluster, Layout, evaluate, weight_lines
+    from core.engines.vllm_mxfp4 import kernel_for, loading_growth
+
+    model = load_model("openai/gpt-oss-120b")
+    plan = evaluate(model, Cluster(card_named("H100"), 1, 8), Layout(4, 1, 2, True), 32768)
+    lines = weight_lines(plan)
+    experts = sum(-(-t.count // 8) * (size // t.count) for t, size in sized_tensors(count_params(model), "mxfp4", 2)
+                  if t.routed)  # fmt: skip
+    whole = sum(size for t, size in sized_tensors(count_params(model), "mxfp4", 2) if t.routed)
+    growth = loading_growth(model.config, kernel_for(card_named("H100"), "cuda"))
+    relaid = -(-growth * experts // whole)
+    assert any(f"⌈{growth:,} B × {experts:,} ÷ {whole:,}⌉ = {relaid:,} B" in line for line in lines)
+    assert f"routed experts {experts + relaid:,} B" in lines[-1]
+    assert lines[-1].endswith(f"= {plan.weights.total[0]:,} B ({plan.weights.total[0] / 2**30:,.2f} GiB)")
