@@ -197,14 +197,26 @@ def test_error_label_wording():
     bar = ErrorBar("decode", "llama.cpp CUDA on consumer cards", rows=48, median=0.12, within=0.9, ratio=0.95)
     assert bar.label == "±12 % typical, 48 held-out decode runs of llama.cpp CUDA on consumer cards"
     assert ErrorBar("prefill", "x").label == "not checked: no held-out published prefill runs of x"
+    one = ErrorBar("prefill", "x", rows=1, median=0.015, within=1.0, ratio=0.985)
+    assert one.label == "±2 % on only 1 held-out prefill run of x, too few to call it typical"
+    assert one.short == "±2 % (1 held-out run)"
 
 
 def test_an_unfitted_engine_states_its_error_on_the_seeds_figures_of_its_group():
     """vLLM's and transformers' efficiencies are assumed, so no held-out error exists; the seeds' published A100
-    figures are the check: the error bar of an A100 figure is their median error, less the figures the file marks
-    out of it (a source contradicting itself, a kernel kvscope does not model). Other cards stay "not checked"."""
+    figures are the check, with the speed corpus' vLLM runs of the group (fitted.json keeps their ratios): the error
+    bar of an A100 figure is their pooled median error, less the figures the file marks out of it (a source
+    contradicting itself, a kernel kvscope does not model). Other cards stay "not checked"."""
     from core.speed.cli import error_record
+    from core.speed.efficiency import fitted
     from core.speed.published import published
+
+    def corpus(engine: str, kind: str) -> list[float]:
+        keys = [(e["engine"], e["backend"], e["card_class"], e["kind"]) for e in fitted()["errors"]]
+        entries = [
+            e for e, k in zip(fitted()["errors"], keys, strict=True) if k == (engine, "cuda", "datacenter", kind)
+        ]
+        return [x for e in entries for x in e.get("ratios", ())]
 
     def speed(engine: str, card: str):
         setup = Setup(load_model("Qwen/Qwen3.5-9B"), configured(engine), card_named(card), weights="bf16")
@@ -217,14 +229,17 @@ def test_an_unfitted_engine_states_its_error_on_the_seeds_figures_of_its_group()
         lines = [r for r in published() if (r["setup"]["engine"], r["metric"]) == (engine, f"{kind}_tok_s")]
         used = [r for r in lines if r.get("in_error_bar", True)]
         assert (len(lines), len(used)) == (n_lines, n_used)
-        errors = [abs(r["kvscope"]["predicted"] / r["value"] - 1) for r in used]
+        runs = corpus(engine, kind)
+        errors = [abs(r["kvscope"]["predicted"] / r["value"] - 1) for r in used] + [abs(x - 1) for x in runs]
         bar = getattr(speed(engine, "A100 80GB PCIe"), f"{kind}_error")
-        assert bar.basis == "published" and bar.rows == len(used)
+        assert bar.basis == "published" and bar.rows == len(errors)
         assert bar.median == pytest.approx(statistics.median(errors), abs=2e-3)  # the file keeps 3 decimals
-        assert f"{len(used)} published {kind} runs of {engine} CUDA on datacenter cards" in bar.label
-        assert "never fitted" in bar.label
+        assert f"{len(errors)} published {kind} runs of {engine} CUDA on datacenter cards" in bar.label
+        assert "never fitted" in bar.label and f"{len(used)} figures from the seeds" in bar.label
+        assert (f"{len(runs)} run" in bar.label) == bool(runs)
         record = error_record(bar)
-        assert record["basis"] == "published" and record["held_out_rows"] == 0 and record["rows"] == len(used)
+        assert record["basis"] == "published" and record["held_out_rows"] == 0 and record["rows"] == len(errors)
+    assert corpus("vllm", "decode")  # vllm-gpustack-qwen3-8b-h100: an H100 SXM5 run of the group
     assert not speed("vllm", "GeForce RTX 4090 24GB").decode_error.checked
     assert speed("llama.cpp", "A100 80GB PCIe").decode_error.basis == "held-out"
 

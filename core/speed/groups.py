@@ -22,6 +22,7 @@ from core.memory.gpus import Card, card_named
 from core.memory.llamacpp_compute import OP_OFFLOAD_MIN_BATCH
 from core.speed.efficiency import fitted
 from core.speed.published import error_figures
+from core.units import plural
 
 BACKENDS = ("cuda", "rocm", "vulkan", "metal", "sycl", "cpu")
 BACKEND_NAMES = {"cuda": "CUDA", "rocm": "ROCm", "vulkan": "Vulkan", "metal": "Metal", "sycl": "SYCL", "cpu": "CPU"}
@@ -73,6 +74,7 @@ FAMILIES = ("float", "legacy", "k-quant", "i-quant", "mxfp4", "other")
 _LEGACY = frozenset({"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1"})
 _FLOAT = frozenset({"f32", "fp32", "f16", "fp16", "bf16", "float16", "bfloat16", "float32"})
 ERROR_BAND = 0.20  # "within" counts held-out runs within ±20 %
+TYPICAL_ROWS = 3  # an error bar on fewer runs says it is too few to be typical
 
 
 def vendor_of(card: Card) -> str:
@@ -431,7 +433,7 @@ class ErrorBar:
         if not self.checked:
             return "not checked"
         assert self.median is not None
-        return f"±{self.median * 100:.0f} % ({self.rows} {self.basis} runs){' *' if self.caveat else ''}"
+        return f"±{self.median * 100:.0f} % ({plural(self.rows, f'{self.basis} run')}){' *' if self.caveat else ''}"
 
     @property
     def label(self) -> str:
@@ -439,7 +441,11 @@ class ErrorBar:
             text = f"not checked: no held-out published {self.kind} runs of {self.group}"
         else:
             assert self.median is not None
-            text = f"±{self.median * 100:.0f} % typical, {self.rows} {self.basis} {self.kind} runs of {self.group}"
+            runs = plural(self.rows, f"{self.basis} {self.kind} run")
+            if self.rows >= TYPICAL_ROWS:
+                text = f"±{self.median * 100:.0f} % typical, {runs} of {self.group}"
+            else:  # one or two runs show the error they had, not a typical one
+                text = f"±{self.median * 100:.0f} % on only {runs} of {self.group}, too few to call it typical"
         text += f"; {self.caveat}" if self.caveat else ""
         if self.calibrated:  # the group's error is that of uncalibrated constants on another CPU
             return f"{self.calibrated}; {calibrated_check_text()} (uncalibrated: {text})"
@@ -520,10 +526,13 @@ def error_bar(
     likewise (`moe_rows`). `path`: a kernel path of PATHS the figure takes: the error of the group's held-out runs on
     that path, or where none took it the group's own (GROUP_FALLBACK) or "not checked"."""
     label = group_label(engine, backend, klass) + (f" {PATHS[path]}" if path else "")
+    seeds = [r for r in error_figures(engine, f"{kind}_tok_s") if _group_of(r["setup"]["gpu"]) == (backend, klass)]
     for e in fitted().get("errors", ()):
         key = (e["engine"], e["backend"], e["card_class"], e["kind"], e.get("path", ""))
         if key != (engine, backend, klass, kind, path) or not e["rows"]:
             continue
+        if "ratios" in e:  # an unfitted engine's published runs (fit_corpus.ALWAYS_HELD_OUT), beside the seeds'
+            return _published_bar(kind, label, e["ratios"], seeds, calibrated, backend)
         if path:
             caveat = f"on them kvscope's figure was {e['ratio']:.2f}× the measured one (median)"
         else:
@@ -543,14 +552,22 @@ def error_bar(
         return error_bar(engine, backend, klass, kind, calibrated, chained, moe=moe)
     if path:  # no held-out run of the group took it
         return ErrorBar(kind, label, calibrated=calibrated)
-    figures = [r for r in error_figures(engine, f"{kind}_tok_s") if _group_of(r["setup"]["gpu"]) == (backend, klass)]
-    if figures:
-        median, within, ratio = error_stats([1 + r["kvscope"]["error"] for r in figures])
-        cards = ", ".join(sorted({r["setup"]["gpu"] for r in figures}))
-        caveat = f"figures from the seeds on {cards}; this engine's efficiencies are assumed, never fitted to them"
-        return ErrorBar(kind, label, len(figures), median, within, ratio, calibrated, backend == "cpu", caveat,
-                        "published")  # fmt: skip
+    if seeds:
+        return _published_bar(kind, label, [], seeds, calibrated, backend)
     return ErrorBar(kind, label, calibrated=calibrated, on_cpu=backend == "cpu")
+
+
+def _published_bar(kind: str, label: str, runs: list[float], seeds: list[dict], calibrated: str, backend: str):
+    """An unfitted engine's error: every published check of its group pooled, the corpus' runs (predicted ÷
+    measured) and the seeds' figures, none of which chose its assumed efficiencies."""
+    where = [plural(len(runs), "run") + " from the speed corpus"] if runs else []
+    if seeds:
+        cards = ", ".join(sorted({r["setup"]["gpu"] for r in seeds}))
+        where.append(f"{plural(len(seeds), 'figure')} from the seeds on {cards}")
+    median, within, ratio = error_stats(runs + [1 + r["kvscope"]["error"] for r in seeds])
+    caveat = f"{' and '.join(where)}; this engine's efficiencies are assumed, never fitted to them"
+    return ErrorBar(kind, label, len(runs) + len(seeds), median, within, ratio, calibrated, backend == "cpu", caveat,
+                    "published")  # fmt: skip
 
 
 def _group_of(card_name: str) -> tuple[str, str]:

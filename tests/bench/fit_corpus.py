@@ -7,7 +7,9 @@ on the sources held out; write them, with each group's held-out error, to core/s
 Split: the unit is one source's runs on one card (`source_id` + `card`: a scoreboard thread gathers many people's
 cards, a results file is one machine's); a unit is held out when sha256("<source_id>|<card>") mod 3 == 0, so every
 run of one machine in one source lands on one side and the split never depends on the rows' values. This
-project's own runs on a lent machine (measurements/speed/llamacpp_device.jsonl) are always held out.
+project's own runs on a lent machine (measurements/speed/llamacpp_device.jsonl) are always held out, as are vLLM's
+(corpus files vllm-*): its GPU efficiencies are efficiencies.json's assumed round priors, which its few published
+single-sequence runs only check.
 Fit, in three levels, each a coordinate descent on the sum of |log(predicted ÷ measured)| (one slow run pulls
 less than with squares):
 1. all fit rows of an engine, each backend weighing alike (backend_weighted): bandwidth, matmul and attention
@@ -74,6 +76,7 @@ from core.speed.predict import (
     Hardware,
     Timing,
     chained_layers,
+    flash_attn,
     moe_layers,
     predict,
     prefill_chunk,
@@ -134,8 +137,12 @@ UNIT = Efficiency("unit", "gpu", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, "unit", "")
 STAND_IN = {"k-quant": "q4_k_m", "legacy": "q8_0", "i-quant": "iq4_xs", "float": "fp16", "mxfp4": "mxfp4"}
 
 
+# sources whose runs are never fitted: this project's device runs, and vLLM's runs (its efficiencies are assumed)
+ALWAYS_HELD_OUT = (DEVICE_SOURCE, "vllm-")
+
+
 def held_out(source_id: str, card: str) -> bool:
-    if source_id.startswith(DEVICE_SOURCE):
+    if source_id.startswith(ALWAYS_HELD_OUT):
         return True
     return int(hashlib.sha256(f"{source_id}|{card}".encode()).hexdigest(), 16) % 3 == 0
 
@@ -197,14 +204,11 @@ def corpus_lines() -> list[dict]:
 
 def to_row(r: dict) -> Row:
     """A corpus line as a kvscope Setup; InputError (with the reason) when kvscope cannot take it."""
+    if r["engine"] == "vllm":
+        return vllm_row(r)
     if r["engine"] != "llama.cpp":
         raise InputError(f"engine {r['engine']} not fitted yet")
-    if r["backend"] == "cpu" or r["backend"] == "sycl":
-        raise InputError(f"backend {r['backend']} not fitted here")
-    if not r.get("model_id"):
-        raise InputError("no model_id")
-    if r.get("concurrency", 1) != 1:
-        raise InputError("concurrency > 1")
+    common_checks(r)
     devices = r.get("n_devices", 1)
     if devices != 1 and r["kind"] == "prefill":
         # llama.cpp's default -sm layer gives each card its layers; a decode step runs them in turn (each card reads
@@ -212,13 +216,9 @@ def to_row(r: dict) -> Row:
         # prompt's micro-batches are pipelined across the cards (llama-context.cpp: pipeline_parallel, the
         # scheduler's n_copies), which a one-card roofline cannot time
         raise InputError("prefill on several cards (llama.cpp's pipelined layer split is not modelled)")
-    if "SUSPECT" in (r.get("notes") or ""):  # the corpus' own flag: a figure its source contradicts
-        raise InputError("flagged SUSPECT in the corpus")
     if r["kind"] == "prefill" and min(r["n_prompt"], r.get("n_ubatch") or 512) <= MATVEC_MAX_TOKENS:
         raise InputError(f"a prompt pass of {MATVEC_MAX_TOKENS} tokens or fewer (llama.cpp's mat-vec kernels)")
-    card: Card = card_named(r["card"])
-    if not card.bandwidth_gb_s or not card.dense_tflops:
-        raise InputError(f"no bandwidth or peak for {card.name} in gpus.csv")
+    card = timed_card(r)
     backend = r["backend"]
     klass = card_class(card, backend)
     if klass == "apu" and (build_number(r.get("build")) or 0) < APU_CURRENT_BUILD:
@@ -238,6 +238,40 @@ def to_row(r: dict) -> Row:
     wfile = WeightFile("llama-bench size", "gguf", int(size), (), 0, 0) if size else None
     setup = Setup(model, engine, card, gpus=devices, weights=fmt, weights_file=wfile)
     return Row(r, setup, backend, klass, format_family(fmt), r["kind"])
+
+
+def common_checks(r: dict) -> None:
+    """What every engine's run needs before kvscope can time it."""
+    if r["backend"] == "cpu" or r["backend"] == "sycl":
+        raise InputError(f"backend {r['backend']} not fitted here")
+    if not r.get("model_id"):
+        raise InputError("no model_id")
+    if r.get("concurrency", 1) != 1:
+        raise InputError("concurrency > 1")
+    if "SUSPECT" in (r.get("notes") or ""):  # the corpus' own flag: a figure its source contradicts
+        raise InputError("flagged SUSPECT in the corpus")
+
+
+def timed_card(r: dict) -> Card:
+    card: Card = card_named(r["card"])
+    if not card.bandwidth_gb_s or not card.dense_tflops:
+        raise InputError(f"no bandwidth or peak for {card.name} in gpus.csv")
+    return card
+
+
+def vllm_row(r: dict) -> Row:
+    """A vLLM run: `vllm serve`'s defaults for the card (chunked prefill of its max_num_batched_tokens), its tensor
+    parallel over n_devices, the checkpoint's format as the source names it (bf16, fp8, awq, ...)."""
+    common_checks(r)
+    if r["kind"] == "decode" and "--enforce-eager" in r["notes"]:
+        # each step's kernels launched one by one from Python (vllm#20469: 20.6 ms a step where kvscope's roofline
+        # with graphs gives 9); kvscope times vllm serve's default, which replays captured CUDA graphs
+        raise InputError("vLLM decode with --enforce-eager (no CUDA graphs, unlike the default)")
+    card = timed_card(r)
+    fmt = format_named(r["weights"]).name
+    n = r.get("n_devices", 1)
+    setup = Setup(model_of(r["model_id"]), configured("vllm"), card, gpus=n, tp=n, weights=fmt)
+    return Row(r, setup, r["backend"], card_class(card, r["backend"]), format_family(fmt), r["kind"])
 
 
 def cublas_prefill(r: dict, klass: str, family: str) -> bool:
@@ -381,14 +415,14 @@ class Terms:
 
 
 def terms(row: Row) -> Terms:
-    unit = {("llama.cpp", "gpu"): UNIT, ("llama.cpp", "cpu"): UNIT}
-    t, tokens = _timing(row, unit)
+    engine = row.setup.engine.name
+    t, tokens = _timing(row, {(engine, "gpu"): UNIT, (engine, "cpu"): UNIT})
     r = row.raw
-    passes = 1 if row.kind == "decode" else math.ceil(r["n_prompt"] / row.setup.engine.options.n_ubatch)
+    passes = 1 if row.kind == "decode" else math.ceil(r["n_prompt"] / prefill_chunk(row.setup, r["n_prompt"]))
     experts = max(t.parts, key=lambda p: p.expert_columns)  # the part whose experts' GEMMs are padded, if any
     return Terms(
         sum(p.weights_s for p in t.parts), sum(p.matmul_s for p in t.parts), sum(p.cache_s for p in t.parts),
-        sum(p.attention_s for p in t.parts), passes, row.kind == "prefill", row.setup.engine.options.flash_attn,
+        sum(p.attention_s for p in t.parts), passes, row.kind == "prefill", flash_attn(row.setup),
         row.family, tokens, r["tok_s"], math.ceil(tokens / passes), reach(r),
         sum(p.expert_flops / (p.peak_gflops * 1e9) for p in t.parts), experts.routed_tokens, old_run(r, row.klass),
         sum(p.expert_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts), recurrent=chained_layers(row.setup),
@@ -533,7 +567,7 @@ def as_entry(engine: str, backend: str, klass: str, p: dict, fit_rows: list[Row]
         "dequant_bandwidth": p["dequant_bandwidth"],
         "families": families,
         "status": "fitted",
-        "provenance": f"fitted by tests/bench/fit_corpus.py to published llama-bench runs (measurements/speed/corpus) "
+        "provenance": f"fitted by tests/bench/fit_corpus.py to published {engine} runs (measurements/speed/corpus) "
         f"of {group_label(engine, backend, klass) if klass != '*' else engine + ' ' + backend}",
         "fitted_on": where(fit_rows), "checked_on": where(check),
     }  # fmt: skip
@@ -713,7 +747,8 @@ def main() -> None:
             "about": "Efficiencies per engine, backend and card class fitted to published runs, and each group's "
             "error on the sources held out (tests/bench/fit_corpus.py; see its docstring for the split and the fit).",
             "split": "a source's runs on one card are held out when sha256('<source_id>|<card>') mod 3 == 0; this "
-            f"project's own runs on a lent machine ({DEVICE_SOURCE}*) always are",
+            f"project's own runs on a lent machine ({DEVICE_SOURCE}*) and vLLM's (vllm-*, whose efficiencies are "
+            "assumed) always are",
             "fitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "groups": entries + cpu,
             "errors": [e for e in kept.get("errors", ()) if e["backend"] == "cpu"],
@@ -729,8 +764,14 @@ def main() -> None:
     print(path_table(paths))
     if "--check" not in sys.argv:
         data = json.loads(FITTED.read_text())
+        fitted_engines = {g["engine"] for g in data["groups"]}
+        runs: dict[tuple[str, ...], list[float]] = defaultdict(list)
+        for r, x in held:
+            runs[(r.kind, *r.group)].append(round(x, 4))
         data["errors"] = [
             {"kind": k, "engine": e, "backend": b, "card_class": c} | asdict(s)
+            # an unfitted engine's ratios, which its error bar pools with the seeds' figures (groups.error_bar)
+            | ({"ratios": runs[(k, e, b, c)]} if e not in fitted_engines else {})
             for (k, e, b, c), s in stats.items() if e != "*" and c != "*"
         ] + paths + data["errors"]  # the CPU's last, as fit_cpu.py writes them  # fmt: skip
         FITTED.write_text(json.dumps(data, indent=1) + "\n")
