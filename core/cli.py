@@ -491,8 +491,9 @@ def cmd_fit(args: argparse.Namespace) -> dict:
             "max_concurrency": round(result.vllm.max_concurrency, 2),
             "kv_cache_tokens": result.vllm.kv_cache_tokens,
             "log": (
-                f"GPU KV cache size: {result.vllm.kv_cache_tokens:,} tokens, Maximum concurrency for "
-                f"{result.context_limit:,} tokens per request: {result.vllm.max_concurrency:.2f}x"
+                f"{'CPU' if setup.engine.on_cpu else 'GPU'} KV cache size: {result.vllm.kv_cache_tokens:,} tokens, "
+                f"Maximum concurrency for {result.context_limit:,} tokens per request: "
+                f"{result.vllm.max_concurrency:.2f}x"
             ),
         }
     return out

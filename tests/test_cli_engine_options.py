@@ -22,6 +22,19 @@ def test_platform_reaches_vllm_and_is_echoed():
     assert _size("Qwen/Qwen3-8B", "--engine", "vllm")["engine_options"]["platform"] == "cuda"
 
 
+def test_the_vllm_log_line_names_the_device_the_backend_logs():
+    """vLLM's CPU backend logs 'CPU KV cache size: N tokens' (vllm_engine's 0.21 rule, 0.32 on the engine); fit
+    printed 'GPU KV cache size' for it too."""
+
+    def log(*args: str) -> str:
+        proc = run_cli("fit", "Qwen/Qwen3.5-9B", "--engine", "vllm", *args, "--json")
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)["vllm"]["log"]
+
+    assert log("--platform", "cpu", "--gpu-mem-gib", "64").startswith("CPU KV cache size: ")
+    assert log("--gpu", "RTX 4090").startswith("GPU KV cache size: ")
+
+
 def test_swa_full_keeps_every_token_on_sliding_layers():
     # gemma-3-4b: 29 sliding (window 1,024) + 5 full layers. With --swa-full every layer holds the whole context, so
     # the cache equals the per-token rate × padded cells; without it the sliding layers stop near the window.
