@@ -1,13 +1,17 @@
 """Files: reading one a user names, safely (only regular files: a FIFO would block forever, /dev/zero never ends, a
-directory is not content; never more bytes than the caller's limit), and kvscope's own cache folder."""
+directory is not content; never more bytes than the caller's limit), kvscope's own cache folder, and this host's
+measuring lock (one probe or calibration at a time)."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import socket
 import stat
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -77,6 +81,53 @@ def open_lock(path: Path, what: str, env: str, mode: int = 0o666) -> int:
         raise InputError(
             f"cannot write to {path.parent} ({err.strerror or err}), where {what}; set {env} to a writable folder"
         ) from None
+
+
+MEASURING_WHERE = "kvscope keeps this host's measuring lock"  # open_lock's words for it
+
+
+def measuring_lock() -> Path:
+    """This host's measuring lock (measuring()). In kvscope's cache folder, so every process of this user on this
+    host finds it (the app's servers, the command line); named after the host, so a home folder several hosts share
+    keeps each host's runs apart."""
+    return cache_dir() / f"measuring-{socket.gethostname()}.lock"
+
+
+@contextlib.contextmanager
+def measuring(holder: dict[str, Any], busy: type[Exception]) -> Iterator[int]:
+    """Hold this host's measuring lock while a probe or a calibration runs (two at once would each time the other's
+    load), or raise `busy` saying what holds it and how to stop it. An flock taken without waiting, which the kernel
+    drops when every process holding it has ended, so a crash never leaves it held; a child given the fd holds it
+    too. `holder` (say_measuring) names this run to the next one. Yields the fd."""
+    fd = open_lock(measuring_lock(), MEASURING_WHERE, "KVSCOPE_CACHE")
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise busy(_busy_message(os.pread(fd, 1 << 16, 0))) from None
+        say_measuring(fd, holder)
+        yield fd
+    finally:
+        os.close(fd)  # closing releases the flock (once any child given it has ended too)
+
+
+def say_measuring(fd: int, holder: dict[str, Any]) -> None:
+    """Write what holds the lock into it: "running" (what, by which process, since when) and "stop" (how to end
+    it) for the refusal, beside any field its owner reads back."""
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(holder).encode(), 0)
+
+
+def _busy_message(text: bytes) -> str:
+    try:
+        holder = json.loads(text)
+        running, stop = str(holder["running"]), str(holder["stop"])
+    except (ValueError, KeyError, TypeError):  # caught between its holder's truncate and write
+        running, stop = "another probe or calibration", "stop it"
+    return (
+        f"busy: {running} is measuring this host, and a probe or calibration beside it would time its load; "
+        f"wait for it to end, or {stop}"
+    )
 
 
 def write_json_atomic(path: Path, value: Any) -> bool:

@@ -3,14 +3,143 @@ the kvscope that made it, and the probe results file kept to a bound."""
 
 from __future__ import annotations
 
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
-from core.probe import load_results
+import pytest
+
+from core.errors import InputError
+from core.probe import ProbeBusy, ProbeJob, ProbeRequest, active_job, load_results, run_probe
 from core.probe import results as results_mod
 from core.probe.results import RESULTS_NAME, append_result, trim_note
-from tests.test_measure_audit import _at_once, open_page
+from core.probe.runner import probe_lock
+from core.speed import calibration
+from core.speed.calibrate import _one_at_a_time, calibrate
+from core.speed.calibrate_job import CalibrationJob
+from tests.conftest import ROOT
+from tests.test_measure_audit import _at_once, open_page, run_button
+from tests.tiny_configs import tiny_raw
+
+# fork: spawn re-runs the parent's __main__, which after an AppTest in the same session is app.py
+FORK = multiprocessing.get_context("fork")
+
+
+def _tiny(tmp_path: Path) -> str:
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(tiny_raw("llama")))
+    return str(path)
+
+
+# --- a probe and a calibration kept apart across processes ---------------------------------------------------------
+
+
+def _hold(kind: str, folder: str) -> None:
+    """In a forked process: hold a calibration's lock, or run a real probe (sleeping), until <folder>/release exists;
+    <folder>/held says it holds the host (with its probe's pid). Files, not multiprocessing's Event: a holder killed
+    inside Event.wait leaves the Event's lock held, and setting it then hangs."""
+    release, held = Path(folder) / "release", Path(folder) / "held"
+    if kind == "calibration":
+        with _one_at_a_time():
+            held.write_text("-1")
+            while not release.exists():
+                time.sleep(0.02)
+        return
+    request = ProbeRequest(model=str(Path(folder) / "tiny.json"), name="held model", contexts=(4,), debug="sleep:60")
+    job = ProbeJob(request, timeout=120, directory=folder, record=False)
+    while job.pid is None:
+        time.sleep(0.02)
+    held.write_text(str(job.pid))
+    while not release.exists():
+        time.sleep(0.02)
+    job.cancel()
+    job.wait(30)
+
+
+def _holder(kind: str, tmp_path: Path) -> tuple[Any, int]:
+    """(the forked holder, its probe's pid or -1) once it holds the host's lock; touch tmp_path/release to end it."""
+    _tiny(tmp_path)
+    proc = FORK.Process(target=_hold, args=(kind, str(tmp_path)))
+    proc.start()
+    held = tmp_path / "held"
+    deadline = time.monotonic() + 60
+    while not (held.exists() and held.read_text()) and proc.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert held.exists(), f"the {kind} never started (exit {proc.exitcode})"
+    return proc, int(held.read_text())
+
+
+def _gone(pid: int) -> bool:
+    """True once `pid` has ended (a zombie's files are closed, its flocks released)."""
+    stat = Path(f"/proc/{pid}/stat")
+    return not stat.exists() or stat.read_text().split()[2] == "Z"
+
+
+@pytest.mark.parametrize("end", ["exit", "crash"])
+def test_a_probe_is_refused_while_another_process_calibrates(tmp_path, monkeypatch, end):
+    """Probe and calibration refused each other only inside one server (a threading lock): a probe started on the
+    command line while the app calibrated (or two servers on one host) ran, and each timed the other's load."""
+    holder, _ = _holder("calibration", tmp_path)
+    try:
+        with pytest.raises(ProbeBusy) as err:
+            run_probe(ProbeRequest(model=_tiny(tmp_path), contexts=(4,)), timeout=30, directory=tmp_path)
+        message = str(err.value)
+        assert message.startswith(f"busy: a calibration (pid {holder.pid}) since ") and "measuring this host" in message
+        assert message.endswith(f"wait for it to end, or stop it (kill {holder.pid})"), message
+        at = open_page(monkeypatch, tmp_path)  # the app's button, in this (another) process
+        next(t for t in at.text_input if t.label == "Contexts").input("8")
+        run_button(at).click()
+        at.run()
+        assert not at.exception and any(f"a calibration (pid {holder.pid})" in w.value for w in at.warning)
+        assert active_job() is None and not (tmp_path / RESULTS_NAME).exists()
+    finally:
+        (tmp_path / "release").touch() if end == "exit" else os.kill(holder.pid, signal.SIGKILL)
+        holder.join(30)
+    assert holder.exitcode == (0 if end == "exit" else -signal.SIGKILL)
+    with probe_lock(tmp_path, "next"):  # released with its holder, however it ended
+        pass
+
+
+def test_a_calibration_is_refused_while_another_process_probes_until_the_probe_ends(tmp_path, monkeypatch):
+    """The reverse order, through each way to calibrate: the function, the command line and the app's job. A crash
+    of the process that started the probe leaves the probe's own process holding the lock (it still measures); the
+    refusal names that process, and killing it, as the refusal says, frees the host."""
+    holder, probe_pid = _holder("probe", tmp_path)
+    try:
+        named = f"a probe of held model (probe process pid {probe_pid}, started by pid {holder.pid} on "
+        stop = f"wait for it to end, or stop it (Cancel on Measure live, or kill {probe_pid})"
+        with pytest.raises(InputError) as err:
+            calibrate(None, "numpy")
+        assert str(err.value).startswith(f"busy: {named}") and str(err.value).endswith(stop), str(err.value)
+        cli = subprocess.run([sys.executable, "-m", "core", "calibrate", "--with", "numpy"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert cli.returncode != 0 and named in cli.stderr and stop in cli.stderr, cli.stderr
+        outcome = CalibrationJob(timeout=60).wait(60)
+        assert outcome is not None and outcome.status == "error" and named in outcome.error, outcome
+        assert not calibration.path().exists()  # nothing timed, nothing stored
+        os.kill(holder.pid, signal.SIGKILL)  # the process that started the probe crashes
+        holder.join(30)
+        with pytest.raises(InputError, match=f"kill {probe_pid}"), _one_at_a_time():
+            pass  # its probe still runs, and still holds the host
+        os.kill(probe_pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not _gone(probe_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with _one_at_a_time():
+            pass
+    finally:
+        (tmp_path / "release").touch()
+        holder.join(30)
+        if not _gone(probe_pid):
+            os.kill(probe_pid, signal.SIGKILL)
+
 
 # --- the results file kept to a bound --------------------------------------------------------------------------------
 

@@ -31,9 +31,14 @@ MAX_RECORDS = 1000
 
 
 def results_dir(override: str | os.PathLike[str] | None = None) -> Path:
-    """Where the results file and the probe lock live: the argument, else $KVSCOPE_PROBE_DIR, else the repo's."""
+    """Where the results file lives: the argument, else $KVSCOPE_PROBE_DIR, else the repo's."""
     chosen = override or os.environ.get("KVSCOPE_PROBE_DIR") or DEFAULT_DIR
     return Path(chosen)
+
+
+def lock_path(path: Path) -> Path:
+    """The results file's writers' lock (_locked)."""
+    return path.with_name(path.name + ".lock")
 
 
 @contextlib.contextmanager
@@ -42,7 +47,7 @@ def _locked(path: Path) -> Iterator[None]:
     the results file itself: a trim replaces that, and a writer waiting on the old one's flock would then append
     to a file no longer there. An OSError where the folder cannot be written, as any other failure to save."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    fd = os.open(lock_path(path), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -56,7 +61,7 @@ def _between_writes(path: Path, wait_s: float = 2.0) -> Iterator[None]:
     torn one. Waited for at most `wait_s` (an append takes milliseconds; a writer stopped while holding it must not
     hang the page), and skipped where there is no lock file to share: then a torn last line is only a warning."""
     try:
-        fd = os.open(path.with_name(path.name + ".lock"), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(lock_path(path), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         fd = -1
     if fd < 0:

@@ -1,4 +1,5 @@
-"""Runs one probe in a child process: one at a time per machine, with a timeout, cancel and streamed progress.
+"""Runs one probe in a child process: one at a time per host, never beside a calibration (core.files.measuring),
+with a timeout, cancel and streamed progress.
 
 The parent never imports torch: the app (or the CLI) stays small and a probe's GPU memory goes when its process
 does. The child runs in its own process group, so a timeout or cancel kills it and anything it started (vLLM's
@@ -7,7 +8,6 @@ engine core) in one signal.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -26,13 +26,12 @@ from queue import Empty, Queue
 from typing import Any
 
 from core.errors import InputError
-from core.files import open_lock
+from core.files import measuring, open_lock, say_measuring
 from core.probe.request import ContextResult, ProbeRequest, ProbeResult
-from core.probe.results import RESULTS_NAME, SCHEMA_VERSION, append_result, results_dir
+from core.probe.results import RESULTS_NAME, SCHEMA_VERSION, append_result, lock_path, results_dir
 from core.speed import calibrate_job
 
 ROOT = Path(__file__).resolve().parents[2]
-LOCK_NAME = "probe.lock"
 KILL_GRACE_S = 3.0  # SIGTERM first (lets CUDA tear down), SIGKILL after this
 
 Progress = Callable[[dict[str, Any]], None]
@@ -40,7 +39,7 @@ Cancel = threading.Event | Callable[[], bool]
 
 
 class ProbeBusy(InputError):
-    """Another probe holds this machine's lock."""
+    """Another probe, or a calibration, is measuring this host."""
 
 
 @dataclass(frozen=True)
@@ -60,13 +59,6 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def read_holder(lock_path: Path) -> Holder | None:
-    try:
-        return _parse_holder(lock_path.read_bytes())
-    except OSError:
-        return None
-
-
 def _parse_holder(text: bytes) -> Holder | None:
     try:
         data = json.loads(text)
@@ -84,28 +76,18 @@ def _parse_holder(text: bytes) -> Holder | None:
 
 @contextmanager
 def probe_lock(directory: Path, model: str) -> Iterator[int]:
-    """The machine's probe lock: an flock, which the kernel drops when its holder dies, so a dead pid never
-    blocks; the JSON inside only names the holder for the "busy" message. Yields the fd (the child inherits it)."""
-    path = directory / LOCK_NAME
-    fd = open_lock(path, "probes lock and save their results", "KVSCOPE_PROBE_DIR", 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        holder = read_holder(path)
-        who = holder.describe() if holder else "another probe"
-        raise ProbeBusy(f"busy: {who}; wait for it to finish or cancel it") from None
-    try:
-        _write_holder(fd, Holder(os.getpid(), socket.gethostname(), model, _now()))
+    """This host's measuring lock (core.files.measuring), held for a probe of `model` whose results go to
+    `directory`, which is checked writable first: said before any work. Yields the fd (the child inherits it)."""
+    os.close(open_lock(lock_path(directory / RESULTS_NAME), "probes save their results", "KVSCOPE_PROBE_DIR", 0o644))
+    with measuring(_holder_record(Holder(os.getpid(), socket.gethostname(), model, _now())), ProbeBusy) as fd:
         yield fd
-    finally:
-        os.ftruncate(fd, 0)
-        os.close(fd)
 
 
-def _write_holder(fd: int, holder: Holder) -> None:
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(asdict(holder)).encode(), 0)
+def _holder_record(holder: Holder) -> dict[str, Any]:
+    """What the lock says of a probe: its Holder, and what the refusal of the next run says."""
+    # the probe's own process, once it has one: its starter may be the app's server
+    stop = f"stop it (Cancel on Measure live, or kill {holder.probe_pid})" if holder.probe_pid else "stop it"
+    return asdict(holder) | {"running": holder.describe(), "stop": stop}
 
 
 def _cancelled(cancel: Cancel | None) -> bool:
@@ -341,12 +323,12 @@ def _run_child(
                 stderr=log_file,
                 text=True,
                 start_new_session=True,  # its own process group: one killpg ends it and its children
-                pass_fds=(lock_fd,),  # the child holds the lock too, so a dead parent cannot free a busy GPU
+                pass_fds=(lock_fd,),  # the child holds the lock too, so a dead parent cannot free a busy host
             )
         assert proc.stdin is not None and proc.stdout is not None
         holder = _parse_holder(os.pread(lock_fd, 1 << 16, 0))
         if holder is not None:
-            _write_holder(lock_fd, replace(holder, probe_pid=proc.pid))
+            say_measuring(lock_fd, _holder_record(replace(holder, probe_pid=proc.pid)))
         notify({"event": "started", "pid": proc.pid})
         # The worker sizes a CPU probe to the time it has (full size when that fits).
         proc.stdin.write(json.dumps(request.to_dict() | {"time_budget_s": timeout}))

@@ -7,21 +7,18 @@ float prefill (numpy runs no quantised kernel, and its GEMV would time numpy, no
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import math
 import os
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from core.dtypes import FP16
 from core.errors import InputError
-from core.files import open_lock
+from core.files import measuring
 from core.model.layers import FullAttention, Storage
-from core.speed import calibration
 from core.speed.calibration import Calibration, host_key
 from core.speed.ram import ram_bandwidth
 from core.speed.work import attended_sum, attention_flops_per_key
@@ -173,23 +170,15 @@ def calibrate(
         return _calibrate(threads or cores, engine, formats, model, head_dims)
 
 
-@contextlib.contextmanager
-def _one_at_a_time() -> Iterator[None]:
-    """One calibration at a time on this host (two would time each other; the app's button allows one per server,
-    this covers the command line beside it): an flock in kvscope's cache folder, which the kernel drops when its
-    holder dies. Taken before any timing, so a folder the result cannot be stored in is said at once."""
-    fd = open_lock(calibration.path().with_name("calibrating.lock"), calibration.STORED_WHERE, "KVSCOPE_CACHE")
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another process"
-            raise InputError(f"a calibration is already running on this host ({holder}); wait for it to end") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()}, since {time.strftime('%H:%M:%S UTC', time.gmtime())}".encode(), 0)
-        yield
-    finally:
-        os.close(fd)  # closing releases the flock
+def _one_at_a_time() -> contextlib.AbstractContextManager[int]:
+    """One probe or calibration at a time on this host, whichever process started it (two would time each other):
+    its measuring lock (core.files.measuring). Taken before any timing, so a folder the result cannot be stored in
+    is said at once."""
+    pid = os.getpid()
+    since = time.strftime("%H:%M:%S UTC", time.gmtime())
+    return measuring(
+        {"running": f"a calibration (pid {pid}) since {since}", "stop": f"stop it (kill {pid})"}, InputError
+    )
 
 
 def _calibrate(

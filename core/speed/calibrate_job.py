@@ -2,7 +2,9 @@
 
 A calibration takes minutes, so it runs in its own process group, watched by a thread of the server: the page's
 script never waits on it, other sessions keep drawing, and one calibration at a time runs per server (a second one
-on the same cores would time the first). A run past its timeout is killed with every process it started.
+on the same cores would time the first). The command itself takes this host's measuring lock (core.files.measuring),
+so a probe or calibration another process runs refuses it, and that refusal is its error. A run past its timeout is
+killed with every process it started.
 """
 
 from __future__ import annotations
@@ -106,5 +108,6 @@ def active_calibration() -> CalibrationJob | None:
 
 _ACTIVE: CalibrationJob | None = None
 # Held while a calibration or a probe (core.probe.ProbeJob) starts: each checks that the other is not running, so
-# two sessions pressing the two buttons at once cannot start both.
+# two sessions pressing the two buttons at once cannot start both. The host's measuring lock does not cover this: the
+# calibration's process takes it a moment after it starts.
 GUARD = threading.Lock()
