@@ -260,8 +260,9 @@ else:
     st.success(
         f"{stored.host}: RAM {stored.ram_gb_s:.1f} GB/s"
         + (f" ({stored.ram_thread_gb_s:.1f} with one thread)" if stored.ram_thread_gb_s else "")
-        + f", {plural(stored.threads, 'thread')} — {stored.label}. "
-        "Later speed figures on this host use it."
+        + f", {plural(stored.threads, 'thread')} — {stored.label}, "
+        + (f"by kvscope {stored.kvscope}" if stored.kvscope else "by a kvscope whose commit was not recorded")
+        + ". Later speed figures on this host use it."
     )
     st.dataframe(
         pd.DataFrame(

@@ -3,6 +3,7 @@ the kvscope that made it, and the probe results file kept to a bound."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -11,7 +12,9 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -20,7 +23,6 @@ from core.errors import InputError
 from core.probe import ProbeBusy, ProbeJob, ProbeRequest, active_job, load_results, run_probe
 from core.probe import results as results_mod
 from core.probe.results import RESULTS_NAME, append_result, trim_note
-from core.probe.runner import probe_lock
 from core.speed import calibration
 from core.speed.calibrate import _one_at_a_time, calibrate
 from core.speed.calibrate_job import CalibrationJob
@@ -76,10 +78,18 @@ def _holder(kind: str, tmp_path: Path) -> tuple[Any, int]:
     return proc, int(held.read_text())
 
 
-def _gone(pid: int) -> bool:
-    """True once `pid` has ended (a zombie's files are closed, its flocks released)."""
-    stat = Path(f"/proc/{pid}/stat")
-    return not stat.exists() or stat.read_text().split()[2] == "Z"
+def _free_within(seconds: float) -> bool:
+    """Whether this host's lock can be taken within `seconds`: a killed process's flocks go once its last thread has
+    exited, which can be a moment after its main thread shows as ended."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with _one_at_a_time():
+                return True
+        except InputError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
 
 
 @pytest.mark.parametrize("end", ["exit", "crash"])
@@ -103,14 +113,12 @@ def test_a_probe_is_refused_while_another_process_calibrates(tmp_path, monkeypat
         (tmp_path / "release").touch() if end == "exit" else os.kill(holder.pid, signal.SIGKILL)
         holder.join(30)
     assert holder.exitcode == (0 if end == "exit" else -signal.SIGKILL)
-    with probe_lock(tmp_path, "next"):  # released with its holder, however it ended
-        pass
+    assert _free_within(10)  # released with its holder, however it ended
 
 
 def test_a_calibration_is_refused_while_another_process_probes_until_the_probe_ends(tmp_path, monkeypatch):
     """The reverse order, through each way to calibrate: the function, the command line and the app's job. A crash
-    of the process that started the probe leaves the probe's own process holding the lock (it still measures); the
-    refusal names that process, and killing it, as the refusal says, frees the host."""
+    of the process that started the probe frees the host once its probe process has noticed and ended."""
     holder, probe_pid = _holder("probe", tmp_path)
     try:
         named = f"a probe of held model (probe process pid {probe_pid}, started by pid {holder.pid} on "
@@ -126,18 +134,12 @@ def test_a_calibration_is_refused_while_another_process_probes_until_the_probe_e
         assert not calibration.path().exists()  # nothing timed, nothing stored
         os.kill(holder.pid, signal.SIGKILL)  # the process that started the probe crashes
         holder.join(30)
-        with pytest.raises(InputError, match=f"kill {probe_pid}"), _one_at_a_time():
-            pass  # its probe still runs, and still holds the host
-        os.kill(probe_pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while not _gone(probe_pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        with _one_at_a_time():
-            pass
+        # its probe process, which holds the lock too, sees its parent gone within a second and ends, freeing it
+        assert _free_within(15)
     finally:
         (tmp_path / "release").touch()
         holder.join(30)
-        if not _gone(probe_pid):
+        with contextlib.suppress(ProcessLookupError):
             os.kill(probe_pid, signal.SIGKILL)
 
 
@@ -218,3 +220,56 @@ def test_the_page_says_older_runs_were_trimmed(tmp_path, monkeypatch):
     at.run()
     assert any("cannot be read" in c.value and "older runs dropped" in c.value for c in at.caption)
     assert not at.exception
+
+
+# --- the calibration records the kvscope that made it ----------------------------------------------------------------
+
+
+def _head() -> str | None:
+    """This checkout's commit, asked of git here (not through kvscope); None outside git."""
+    out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def test_a_calibration_records_kvscopes_commit_and_the_command_prints_it(tmp_path, monkeypatch, capsys):
+    """A probe's record named the kvscope that made it; a calibration's did not, though what it times changes
+    between commits (one-thread rates, the cache stream apart)."""
+    from core.speed import calibrate as cal_mod
+    from core.speed.cli import print_calibration
+
+    monkeypatch.setenv("KVSCOPE_CACHE", str(tmp_path))
+    monkeypatch.setattr(cal_mod, "ram_bandwidth", lambda refresh: SimpleNamespace(gb_s=20.0, thread_gb_s=9.0))
+    cal = calibrate(None, "numpy")
+    calibration.store(cal)
+    stored = json.loads(calibration.path().read_text())["hosts"][calibration.host_key()]
+    head = _head()
+    if head is None:  # a source tree without git has no commit to name
+        assert stored["kvscope"] is None
+        return
+    assert stored["kvscope"].split()[0] == head and calibration.load().kvscope == stored["kvscope"]
+    print_calibration(cal.record() | {"stored": str(calibration.path()), "warning": None})
+    assert f"at {cal.time} by kvscope {head}" in capsys.readouterr().out.splitlines()[0]
+
+
+def test_an_older_calibration_without_a_commit_still_reads_and_the_page_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSCOPE_CACHE", str(tmp_path / "cache"))
+    entry = calibration.Calibration(calibration.host_key(), "2026-12-01 00:00 UTC", "m", 9.5, 2, (("Q4_0", 3, 7),))
+    old = {k: v for k, v in entry.record().items() if k != "kvscope"}  # as stored before 2026-12-06
+    calibration.path().parent.mkdir()
+    calibration.path().write_text(json.dumps({"hosts": {calibration.host_key(): old}}))
+    assert calibration.load_checked() == (entry, None)
+    at = open_page(monkeypatch, tmp_path)
+    (shown,) = [s.value for s in at.success if "RAM 9.5 GB/s" in s.value]
+    assert "by a kvscope whose commit was not recorded" in shown
+    calibration.store(replace(entry, kvscope="0123456789ab + changes to core/"))
+    at.run()
+    (shown,) = [s.value for s in at.success if "RAM 9.5 GB/s" in s.value]
+    assert "(m), by kvscope 0123456789ab + changes to core/." in shown
+
+
+def test_a_calibration_whose_commit_is_not_text_is_named_not_used(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSCOPE_CACHE", str(tmp_path))
+    entry = calibration.Calibration(calibration.host_key(), "t", "m", 9.5, 2, (("Q4_0", 3, 7),)).record()
+    calibration.path().write_text(json.dumps({"hosts": {calibration.host_key(): entry | {"kvscope": 5}}}))
+    stored, problem = calibration.load_checked()
+    assert stored is None and "kvscope is 5, not a commit" in problem and "calibrate again" in problem

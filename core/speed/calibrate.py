@@ -19,6 +19,7 @@ from core.dtypes import FP16
 from core.errors import InputError
 from core.files import measuring
 from core.model.layers import FullAttention, Storage
+from core.probe.runner import kvscope_revision
 from core.speed.calibration import Calibration, host_key
 from core.speed.ram import ram_bandwidth
 from core.speed.work import attended_sum, attention_flops_per_key
@@ -206,5 +207,6 @@ def _calibrate(
         method = f"numpy float32 GEMM, {threads} threads (float prefill only)"
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return Calibration(
-        host_key(), stamp, method, round(ram.gb_s, 2), threads, rates, attention, single, round(ram.thread_gb_s, 2)
-    )
+        host_key(), stamp, method, round(ram.gb_s, 2), threads, rates, attention, single, round(ram.thread_gb_s, 2),
+        kvscope_revision(),
+    )  # fmt: skip

@@ -51,6 +51,9 @@ class Calibration:
     # Zen 4 the F16 step ran 23.5 GFLOP/s at 1 thread and 14.0 per thread at 2, and 1-thread figures read 33-46 % slow
     single: tuple[tuple[str, float | None, float | None], ...] = ()
     ram_thread_gb_s: float = 0.0  # one thread's RAM copy rate (0: calibrated before 2026-12-05, which copied with one)
+    # the commit of the kvscope that timed it, as a probe records its own (core.probe.runner.kvscope_revision): what
+    # it times changes between commits. None: calibrated before 2026-12-06, or from a copy outside git
+    kvscope: str | None = None
 
     @property
     def label(self) -> str:
@@ -95,7 +98,7 @@ class Calibration:
             "host": self.host, "time": self.time, "method": self.method, "ram_gb_s": self.ram_gb_s,
             "threads": self.threads, "rates": [list(r) for r in self.rates],
             "attention": [list(a) for a in self.attention], "single": [list(r) for r in self.single],
-            "ram_thread_gb_s": self.ram_thread_gb_s,
+            "ram_thread_gb_s": self.ram_thread_gb_s, "kvscope": self.kvscope,
         }  # fmt: skip
 
     @classmethod
@@ -121,7 +124,10 @@ class Calibration:
             texts = [d[k] for k in ("host", "time", "method")]
             if not all(isinstance(t, str) for t in texts):
                 raise ValueError(f"host, time and method must be text, got {texts!r}")
-            return cls(*texts, ram, _count(d["threads"], "threads"), rates, attention, single, one)
+            kvscope = d.get("kvscope")  # absent before 2026-12-06
+            if not isinstance(kvscope, str | None):
+                raise ValueError(f"kvscope is {kvscope!r}, not a commit")
+            return cls(*texts, ram, _count(d["threads"], "threads"), rates, attention, single, one, kvscope)
         except KeyError as err:
             raise ValueError(f"no {err.args[0]!r} field") from None
         except TypeError as err:  # a field of the wrong shape (a number where a list of rates belongs)

@@ -295,7 +295,8 @@ def cmd_calibrate(args: argparse.Namespace) -> dict:
 
 def print_calibration(out: dict) -> None:
     one = f" ({out['ram_thread_gb_s']:.1f} with one thread)" if out.get("ram_thread_gb_s") else ""
-    print(f"{out['host']}: RAM copy {out['ram_gb_s']:.1f} GB/s{one}, {out['method']}, at {out['time']}")
+    by = f" by kvscope {out['kvscope']}" if out.get("kvscope") else ""
+    print(f"{out['host']}: RAM copy {out['ram_gb_s']:.1f} GB/s{one}, {out['method']}, at {out['time']}{by}")
     print(f"{'format':>8} {'decode GFLOP/s/thread':>22} {'prefill GFLOP/s/thread':>23}")
     for name, dec, pre in out["rates"]:
         print(f"{name:>8} {'-' if dec is None else f'{dec:.1f}':>22} {'-' if pre is None else f'{pre:.1f}':>23}")
