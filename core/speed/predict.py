@@ -635,7 +635,21 @@ def error_bars(setup: Setup, hw: Hardware, decode: Timing | None = None, chunk: 
     def also(bar: ErrorBar, *more: str) -> ErrorBar:
         return replace(bar, caveat="; ".join(filter(None, (bar.caveat, split, *more))))
 
-    return also(decode_bar), also(prefill_bar, pipelined)
+    return also(decode_bar, all_reduces(setup)), also(prefill_bar, pipelined, all_reduces(setup))
+
+
+def all_reduces(setup: Setup) -> str:
+    """What a tensor-parallel figure leaves out: each GPU is timed on its share as if alone (share = tp in the
+    roofline), without the two all-reduces of the hidden state a layer that join the shares. At one token a step they
+    are latency-bound, microseconds each: the corpus' vLLM run over 8 MI300X (Llama 3.1 70B, TP 8;
+    measurements/speed/corpus/vllm-rocm-dev-docker-mi300x.jsonl) decoded at about half this roofline's rate."""
+    if setup.tp < 2:
+        return ""
+    return (
+        f"tensor parallel over {setup.tp} GPUs is timed without its {2 * len(setup.model.layers)} all-reduces a pass "
+        f"(two a layer): figures run fast, most at one token a step (a published vLLM decode over 8 GPUs ran at "
+        f"about half this rate)"
+    )
 
 
 def split_caveat(setup: Setup, hw: Hardware) -> str:
