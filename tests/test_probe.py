@@ -11,6 +11,7 @@ import threading
 
 import pytest
 
+from core.files import measuring_lock
 from core.model.loading import load_raw, model_from_config
 from core.probe import (
     RANDOM_LABEL,
@@ -77,12 +78,18 @@ def test_lock_refuses_a_second_probe_and_names_the_holder(tmp_path):
     assert not (tmp_path / RESULTS_NAME).exists()
 
 
-def test_a_lock_left_by_a_dead_process_does_not_block(tmp_path):
+def test_a_lock_left_by_a_dead_process_does_not_block(tmp_path, monkeypatch):
+    """The host's measuring lock (core.files.measuring_lock) still holds a dead probe's record: its flock died with it,
+    so the next probe runs, and says it is the one running."""
+    monkeypatch.setenv("KVSCOPE_CACHE", str(tmp_path / "cache"))
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     stale = {"pid": int(dead.stdout), "host": "gone", "model": "x", "started": "2020-01-01T00:00:00+00:00"}
-    (tmp_path / "probe.lock").write_text(json.dumps(stale))
+    lock = measuring_lock()
+    lock.parent.mkdir(parents=True)
+    lock.write_text(json.dumps(stale))
     with probe_lock(tmp_path, "mine") as fd:
         assert fd >= 0  # the flock died with its holder; the leftover JSON is only a label
+        assert json.loads(lock.read_text())["model"] == "mine"
 
 
 def test_timeout_kills_the_child_and_reports_it(tmp_path):
@@ -233,6 +240,9 @@ INFO 01-01 [kv_cache_utils.py:1091] Maximum concurrency for 40,960 tokens per re
     assert parsed["max_concurrency"] == 35.10 and parsed["concurrency_len"] == 40_960
     assert parsed["available_kv_bytes"] == int(54.94 * (1 << 30))
     assert parse_vllm_log("nothing here")["kv_capacity_tokens"] is None
+    # vLLM's CPU backend (0.32) logs its cache on one line with its device, as tests/engines' real runs print it
+    cpu = "INFO [kv_cache_utils.py:1300] CPU KV cache size: 1,294,966 tokens, Maximum concurrency for 262,144 tokens"
+    assert parse_vllm_log(cpu + " per request: 4.94x")["kv_capacity_tokens"] == 1_294_966
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen3_5_text"])

@@ -467,7 +467,7 @@ def run_transformers(req: ProbeRequest, ch: Channel, budget_s: float | None = No
 
 
 _VLLM_DTYPES = {"auto": "auto", "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-_KV_TOKENS = re.compile(r"GPU KV cache size:\s*([\d,]+)\s*tokens")
+_KV_TOKENS = re.compile(r"(?:GPU|CPU) KV cache size:\s*([\d,]+)\s*tokens")  # the CPU backend names its device
 _CONCURRENCY = re.compile(r"Maximum concurrency for\s*([\d,]+)\s*tokens per request:\s*([\d.]+)x")
 _AVAILABLE = re.compile(r"Available KV cache memory:\s*([\d.]+)\s*(GiB|MiB|GB)")
 
