@@ -39,18 +39,53 @@ def test_a_run_is_timed_as_vllm_serve_would_run_it(row):
     ratio = fit_corpus.predicted_tok_s(row) / r["tok_s"]
     if s.tp == 1:
         assert 0.5 < ratio < 2  # a roofline in the runs' own range
-    else:  # the all-reduces between the shares are not timed, and the figure says so
-        assert ratio > 1.5 and "all-reduces" in speed.decode_error.caveat
+    else:  # the all-reduces' assumed latencies leave a gap, and the figure says what they rest on
+        assert 1.2 < ratio < 2 and "all-reduces a pass over" in speed.decode_error.caveat
 
 
-def test_a_tensor_parallel_figure_says_its_all_reduces_are_not_timed():
-    """The one published vLLM run over several GPUs (8 MI300X, TP 8) decoded at about half kvscope's roofline, which
-    times each GPU's share as if alone; every tensor-parallel figure says so, and a one-GPU figure does not."""
+def test_the_one_tensor_parallel_run_checks_the_all_reduces_it_was_not_used_to_set():
+    """The one published vLLM run over several GPUs (8 MI300X, TP 8) decoded at 0.49× the roofline that timed each
+    GPU's share as if alone (2.06× fast). With the all-reduces timed from the cited microbenchmarks, none of them this
+    run, it reads 1.48× fast: closer, and not fitted to it. Every tensor-parallel figure says what its all-reduces
+    rest on; a one-GPU figure does not."""
     (tp8,) = [r for r in VLLM if r.setup.tp > 1]
     assert (tp8.setup.tp, tp8.setup.card.name) == (8, "Instinct MI300X 192GB")
+    ratio = fit_corpus.predicted_tok_s(tp8) / tp8.raw["tok_s"]
+    assert 1.3 < ratio < 1.6
     bars = predict(tp8.setup, Hardware(50.0, 8), 4096)
     layers = len(tp8.setup.model.layers)
     for bar in (bars.decode_error, bars.prefill_error):
-        assert f"tensor parallel over 8 GPUs is timed without its {2 * layers} all-reduces a pass" in bar.caveat
+        assert f"its {2 * layers} all-reduces a pass over 8 GPUs are timed from published microbenchmarks" in bar.caveat
     one = next(r for r in VLLM if r.setup.tp == 1)
     assert "all-reduce" not in predict(one.setup, Hardware(50.0, 8), 4096).decode_error.caveat
+
+
+def test_tensor_parallels_all_reduces_are_timed_per_layer_from_the_cited_latencies():
+    """vLLM joins each layer's TP shares with two all-reduces of the hidden state; at one token a step each costs its
+    link's latency (vLLM's custom all-reduce on NVLink, NCCL over PCIe), on a prompt's pass its bytes too. Worked by
+    hand for Llama 3.1 70B (80 layers, hidden 8,192) here, against what predict adds to a step."""
+    from core.engines import configured
+    from core.fit import Setup
+    from core.memory.gpus import card_named
+    from core.model.loading import load_model
+    from core.speed.allreduce import FABRIC, PCIE, link_of
+
+    model = load_model("meta-llama/Llama-3.1-70B-Instruct")
+    assert (len(model.layers), model.hidden_size) == (80, 8192)
+
+    def step(card: str, tp: int) -> float:
+        setup = Setup(model, configured("vllm"), card_named(card), gpus=tp, tp=tp, weights="fp8")
+        return predict(setup, Hardware(50.0, 8), 4096).decode.all_reduce_s
+
+    sxm = 160 * (10e-6 + 8192 * 2 * 2 * 3 / 4 / 370e9)  # 160 all-reduces of 16 KB, a ring's 2(n-1)/n of it
+    assert step("H100 80GB SXM5", 4) == pytest.approx(sxm, rel=1e-9)
+    assert step("H100 80GB PCIe", 4) == pytest.approx(160 * (57e-6 + 8192 * 2 * 2 * 3 / 4 / 25e9), rel=1e-9)
+    assert step("H100 80GB SXM5", 1) == 0.0
+    assert link_of(card_named("Instinct MI300X 192GB")) is FABRIC and link_of(card_named("A30 24GB")) is PCIE
+    assert link_of(card_named("GeForce RTX 4090 24GB")) is PCIE
+    # a prompt's pass of 8,192 tokens moves 128 MiB an all-reduce: bandwidth, not latency, sets it
+    setup = Setup(model, configured("vllm"), card_named("H100 80GB SXM5"), gpus=4, tp=4, weights="fp8")
+    prefill = predict(setup, Hardware(50.0, 8), 8192).prefill
+    per_pass = 160 * (10e-6 + 8192 * 8192 * 2 * 1.5 / 370e9)
+    assert prefill.all_reduce_s == pytest.approx(per_pass * prefill.passes, rel=1e-9)
+    assert prefill.seconds > sum(p.seconds for p in prefill.parts) + prefill.overhead_s + 0.9 * per_pass

@@ -20,6 +20,7 @@ from core.fit import Setup, setup_format
 from core.memory.quant import STORED_FTYPE, format_named
 from core.model.layers import FullAttention
 from core.model.params import count_params
+from core.speed.allreduce import AllReduces, all_reduces
 from core.speed.calibration import Calibration
 from core.speed.efficiency import Efficiency, efficiency_for
 from core.speed.groups import (
@@ -211,6 +212,8 @@ class Timing:
     driver: Efficiency | None = None
     moe: int = 0  # layers with routed experts
     hops: int = 0  # GPUs past the first that each pass runs through (llama.cpp's layer split: gpu_hops)
+    all_reduce: AllReduces | None = None  # one pass's (vLLM's tensor parallel: core.speed.allreduce)
+    all_reduce_s: float = 0.0  # every pass's
 
     @property
     def memory_s(self) -> float:
@@ -222,7 +225,7 @@ class Timing:
 
     @property
     def seconds(self) -> float:
-        return sum(p.seconds for p in self.parts) + self.overhead_s
+        return sum(p.seconds for p in self.parts) + self.overhead_s + self.all_reduce_s
 
     @property
     def bytes(self) -> float:
@@ -239,6 +242,7 @@ class Timing:
             "memory": sum(p.waits["memory"] for p in self.parts),
             "compute": sum(p.waits["compute"] for p in self.parts),
             "overhead": self.overhead_s,
+            "all-reduce": self.all_reduce_s,
         }
         return max(shares, key=lambda k: shares[k])
 
@@ -562,7 +566,17 @@ def _timing(work: PassWork, setup: Setup, hw: Hardware, prefill: bool, table: Ta
     # the overhead of the device that drives the pass: the GPU's whenever one takes part
     eff = _eff(table, setup, hw, driver(setup, hw))
     chained, moe, hops = chained_layers(setup), sum(1 for w in work.layers if w.routing[0]), gpu_hops(setup, hw)
-    return Timing(tuple(parts), eff.overhead_s(n, chained, moe, hops) * passes, passes, n, chained, eff, moe, hops)
+    ar = tensor_parallel(setup, hw, n, per_pass)
+    overhead = eff.overhead_s(n, chained, moe, hops) * passes
+    return Timing(tuple(parts), overhead, passes, n, chained, eff, moe, hops, ar, ar.seconds * passes if ar else 0.0)
+
+
+def tensor_parallel(setup: Setup, hw: Hardware, layers: int, tokens: int) -> AllReduces | None:
+    """vLLM's all-reduces of a pass of `tokens` tokens over its tensor-parallel GPUs (core.speed.allreduce); the
+    roofline times each GPU's share as if alone, which they join."""
+    if not isinstance(setup.engine, VllmEngine) or driver(setup, hw) != "gpu":
+        return None
+    return all_reduces(setup.tp, layers, setup.model.hidden_size, tokens, setup.card)
 
 
 def gpu_hops(setup: Setup, hw: Hardware) -> int:
@@ -635,20 +649,17 @@ def error_bars(setup: Setup, hw: Hardware, decode: Timing | None = None, chunk: 
     def also(bar: ErrorBar, *more: str) -> ErrorBar:
         return replace(bar, caveat="; ".join(filter(None, (bar.caveat, split, *more))))
 
-    return also(decode_bar, all_reduces(setup)), also(prefill_bar, pipelined, all_reduces(setup))
+    return also(decode_bar, all_reduce_caveat(setup)), also(prefill_bar, pipelined, all_reduce_caveat(setup))
 
 
-def all_reduces(setup: Setup) -> str:
-    """What a tensor-parallel figure leaves out: each GPU is timed on its share as if alone (share = tp in the
-    roofline), without the two all-reduces of the hidden state a layer that join the shares. At one token a step they
-    are latency-bound, microseconds each: the corpus' vLLM run over 8 MI300X (Llama 3.1 70B, TP 8;
-    measurements/speed/corpus/vllm-rocm-dev-docker-mi300x.jsonl) decoded at about half this roofline's rate."""
-    if setup.tp < 2:
+def all_reduce_caveat(setup: Setup) -> str:
+    """What a tensor-parallel figure rests on: its all-reduces are timed from published microbenchmarks
+    (core.speed.allreduce), not fitted, and one published vLLM run over several GPUs checks them."""
+    if setup.tp < 2 or not isinstance(setup.engine, VllmEngine):
         return ""
     return (
-        f"tensor parallel over {setup.tp} GPUs is timed without its {2 * len(setup.model.layers)} all-reduces a pass "
-        f"(two a layer): figures run fast, most at one token a step (a published vLLM decode over 8 GPUs ran at "
-        f"about half this rate)"
+        f"its {2 * len(setup.model.layers)} all-reduces a pass over {setup.tp} GPUs are timed from published "
+        "microbenchmarks, not fitted; one published vLLM run over several GPUs checks them (8 MI300X, TP 8)"
     )
 
 
@@ -688,6 +699,8 @@ def _add(a: Timing, b: Timing) -> Timing:
         a.driver,
         a.moe,
         a.hops,
+        a.all_reduce,
+        a.all_reduce_s + b.all_reduce_s,
     )
 
 

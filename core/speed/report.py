@@ -144,6 +144,15 @@ def overhead_text(t: Timing) -> str:
     return f"{t.passes} pass{'es' if t.passes > 1 else ''} × ({' + '.join(terms)}) = {_s(t.overhead_s)}"
 
 
+def all_reduce_lines(t: Timing) -> list[str]:
+    """Tensor parallel's all-reduces (core.speed.allreduce), a pass's worked out and all passes' total; none on one
+    GPU."""
+    if t.all_reduce is None:
+        return []
+    passes = f"; {t.passes} passes (the last may be shorter): {_s(t.all_reduce_s)}" if t.passes > 1 else ""
+    return [f"- tensor parallel, a pass: {t.all_reduce.text()}{passes}"]
+
+
 def _timed(seconds: float, text: str) -> str:
     """A term of a device's line, "text = seconds; ", or "" where the term is not timed (0 s)."""
     return f"{text} = {_s(seconds)}; " if seconds else ""
@@ -246,7 +255,7 @@ def speed_lines(s: Speed, prefill: bool = True) -> list[str]:
         "devices a pass crosses add up, and the engine's per-pass overhead comes on top.",
         f"**Decode step** ({format_bytes(round(s.bytes_per_step))} read, {s.decode.flops:,.0f} FLOP):",
     ]
-    out += part_lines(s.decode, prefill=False)
+    out += part_lines(s.decode, prefill=False) + all_reduce_lines(s.decode)
     out.append(
         f"- overhead: {overhead_text(s.decode)}; step: {_s(s.decode.seconds)} ({s.bound}-bound); per sequence: "
         f"1 ÷ {_s(s.decode.seconds)} = {s.decode_tok_s:,.2f} tok/s; all sequences: {s.batch} × "
@@ -260,7 +269,7 @@ def speed_lines(s: Speed, prefill: bool = True) -> list[str]:
         f"(each reads the weights once; attention is the causal triangle on full layers, a band on windowed ones, "
         f"linear on recurrent ones):"
     )
-    out += part_lines(s.prefill, prefill=True)
+    out += part_lines(s.prefill, prefill=True) + all_reduce_lines(s.prefill)
     out.append(
         f"- overhead: {overhead_text(s.prefill)}; prefill: {_s(s.prefill.seconds)} ({s.prefill.bound}-bound); "
         f"{s.context:,} tokens ÷ {_s(s.prefill.seconds)} = {s.prefill_tok_s:,.1f} tok/s; time to first token: the "
