@@ -208,6 +208,28 @@ def test_calibrate_button_runs_in_the_background_and_later_figures_use_it(monkey
     assert table.loc["Q4_0, 1 thread", "decode GFLOP/s per thread"] == 5.0
 
 
+def test_a_calibration_another_process_refuses_is_a_warning_not_an_error(monkeypatch, tmp_path):
+    """`python -m core calibrate` refuses while a probe or calibration of another process measures the host
+    (core.files.measuring): nothing was timed, so the page says what runs, as a warning, and stores nothing."""
+    import core.speed.calibrate_job as job_module
+    from core.speed import calibration
+    from core.speed.calibrate_job import active_calibration
+
+    monkeypatch.setenv("KVSCOPE_CACHE", str(tmp_path / "cache"))
+    said = "busy: a probe of x (probe process pid 7) is measuring this host, and …; wait for it to end, or stop it"
+    refusal = f"import sys, time; time.sleep(1); sys.exit({'error: ' + said!r})"  # as the command says it, exit 1
+    monkeypatch.setattr(job_module, "calibrate_command", lambda threads=None: [sys.executable, "-c", refusal])
+    at = open_page(monkeypatch, tmp_path, tiny_raw("llama", layers=2))
+    button(at, "Calibrate this machine").click()
+    at.run()
+    job = active_calibration()
+    assert job is not None and job.wait(60).status == "busy"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [w.value for w in at.warning if "Not calibrated" in w.value] == [f"Not calibrated: {said}."]
+    assert not any("Calibration" in e.value for e in at.error) and calibration.load() is None
+
+
 @pytest.mark.parametrize(
     ("contexts", "says"),
     [("99999999k", "is above the model's limit of 512 tokens"), (" , ", "give at least one token count")],

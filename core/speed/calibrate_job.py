@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,13 +24,16 @@ ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 900.0  # six formats through llama.cpp take 1–5 minutes on a desktop; a loaded 2-core host, more
 
 
+BUSY = re.compile(r"(error: )?busy: ")  # how core.files.measuring's refusal starts, as the command prints it
+
+
 class CalibrationBusy(RuntimeError):
     """Another calibration is running on this server."""
 
 
 @dataclass(frozen=True)
 class CalibrationOutcome:
-    status: str  # "ok" | "error" | "timeout"
+    status: str  # "ok" | "error" | "timeout" | "busy" (another process measures this host: error says which)
     elapsed_s: float
     record: dict | None  # `python -m core calibrate --json`'s output when ok
     error: str = ""
@@ -93,7 +97,12 @@ def _run_process(command: list[str], timeout: float, started: float) -> Calibrat
         return CalibrationOutcome("timeout", time.time() - started, None, f"stopped after {timeout:.0f} s")
     elapsed = time.time() - started
     if proc.returncode != 0:
-        return CalibrationOutcome("error", elapsed, None, (err or out).strip()[-2000:] or f"exit {proc.returncode}")
+        said = (err or out).strip()
+        # the command's refusal (core.files.measuring): nothing ran, so not an error of the calibration
+        busy = said.removeprefix("error: ") if BUSY.match(said) else ""
+        return CalibrationOutcome(
+            "busy" if busy else "error", elapsed, None, busy or said[-2000:] or f"exit {proc.returncode}"
+        )
     try:
         return CalibrationOutcome("ok", elapsed, json.loads(out))
     except ValueError:
