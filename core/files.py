@@ -118,6 +118,9 @@ def say_measuring(fd: int, holder: dict[str, Any]) -> None:
     os.pwrite(fd, json.dumps(holder).encode(), 0)
 
 
+BUSY = "busy: "  # how measuring()'s refusal starts, which a caller reading a command's output may look for
+
+
 def _busy_message(text: bytes) -> str:
     try:
         holder = json.loads(text)
@@ -125,7 +128,7 @@ def _busy_message(text: bytes) -> str:
     except (ValueError, KeyError, TypeError):  # caught between its holder's truncate and write
         running, stop = "another probe or calibration", "stop it"
     return (
-        f"busy: {running} is measuring this host, and a probe or calibration beside it would time its load; "
+        f"{BUSY}{running} is measuring this host, and a probe or calibration beside it would time its load; "
         f"wait for it to end, or {stop}"
     )
 

@@ -52,13 +52,13 @@ PCIE = Link(
 )
 
 
+PCIE_BOARDS = ("A30 ",)  # HBM cards sold only as PCIe boards whose names do not say so (the A30's bridge joins pairs)
+
+
 def link_of(card: Card) -> Link:
     """The fabric of SXM/OAM parts (HBM datacenter cards not sold as PCIe boards), else PCIe."""
     hbm = card_class(card, default_backend(card)) == "datacenter"
     return FABRIC if hbm and "PCIe" not in card.name and not card.name.startswith(PCIE_BOARDS) else PCIE
-
-
-PCIE_BOARDS = ("A30 ",)  # HBM cards sold only as PCIe boards whose names do not say so (the A30's bridge joins pairs)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -20,11 +19,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.files import BUSY
+
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 900.0  # six formats through llama.cpp take 1–5 minutes on a desktop; a loaded 2-core host, more
-
-
-BUSY = re.compile(r"(error: )?busy: ")  # how core.files.measuring's refusal starts, as the command prints it
 
 
 class CalibrationBusy(RuntimeError):
@@ -98,11 +96,10 @@ def _run_process(command: list[str], timeout: float, started: float) -> Calibrat
     elapsed = time.time() - started
     if proc.returncode != 0:
         said = (err or out).strip()
-        # the command's refusal (core.files.measuring): nothing ran, so not an error of the calibration
-        busy = said.removeprefix("error: ") if BUSY.match(said) else ""
-        return CalibrationOutcome(
-            "busy" if busy else "error", elapsed, None, busy or said[-2000:] or f"exit {proc.returncode}"
-        )
+        refusal = said.removeprefix("error: ")  # as the command prints an InputError
+        if refusal.startswith(BUSY):  # core.files.measuring's refusal: nothing ran, so not the calibration's error
+            return CalibrationOutcome("busy", elapsed, None, refusal)
+        return CalibrationOutcome("error", elapsed, None, said[-2000:] or f"exit {proc.returncode}")
     try:
         return CalibrationOutcome("ok", elapsed, json.loads(out))
     except ValueError:

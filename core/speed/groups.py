@@ -526,13 +526,12 @@ def error_bar(
     likewise (`moe_rows`). `path`: a kernel path of PATHS the figure takes: the error of the group's held-out runs on
     that path, or where none took it the group's own (GROUP_FALLBACK) or "not checked"."""
     label = group_label(engine, backend, klass) + (f" {PATHS[path]}" if path else "")
-    seeds = [r for r in error_figures(engine, f"{kind}_tok_s") if _group_of(r["setup"]["gpu"]) == (backend, klass)]
     for e in fitted().get("errors", ()):
         key = (e["engine"], e["backend"], e["card_class"], e["kind"], e.get("path", ""))
         if key != (engine, backend, klass, kind, path) or not e["rows"]:
             continue
         if "ratios" in e:  # an unfitted engine's published runs (fit_corpus.ALWAYS_HELD_OUT), beside the seeds'
-            return _published_bar(kind, label, e["ratios"], seeds, calibrated, backend)
+            return _published_bar(kind, label, e["ratios"], _seeds(engine, kind, backend, klass), calibrated, backend)
         if path:
             caveat = f"on them kvscope's figure was {e['ratio']:.2f}× the measured one (median)"
         else:
@@ -552,9 +551,14 @@ def error_bar(
         return error_bar(engine, backend, klass, kind, calibrated, chained, moe=moe)
     if path:  # no held-out run of the group took it
         return ErrorBar(kind, label, calibrated=calibrated)
-    if seeds:
+    if seeds := _seeds(engine, kind, backend, klass):
         return _published_bar(kind, label, [], seeds, calibrated, backend)
     return ErrorBar(kind, label, calibrated=calibrated, on_cpu=backend == "cpu")
+
+
+def _seeds(engine: str, kind: str, backend: str, klass: str) -> list[dict]:
+    """The seeds' published figures of the engine's group (measurements/speed/published_speed.jsonl)."""
+    return [r for r in error_figures(engine, f"{kind}_tok_s") if _group_of(r["setup"]["gpu"]) == (backend, klass)]
 
 
 def _published_bar(kind: str, label: str, runs: list[float], seeds: list[dict], calibrated: str, backend: str):

@@ -649,17 +649,19 @@ def error_bars(setup: Setup, hw: Hardware, decode: Timing | None = None, chunk: 
     def also(bar: ErrorBar, *more: str) -> ErrorBar:
         return replace(bar, caveat="; ".join(filter(None, (bar.caveat, split, *more))))
 
-    return also(decode_bar, all_reduce_caveat(setup)), also(prefill_bar, pipelined, all_reduce_caveat(setup))
+    reduces = all_reduce_caveat(setup, hw)
+    return also(decode_bar, reduces), also(prefill_bar, pipelined, reduces)
 
 
-def all_reduce_caveat(setup: Setup) -> str:
-    """What a tensor-parallel figure rests on: its all-reduces are timed from published microbenchmarks
-    (core.speed.allreduce), not fitted, and one published vLLM run over several GPUs checks them."""
-    if setup.tp < 2 or not isinstance(setup.engine, VllmEngine):
+def all_reduce_caveat(setup: Setup, hw: Hardware) -> str:
+    """What a tensor-parallel figure rests on: its all-reduces (tensor_parallel's, where it times any) are timed
+    from published microbenchmarks (core.speed.allreduce), not fitted, and one published vLLM run checks them."""
+    ar = tensor_parallel(setup, hw, len(setup.model.layers), 1)
+    if ar is None:
         return ""
     return (
-        f"its {2 * len(setup.model.layers)} all-reduces a pass over {setup.tp} GPUs are timed from published "
-        "microbenchmarks, not fitted; one published vLLM run over several GPUs checks them (8 MI300X, TP 8)"
+        f"its {ar.count} all-reduces a pass over {ar.tp} GPUs are timed from published microbenchmarks, not fitted; "
+        "one published vLLM run over several GPUs checks them (8 MI300X, TP 8)"
     )
 
 

@@ -149,7 +149,7 @@ def all_reduce_lines(t: Timing) -> list[str]:
     GPU."""
     if t.all_reduce is None:
         return []
-    passes = f"; {t.passes} passes (the last may be shorter): {_s(t.all_reduce_s)}" if t.passes > 1 else ""
+    passes = f"; all {t.passes} passes: {_s(t.all_reduce_s)}" if t.passes > 1 else ""
     return [f"- tensor parallel, a pass: {t.all_reduce.text()}{passes}"]
 
 

@@ -350,7 +350,9 @@ def minus(a: Timing, b: Timing) -> Timing:
         replace(p, **{f: getattr(p, f) - getattr(q, f) for f in ADDITIVE})
         for p, q in zip(a.parts, b.parts, strict=True)
     ]
-    return replace(a, parts=tuple(parts), overhead_s=a.overhead_s - b.overhead_s)
+    return replace(
+        a, parts=tuple(parts), overhead_s=a.overhead_s - b.overhead_s, all_reduce_s=a.all_reduce_s - b.all_reduce_s
+    )
 
 
 def predicted_tok_s(row: Row, table: dict | None = None) -> float:
