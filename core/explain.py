@@ -264,6 +264,42 @@ def max_context_line(fit: Fit) -> str:
     return f"{head}: " + "; ".join(at(k) for k in (n, n + 1) if k >= 1) + f" — {n:,}"
 
 
+def worked_point(
+    drawn: dict[str, tuple[int, ...]], wanted: tuple[str, int] | None
+) -> tuple[str, int | None, str | None]:
+    """The point of the hybrid page's curves to work out: `wanted` (a model's name and a context, from the link or
+    the boxes) where its curve draws it. A model not drawn gives way to the first; a context its curve does not draw
+    to the nearest one it draws below it (the first if none is). Returns the model, the context (None when its curve
+    draws none) and a note saying what gave way, or None. `drawn`: each model's contexts, in the page's order."""
+    first = next(iter(drawn))
+    if wanted is None:
+        return first, (drawn[first] or (None,))[0], None
+    name, context = wanted
+    notes = []
+    if name not in drawn:
+        notes.append(f"The worked point names {name}, which this page does not draw; it shows {first}'s.")
+        name = first
+    contexts = drawn[name]
+    if not contexts:
+        return name, None, " ".join(notes) or None
+    if context not in contexts:
+        below = [c for c in contexts if c <= context]
+        shown = below[-1] if below else contexts[0]
+        where = (
+            f"past its last, {format_tokens(contexts[-1])}"
+            if context > contexts[-1]
+            else f"before its first, {format_tokens(contexts[0])}"
+            if not below
+            else "between two of its points"
+        )
+        notes.append(
+            f"{name}'s curve has no point at {format_tokens(context)} tokens ({where}): the point at "
+            f"{format_tokens(shown)} is worked out."
+        )
+        context = shown
+    return name, context, " ".join(notes) or None
+
+
 def point_lines(setup: Setup, context: int) -> list[str]:
     """One point of a requests-at-once curve (the hybrid page's: Solver.concurrency at `context`), worked out as Fit a
     card works a row: the usable memory, one request's cache (its growing part and its fixed state), the weights and

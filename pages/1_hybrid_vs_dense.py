@@ -18,7 +18,7 @@ from core.compare import (
     with_model,
 )
 from core.errors import InputError
-from core.explain import point_lines
+from core.explain import point_lines, worked_point
 from core.fit import Setup, context_limit, setup_format, validate
 from core.model.loading import load_model, presets
 from core.model.whatif import all_full_attention
@@ -31,6 +31,7 @@ from core.units import GIB, MIB, format_tokens
 from ui.charts import bars, curves, palette
 from ui.inputs import list_to_link, list_widget_value, sidebar
 from ui.layout import mobile_css, opened, page_config, painted
+from ui.state import point_query, read_point
 
 page_config("hybrid vs full attention")
 mobile_css()
@@ -193,14 +194,33 @@ st.plotly_chart(
     width="stretch",
 )
 
-if point := opened("How is a point of this curve worked out?", "kv_how_hybrid_point"):
+
+def _point_to_link() -> None:
+    """The boxes' point into the link's `hpt` (a callback runs before the script: the sidebar's link follows on this
+    very run). A model whose curve draws no point has no context box: the context asked for before stays."""
+    kept = st.session_state.get("in_hpt")
+    # else the one asked for before, or 1K: the first point every curve draws (core.compare.context_grid)
+    context = st.session_state.get("hy_point_ctx") or (read_point(kept)[1] if kept else 1024)
+    st.session_state["in_hpt"] = point_query(st.session_state["hy_point_model"], context)
+
+
+# Opened by a link that carries a point, so that it opens on the sender's worked point
+if point := opened("How is a point of this curve worked out?", "kv_how_hybrid_point", expanded=bool(inputs.hpt)):
     names = [s.name for s in all_series]
-    name = point.selectbox("Model", names, key="hy_point_model")
-    drawn = all_series[names.index(name)]
-    context_at = point.selectbox("Context", drawn.contexts, format_func=format_tokens, key="hy_point_ctx")
+    name, context_at, moved = worked_point(
+        {s.name: s.contexts for s in all_series}, read_point(inputs.hpt) if inputs.hpt else None
+    )
+    if moved:  # the link's (or the boxes') point is not drawn with these inputs: say which one is worked out
+        point.info(moved)
+    # the boxes show the point worked out, set before they are drawn on every run (as ui.inputs.list_widget_value)
+    st.session_state["hy_point_model"] = name
+    point.selectbox("Model", names, key="hy_point_model", on_change=_point_to_link)
     if context_at is None:
         point.caption(f"{name} has no point drawn: its context limit is under the first one drawn (1K).")
     else:  # the series' setups in the order compute() drew them; the point is worked from its own setup
+        st.session_state["hy_point_ctx"] = context_at
+        contexts = all_series[names.index(name)].contexts
+        point.selectbox("Context", contexts, format_func=format_tokens, key="hy_point_ctx", on_change=_point_to_link)
         try:
             point.markdown("\n\n".join(point_lines(_setups(setup, tuple(chosen))[0][names.index(name)], context_at)))
         except InputError as err:

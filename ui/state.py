@@ -93,6 +93,9 @@ MAX_TYPED = 8192  # a text box carried in a link as typed (Measure live's contex
 # org/name; never a path on the server (no "..", no "x.json" that core.model.loading would read as a file)
 REPO_ID = re.compile(r"^(?!.*\.\.)(?!.*\.json$)[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}\Z", re.ASCII)  # \Z: no final \n
 PATTERN = re.compile(r"^[A-Za-z]{0,64}$")  # what the sidebar's pattern box keeps; core.model.whatif judges the letters
+# A model name as the hybrid page draws it ("org/name", "org/name (all 32 full)", "uploaded config.json"): no markup,
+# so that a link's name quoted in the page's note cannot draw a link or an image
+POINT_MODEL = re.compile(r"^[\w .:/()+,-]{1,256}\Z", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,7 @@ class Inputs:
     win: int = 0
     pat: str = ""  # what-if layer pattern, e.g. LLLF
     cmp: str = "Qwen/Qwen3-8B"  # comparators on the hybrid-vs-dense page, comma separated
+    hpt: str = ""  # the hybrid page's worked point, model@context (point_query); "" = its first model at 1K
     ccard: str = "H100 80GB SXM5"  # the cluster page's card, its nodes and GPUs per node, and EP (auto = both)
     nodes: int = 2
     gpn: int = 8
@@ -166,6 +170,7 @@ DEFAULTS = Inputs()
 # Fields only one page reads (its own controls); the sidebar's figures do not depend on them.
 PAGE_FIELDS = (
     "cmp",
+    "hpt",
     "ccard",
     "nodes",
     "gpn",
@@ -310,6 +315,8 @@ def _check(key: str, value: str):
         if not PATTERN.match(value):
             raise InputError("a layer pattern is up to 64 letters")
         return value.upper()
+    if key == "hpt":
+        return point_query(*read_point(value))  # canonical: 32768 and 32k travel on as 32K
     if key in ("cmp", "omodels"):
         names = [n for n in value.split(",") if n]
         if len(names) > 4 or any(n not in presets() for n in names):
@@ -327,6 +334,23 @@ def _check(key: str, value: str):
             raise InputError(f"at most {MAX_TYPED:,} characters")
         return value.strip()
     raise InputError(f"unknown parameter {key!r}")
+
+
+def point_query(model: str, context: int) -> str:
+    """The hybrid page's worked point as its link carries it: the model as the page names it, `@`, the context
+    (`Qwen/Qwen3-8B@32K`). The page decides whether it draws that point (core.explain.worked_point)."""
+    return f"{model}@{format_tokens(context).replace(',', '')}"
+
+
+def read_point(text: str) -> tuple[str, int]:
+    """A link's worked point: the model's name and the context, or an InputError saying how to write one."""
+    model, at, context = text.rpartition("@")
+    if not at or not POINT_MODEL.match(model):
+        raise InputError(
+            "write the worked point as model@context, e.g. Qwen/Qwen3-8B@32K, the model as the page names it (in "
+            "letters, digits, spaces and ._-:/()+,)"
+        )
+    return model, parse_tokens(context)
 
 
 def clipped(text: str, most: int = 40) -> str:

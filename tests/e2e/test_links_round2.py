@@ -22,6 +22,7 @@ CHANGED = Inputs(
     engine="vllm", ctx=16384, ngl=20, ncmoe=1, swa="on", kvu="off", fa="off", ub=1024, plat="cpu", vver="0.20",
     fe="llama-server", backend="vulkan", ram=33.5, thr=6, isa="avx512", mns=64,
     util=0.85, layers=30, kvh=4, hd=64, win=1024, pat="FFFS", cmp="google/gemma-3-4b-it", ccard="H200 141GB SXM",
+    hpt="google/gemma-3-4b-it@8K",
     nodes=3, gpn=4, ep="on", ckv="fp8", ftab="models", ocards="GeForce RTX 4060 8GB,GeForce RTX 3060 12GB",
     omodels="microsoft/phi-4", octx="8k", onp=2, okv="q8_0", ofa="on", oover=512, ow="q5_k_m", oram="given",
     ogbs=45.5, othr=6, ofree="6GiB", oall="on", pctx="1k, 4k", pdev="cpu", pbe="vllm", players=4, psteps=16,
