@@ -132,7 +132,10 @@ def cmd_size(args: argparse.Namespace) -> dict:
         "batch": args.batch,
         "kv_bytes_per_token": engine.kv_bytes_per_token(model, args.kv_dtype),
         "fixed_bytes_per_sequence": raw,
-        "layers": engine_view(model, engine).layer_counts(),  # as the engine builds them (llama.cpp's windows)
+        # as the engine builds them: llama.cpp's windows, vLLM's hybrid layers one layer a cache
+        "layers": engine.layer_counts(model)
+        if isinstance(engine, VllmEngine)
+        else engine_view(model, engine).layer_counts(),
         "max_context": model.max_context,
         "notes": notes,
         "kinds": [

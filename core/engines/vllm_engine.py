@@ -376,6 +376,18 @@ class VllmEngine(Engine):
                 out[page] = out.get(page, 0) + len(model.census[layer])
         return out
 
+    @staticmethod
+    def layer_counts(model: ModelSpec) -> dict[str, int]:
+        """The layers by kind as vLLM builds them: a decoder layer holding two caches is two of its layers, each
+        with its own cache spec (Falcon-H1's ParallelHybrid an Attention and a MambaMixer2; Zamba2's hybrid layers
+        an Attention of their own beside the MambaMixer2 that every layer has), as its cache lines count them. A
+        model without such layers reads as ModelSpec.layer_counts does."""
+        out: dict[str, int] = {}
+        for layer, at in model.census.items():
+            for part in layer.parts():
+                out[part.kind] = out.get(part.kind, 0) + len(at)
+        return out
+
     def _pages_of(self, layer: LayerKind, storage: Storage) -> tuple[Page, ...]:
         out: list[Page] = []
         for part in layer.parts():
