@@ -17,9 +17,10 @@ from core.errors import InputError
 from core.fit import Setup, Solver
 from core.memory.gpus import card_named
 from core.memory.llamacpp_compute import compute_buffers, cpu_only, llamacpp_overhead, ubatch, widths
-from core.model.loading import load_model
+from core.model.loading import load_model, model_from_config
 from core.units import MIB
 from tests.test_gpu_logs import ROWS, setup_of
+from tests.tiny_configs import tiny_raw
 
 LLAMA = load_model("meta-llama/Llama-3.1-8B-Instruct")  # 32 layers, hidden 4096, 32 heads, 8 KV heads, vocab 128256
 MOE = load_model("Qwen/Qwen3-30B-A3B")  # hidden 2048, 128 experts of 768, top 8, 32 heads × 128, vocab 151936
@@ -224,3 +225,36 @@ def test_nextn_graphs_keep_one_more_row_beside_the_logits():
     item = compute_buffers(engine, QWEN35, 131_072, 2).gpu
     assert item.label == "logits"
     assert item.bytes == 533_727_232 - 4 * T * 4096 and round(item.bytes / MIB, 2) == 501.00
+
+
+PHI4 = load_model("microsoft/phi-4")  # model_type phi3: one q|k|v projection; hidden 5120, 40 heads × 128, 10 KV heads
+
+
+def test_a_fused_qkv_holds_no_query_rows_beside_kq():
+    """Phi-3's q, k and v are views of one [n_q + n_k + n_v, T] matmul (llama-graph.cpp build_qkv): beside kq stand
+    three [5120, T] rows and no query rows, where a model with separate projections holds 3·n_embd + 2·n_q (20 MiB
+    more here). libllama's own count for Phi-4's config cut to two layers and a 4K vocabulary (converted and run once
+    as tests/engines/test_llamacpp_compute.py does its tiny models) at 32,768 cells, ub 512, flash off is
+    2,788,173,824 B, and 380,643,328 B at 4,096 cells."""
+    assert widths(PHI4).fused_qkv and not widths(LLAMA).fused_qkv
+    kq = 40 * 32768 * T * 4
+    rows = 4 * T * 3 * 5120
+    inputs = 3 * 4 * T + 4 * T * 32768 + 8 * T + 8 * T * 1280  # f32 mask, V's index per element of 10 × 128
+    item = cpu_only(NO_FA, PHI4, 32768)
+    assert item.label == "attention KQ (no flash) + graph inputs"
+    assert item.bytes == kq + rows + inputs == 2_788_173_824
+    assert "+ 3·5120)" in item.formula  # the formula shows the rows it counts, and no 2·n_q
+    assert cpu_only(NO_FA, PHI4, 4096).bytes == 380_643_328
+
+
+def test_a_fused_qkv_with_flash_attention_holds_the_qkv_row():
+    """With flash attention a fused layer holds the q|k|v row, q and k after rope, the output and the residual:
+    on a tiny MHA Phi-3 (hidden 128, 4 heads × 32, 4 KV heads, FFN 96, so the attention is the peak) libllama counts
+    593,408 B at 512 cells, ub 128 (tests/engines/test_llamacpp_compute.py, phi3_mha)."""
+    phi3 = model_from_config(tiny_raw("phi3", hidden_size=128, num_key_value_heads=4), "phi3_mha")
+    t = 128
+    body = 4 * t * (128 + 3 * 128 + 2 * 128 + 128)
+    inputs = 3 * 4 * t + 2 * t * 512 + 8 * t + 8 * t  # ids, f16 mask, K and V indices
+    item = cpu_only(CLI.with_options(n_ubatch=t), phi3, 512)
+    assert item.label == "attention (flash) + graph inputs"
+    assert item.bytes == body + inputs == 593_408

@@ -91,6 +91,12 @@ GATED_QUERY = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_
 NEXTN_HEAD = frozenset(
     {"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next", "gpt_oss", "nemotron_h"}
 )
+# Checkpoints with one q|k|v projection (Phi-3 and Phi-4's qkv_proj), which the converter keeps as attn_qkv: llama.cpp
+# then makes one [n_q + n_k + n_v, T] matmul and views q, k and v in it (llama-graph.cpp build_qkv; rope cannot run
+# in place on a view of a tensor viewed three times, ggml-alloc.c, and without flash attention V is copied out,
+# llama-kv-cache.cpp cpy_v), which moves the attention phase's rows (attention_body). Every other model_type kvscope
+# reads projects q, k and v apart (core/model/params.py gives phi3's attention alone an attn_qkv).
+FUSED_QKV = frozenset({"phi3"})
 
 
 PIPELINE_COPIES = 4  # GGML_SCHED_MAX_COPIES (ggml-backend.cpp): the scheduler's copies with pipeline parallelism
@@ -117,6 +123,7 @@ class Widths:
     n_latent: int = 0  # MLA's kv_lora_rank: without flash attention V is a transposed f16 copy of the latent
     out_rows: int = 2  # [n_embd, T] rows live beside the logits (3 with a kept t_h_nextn: NEXTN_HEAD)
     n_gate: int = 0  # attention output gate held across the attention (GATED_QUERY: n_q)
+    fused_qkv: bool = False  # one q|k|v matmul whose views are q, k and v (FUSED_QKV)
 
 
 @dataclass(frozen=True)
@@ -187,6 +194,7 @@ def widths(model: ModelSpec) -> Widths:
         n_latent=n_latent,
         out_rows=3 if model.model_type in NEXTN_HEAD else 2,
         n_gate=n_head * head_q if model.model_type in GATED_QUERY else 0,
+        fused_qkv=model.model_type in FUSED_QKV,
     )
 
 
@@ -266,28 +274,41 @@ def output_body(w: Widths, u: Ubatch) -> Item:
 def attention_body(w: Widths, u: Ubatch, flash_attn: bool) -> Item:
     """One attention layer at its peak. n_kv is cells per stream; the streams split T, so kq is n_kv × T × n_head.
     MLA adds its latent-space output [kv_lora_rank, n_head, T] (before v_mla) and, without flash attention, the
-    transposed latent copy per stream; a gated query (GATED_QUERY) its gate row."""
+    transposed latent copy per stream; a gated query (GATED_QUERY) its gate row.
+    Fused q|k|v (FUSED_QKV): with flash attention the q|k|v row, q and k after rope, the output and the residual;
+    without it 3·n_embd beside kq and no query rows. Set from libllama on nine Phi-3 shapes, tiny to Phi-4's, exact
+    on each (the referee runs two tiny ones; tests/test_llamacpp_compute.py quotes Phi-4's); Phi-3's q is n_embd
+    wide, so n_q and n_embd rows cannot be told apart there."""
     t = u.tokens
     extra = w.n_head * w.n_latent + w.n_gate
     mla = f" + {w.n_head}·{w.n_latent}" if w.n_latent else ""
     mla += f" + {w.n_gate} gate" if w.n_gate else ""
     if flash_attn:  # no n_kv-sized tensor: q and k before and after rope, v, the output
-        size = F32 * t * (2 * w.n_q + 2 * w.n_k + 2 * w.n_v + extra)
-        return Item("attention (flash)", size, f"{t} tokens × 4 B × (2·{w.n_q} + 2·{w.n_k} + 2·{w.n_v}{mla})")
+        fused = [(1, w.n_embd), (3, w.n_q), (2, w.n_k), (1, w.n_v)]
+        rows, shown = _rows(fused if w.fused_qkv else [(2, w.n_q), (2, w.n_k), (2, w.n_v)])
+        return Item("attention (flash)", F32 * t * (rows + extra), f"{t} tokens × 4 B × ({shown}{mla})")
     n_kv = max(u.cells, u.window_cells)
     copy = F16 * n_kv * u.streams * w.n_latent
-    size = F32 * t * (w.n_head * n_kv + 3 * w.n_embd + 2 * w.n_q + extra) + copy
+    rows, shown = _rows([(3, w.n_embd)] if w.fused_qkv else [(3, w.n_embd), (2, w.n_q)])
+    size = F32 * t * (w.n_head * n_kv + rows + extra) + copy
     latent = f" + 2 B × {n_kv:,} cells × {u.streams} streams × {w.n_latent} latent (MLA's V)" if copy else ""
     return Item(
         "attention KQ (no flash)",
         size,
-        f"{t} tokens × 4 B × ({w.n_head} heads × {n_kv:,} cells + 3·{w.n_embd} + 2·{w.n_q}{mla}){latent}",
+        f"{t} tokens × 4 B × ({w.n_head} heads × {n_kv:,} cells + {shown}{mla}){latent}",
     )
+
+
+def _rows(terms: list[tuple[int, int]]) -> tuple[int, str]:
+    """Σ count × width, and the sum as the formulas show it ("3·4096 + 2·4096")."""
+    shown = " + ".join(f"{n}·{width}" if n > 1 else f"{width}" for n, width in terms)
+    return sum(n * width for n, width in terms), shown
 
 
 def ffn_bodies(w: Widths, u: Ubatch) -> list[Item]:
     """The FFN at its peak (llama-graph.cpp build_ffn, build_moe_ffn). Dense: gate, up and their product beside
-    four [n_embd, T] rows. Routed experts: the same with top_k × expert width, or the product beside the experts'
+    four [n_embd, T] rows (Phi-3's one gate|up matmul leaves three or four, as the inputs' size lays the buffer
+    out: four, never under). Routed experts: the same with top_k × expert width, or the product beside the experts'
     down outputs and their weighted copy ([n_embd, top_k, T] each) and three rows, whichever is larger. A recurrent
     layer: REC_HALF_ROWS of its conv channels beside two rows, and every sequence's state, which the scan reads and
     writes.

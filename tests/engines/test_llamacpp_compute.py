@@ -5,7 +5,8 @@ from its own accounting (`llama_get_memory_breakdown`, tests/engines/llamacpp_co
 backend runs the whole graph, so its buffer is kvscope's `cpu_only` figure. Two sets of models:
 
 - the tiny configs of the cache referee (tests/engines/llamacpp_models.py: dense, SWA, chunked, MoE, MLA, Mamba,
-  Gated DeltaNet, hybrids), converted by llama.cpp's own converter;
+  Gated DeltaNet, hybrids, Phi-3's fused q|k|v projection, Qwen2's q/k/v biases) and an MHA Phi-3 of this test's own
+  (COMPUTE_ONLY), converted by llama.cpp's own converter;
 - WIDE below: one or two layers of real models' shapes (Llama-3.1-8B with its 128K vocabulary, Qwen3-30B-A3B with
   its 152K vocabulary), and the same shapes with a 4K vocabulary so the layer phases, not the logits, are the peak;
   and (LONG) the shapes of published long-context GPU logs: Qwen3.5-9B's hybrid pattern (3 Gated DeltaNet + 1 full
@@ -42,6 +43,7 @@ from core.memory.llamacpp_compute import cpu_only, ubatch
 from core.model.loading import model_from_config
 from tests.engines.engine_env import LLAMACPP_TREE, ROOT, convert_tiny, run_in_engines
 from tests.engines.llamacpp_models import MODELS
+from tests.tiny_configs import tiny_raw
 
 HERE = Path(__file__).resolve().parent
 ARTIFACT = ROOT / "tests" / "artifacts" / "llamacpp_compute_referee.md"
@@ -233,14 +235,14 @@ def _long_cases() -> list[Case]:
     return cases
 
 
-# In MODELS for their cache rule only (llama.cpp builds no window for them): the compute buffer is not refereed on
-# them. On phi3's fused QKV projection kvscope's no-flash figure at 4 streams is 14.25 % over libllama's, past the
-# tiny bound; that case is not modelled.
-CACHE_RULE_ONLY = ("phi3_swa", "qwen2_swa")
+# Refereed here only: Phi-3-mini's MHA (KV heads = heads) at phi3_swa's widths, whose narrow FFN leaves the fused
+# q|k|v attention (core.memory.llamacpp_compute.FUSED_QKV) the flash-attention peak; phi3_swa's is its FFN
+COMPUTE_ONLY = {"phi3_mha": tiny_raw("phi3", hidden_size=128, num_key_value_heads=4)}
+TINY = MODELS | COMPUTE_ONLY
 
 
 def _cases() -> list[Case]:
-    models = [m for m in [*MODELS, *WIDE] if m not in LONG and m not in CACHE_RULE_ONLY]
+    models = [m for m in [*TINY, *WIDE] if m not in LONG]
     grid = itertools.product(models, (512, 4096, 32768), (128, 512), (True, False), (1, 4))
     cases = [Case(m, ctx, ub, fa, seq) for m, ctx, ub, fa, seq in grid] + _long_cases()
     for m in ("llama", "gemma3", "gpt_oss", "deepseek_v3", "qwen3_5", "llama8b_2l", "llama8b_v4k", "qwen3moe_v4k"):
@@ -259,7 +261,7 @@ CASES = _cases()
 
 
 def spec(name: str):
-    return model_from_config(WIDE.get(name) or MODELS[name], name)
+    return model_from_config(WIDE.get(name) or TINY[name], name)
 
 
 def kvscope(case: Case):
@@ -270,7 +272,7 @@ def kvscope(case: Case):
 def referee(tmp_path_factory) -> dict[str, dict]:
     started = time.monotonic()
     folder = tmp_path_factory.mktemp("llamacpp-compute")
-    ggufs = convert_tiny(folder, MODELS, timeout=600)
+    ggufs = convert_tiny(folder, TINY, timeout=600)
     job = {
         "models": ggufs,
         "wide": {name: gguf_spec(raw) for name, raw in WIDE.items()},
@@ -348,3 +350,5 @@ def test_the_grid_exercises_every_modelled_peak(referee):
     labels = {kvscope(case).label for case in CASES}
     for phase in ("logits", "attention KQ (no flash)", "attention (flash)", "FFN", "routed experts", "recurrent layer"):
         assert any(label.startswith(phase) for label in labels), phase
+    fused = {kvscope(case).label for case in CASES if spec(case.model).model_type == "phi3"}
+    assert {"attention (flash) + graph inputs", "attention KQ (no flash) + graph inputs"} <= fused
