@@ -14,11 +14,12 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from core.engines.vllm_engine import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, VllmEngine
 from core.errors import InputError
 from core.files import write_json_atomic
 from core.model.loading import config_label
 from core.probe import RANDOM_LABEL, ProbeBusy, ProbeJob, ProbeRequest, active_job, load_results
-from core.probe.request import BACKENDS, DEVICES, parse_contexts
+from core.probe.request import BACKENDS, CPU_KV_REQUESTS, DEVICES, parse_contexts, vllm_args_text
 from core.probe.results import RESULTS_NAME, results_dir, trim_note
 from core.speed import calibration
 from core.speed.calibrate_job import TIMEOUT_S, CalibrationBusy, CalibrationJob, active_calibration
@@ -34,7 +35,8 @@ st.title("Measure live")
 st.caption(
     "Builds the model with transformers in a separate process — its real weights if they are already on this "
     f"machine, else random ones ({RANDOM_LABEL}) — prefills it at each context, sums the tensors in the cache it "
-    "returns and times decoding. One probe runs at a time on this machine."
+    "returns and times decoding; or starts vLLM with the vLLM options below and reads its KV pool from its log. "
+    "One probe runs at a time on this machine."
 )
 
 
@@ -79,7 +81,33 @@ with st.form("probe"):  # its inputs are link fields (pctx … ptime), as they s
     c1, c2, c3 = st.columns(3)
     contexts_text = c1.text_input("Contexts", key="in_pctx", help="comma separated, e.g. 1k, 4k, 16k")
     device = c2.selectbox("Device", DEVICES, key="in_pdev")
-    backend = c3.selectbox("Backend", BACKENDS, key="in_pbe", help="vLLM needs a CUDA GPU and requirements-gpu.txt")
+    backend = c3.selectbox(
+        "Backend",
+        BACKENDS,
+        key="in_pbe",
+        help="vLLM: on a CUDA GPU (requirements-gpu.txt), or its CPU build (`make engines`)",
+    )
+    st.caption("vLLM's options (Backend vllm): vLLM runs with them and kvscope's prediction beside it uses them too.")
+    v1, v2, v3, v4, v5, v6 = st.columns(6)
+    vllm_options = {
+        "kv_dtype": v1.selectbox("vLLM KV dtype", VllmEngine.kv_dtypes, key="in_pkv", help="--kv-cache-dtype"),
+        "gpu_memory_utilization": v2.number_input(
+            "GPU memory utilization",
+            *BOUNDS["putil"],
+            step=0.01,
+            key="in_putil",
+            help="--gpu-memory-utilization; on vLLM's CPU backend the probe sets the KV pool instead "
+            f"(--kv-cache-memory-bytes, {CPU_KV_REQUESTS} requests at max_model_len)",
+        ),
+        "max_num_batched_tokens": v3.number_input(
+            f"Max batched tokens (0 = {DEFAULT_MAX_NUM_BATCHED_TOKENS:,})", *BOUNDS["pmnbt"], key="in_pmnbt"
+        )
+        or None,
+        "max_num_seqs": v4.number_input(f"Max sequences (0 = {DEFAULT_MAX_NUM_SEQS})", *BOUNDS["pmns"], key="in_pmns")
+        or None,
+        "prefix_caching": v5.selectbox("Prefix caching", ("on", "off"), key="in_ppc") == "on",
+        "block_size": v6.number_input("Block size (0 = vLLM's)", *BOUNDS["pbs"], key="in_pbs") or None,
+    }
     c4, c5, c6 = st.columns(3)
     scale = c4.number_input(
         "Layers (0 = automatic)",
@@ -106,6 +134,7 @@ if start:
             device=device,
             decode_steps=int(steps),
             scale_layers=int(scale) or None,
+            **(vllm_options if backend == "vllm" else {}),
         )
         request.check_limit(model.max_context)
         mine = ProbeJob(request, timeout=float(timeout))
@@ -158,8 +187,10 @@ if result is not None:
             f", batch {result.request.batch}), decode mode **{result.decode_mode}**. {result.weights}"
             + (f"; {result.scale}" if result.scale else "")
         )
+        if result.vllm_args:  # one set of options: what vLLM was started with is what the prediction used
+            st.caption(f"vLLM ran, and kvscope predicted, with: {vllm_args_text(result.vllm_args)}")
         peaks = any(r.peak_bytes is not None for r in result.contexts)
-        vllm = any(r.max_concurrency is not None for r in result.contexts)  # vLLM's measured figure: no cache bytes
+        vllm = result.request.backend == "vllm"  # vLLM's measured figures: its log's, no cache bytes
         frame = pd.DataFrame(
             [
                 {
@@ -170,6 +201,8 @@ if result is not None:
                     **({"peak (GiB)": None if r.peak_bytes is None else r.peak_bytes / GIB} if peaks else {}),
                     **(
                         {
+                            "vLLM KV cache tokens": r.kv_capacity_tokens,
+                            "predicted KV cache tokens": r.predicted_kv_capacity_tokens,
                             "vLLM max concurrency": r.max_concurrency,
                             "predicted max concurrency": r.predicted_max_concurrency,
                             "concurrency measured ÷ predicted": r.concurrency_ratio,

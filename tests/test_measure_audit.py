@@ -333,12 +333,13 @@ def test_vllms_prediction_is_per_gpu_of_the_runs_tensor_parallel_group():
     """vLLM's "Available KV cache memory" is one GPU's; the prediction it was divided by was the whole model's
     cache, so at --tensor-parallel-size 2 the predicted concurrency read half of vLLM's."""
     from core.model.loading import load_model
-    from core.probe.worker import vllm_prediction
 
     spec = load_model("Qwen/Qwen3-8B")  # 8 KV heads: two GPUs hold four each
-    one = vllm_prediction(spec, 4096, "auto")
-    two = vllm_prediction(spec, 4096, "auto", tensor_parallel=2)
-    assert one is not None and two is not None and two * 2 == one
+    one, two = (
+        ProbeRequest("Qwen/Qwen3-8B", backend="vllm", tensor_parallel_size=tp).vllm_engine("cuda").account(spec, 4096)
+        for tp in (1, 2)
+    )
+    assert two.total * 2 == one.total
 
 
 def test_the_page_shows_vllms_measured_concurrency_beside_the_prediction_and_no_made_up_zero(tmp_path, monkeypatch):

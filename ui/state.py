@@ -60,6 +60,10 @@ BOUNDS = {
     "players": (0, 1000),
     "psteps": (2, 512),
     "ptime": (10, 3600),
+    "putil": (0.05, 1.0),  # Measure live's vLLM options; 0 = kvscope's default, which the probe passes to vLLM
+    "pmnbt": (0, 1 << 20),
+    "pmns": (0, 1 << 16),
+    "pbs": (0, 4096),
 }
 SWITCH = {"auto": None, "on": True, "off": False}  # an engine option: its default, or forced on/off
 PLATFORMS = ("cuda", "cpu")
@@ -87,6 +91,8 @@ CHOICES = {
     "oall": ("off", "on"),
     "pdev": DEVICES,
     "pbe": BACKENDS,
+    "pkv": VllmEngine.kv_dtypes,
+    "ppc": ("on", "off"),
 }
 SOURCES = ("Preset", "Hub", "Upload")
 MAX_TYPED = 8192  # a text box carried in a link as typed (Measure live's contexts), errors included
@@ -164,6 +170,14 @@ class Inputs:
     players: int = 0
     psteps: int = 8
     ptime: int = 300
+    # and its vLLM options, which the probe starts vLLM with and predicts with: KV dtype, GPU memory utilization,
+    # max batched tokens, max sequences (0 = kvscope's defaults, 2048 and 256), prefix caching, block size (0 = vLLM's)
+    pkv: str = "auto"
+    putil: float = 0.92
+    pmnbt: int = 0
+    pmns: int = 0
+    ppc: str = "on"
+    pbs: int = 0
 
 
 DEFAULTS = Inputs()

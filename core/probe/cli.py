@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from core.argtypes import add_json_flag, positive_int, seconds, tokens
+from core.argtypes import add_json_flag, byte_count, finite_float, positive_int, seconds, tokens
 from core.errors import InputError
 from core.model.loading import load_model
-from core.probe.request import BACKENDS, DEVICES, ProbeRequest
+from core.probe.request import BACKENDS, CPU_KV_REQUESTS, DEVICES, ProbeRequest, vllm_args_text
 from core.probe.runner import run_probe
 from core.units import format_bytes, format_tokens
 
@@ -35,6 +35,12 @@ def cmd_probe(args: argparse.Namespace) -> dict[str, Any]:
         dtype=args.dtype,
         kv_dtype=args.kv_dtype,
         tensor_parallel_size=args.tensor_parallel_size,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
+        prefix_caching=args.prefix_caching,
+        block_size=args.block_size,
     )
     if not Path(args.model).is_dir():  # a checkpoint folder is read by the probe itself
         request.check_limit(load_model(args.model).max_context)
@@ -66,6 +72,7 @@ def cmd_probe(args: argparse.Namespace) -> dict[str, Any]:
             }
             for c in result.contexts
         ],
+        "vllm_args": result.vllm_args,
         "notes": list(result.notes),
         "results_file": result.results_path,
     }
@@ -93,6 +100,8 @@ def print_probe(out: dict[str, Any]) -> None:
             f"{_b(c['measured_cache_bytes']):>11}  {ratio:>6}  {_b(c['peak_bytes']):>11}  "
             f"{_r(c['prefill_tok_s']):>11}  {_r(c['decode_tok_s']):>10}"
         )
+    if out["vllm_args"]:
+        print(f"vLLM ran, and kvscope predicted, with: {vllm_args_text(out['vllm_args'])}")
     for note in out["notes"]:
         print(f"note: {note}")
     if out["results_file"]:
@@ -129,6 +138,18 @@ def add_probe_parser(sub: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--kv-dtype", default="auto", help="vLLM kv_cache_dtype (auto, fp8, ...)")
     p.add_argument("--tensor-parallel-size", type=positive_int, default=1, help="vLLM: GPUs to shard over (default 1)")
+    # vLLM's options, as `fit --engine vllm` takes them: the probe starts vLLM and predicts with the same ones
+    p.add_argument("--gpu-memory-utilization", type=finite_float, default=0.92, help="vLLM (default 0.92)")
+    p.add_argument(
+        "--kv-cache-memory-bytes",
+        type=byte_count,
+        help=f"vLLM: KV pool in bytes (default: gpu memory utilization on CUDA; {CPU_KV_REQUESTS} requests at "
+        "max_model_len on its CPU backend)",
+    )
+    p.add_argument("--max-num-batched-tokens", type=positive_int, help="vLLM (default 2048)")
+    p.add_argument("--max-num-seqs", type=positive_int, help="vLLM (default 256)")
+    p.add_argument("--prefix-caching", action=argparse.BooleanOptionalAction, default=True, help="vLLM (default on)")
+    p.add_argument("--block-size", type=positive_int, help="vLLM (default its own: 16 on CUDA, 128 on CPU)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_json_flag(p)
     p.set_defaults(run=cmd_probe, show=print_probe)

@@ -6,12 +6,17 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from core.engines import configured
+from core.engines.vllm_engine import VllmEngine, VllmOptions
 from core.errors import InputError
 from core.units import format_tokens, parse_tokens
 
 BACKENDS = ("transformers", "vllm")
 DEVICES = ("auto", "cpu", "cuda")
 WEIGHTS = ("auto", "random")
+# A CPU probe's KV pool, in requests at max_model_len: left unset, vLLM's CPU backend takes gpu_memory_utilization of
+# the host's RAM (cpu_worker.py), 92 % of a server that runs other things
+CPU_KV_REQUESTS = 4
 RANDOM_LABEL = "random weights: cache size and speed are real, output text is not"
 
 
@@ -32,6 +37,11 @@ def parse_contexts(text: str) -> tuple[int, ...]:
     return tuple(sorted(contexts))
 
 
+def vllm_args_text(args: dict[str, Any]) -> str:
+    """vLLM's engine arguments as a probe reports them: `name=value`, integers with thousands separators."""
+    return ", ".join(f"{k}={v:,}" if type(v) is int else f"{k}={v}" for k, v in args.items())
+
+
 @dataclass(frozen=True)
 class ProbeRequest:
     model: str  # preset name, Hub repo id, config.json path or a local checkpoint folder
@@ -44,10 +54,17 @@ class ProbeRequest:
     scale_layers: int | None = None  # None: full size when it fits (on CPU: ≤ 1.5B and in time), else a small copy
     weights: str = "auto"  # auto: real weights when already on disk (never downloaded), else random
     dtype: str = "auto"  # compute dtype (also the transformers KV dtype); auto = the config's
-    kv_dtype: str = "auto"  # vLLM only: its kv_cache_dtype
+    kv_dtype: str = "auto"  # vLLM only: its kv_cache_dtype, in kvscope's names (bf16, fp8, ...)
     batch: int = 1
     tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.9
+    # vLLM only, and what its prediction is made with (vllm_engine): None keeps kvscope's default, which the probe
+    # then passes to vLLM explicitly (the LLM class's own defaults differ from `vllm serve`'s that kvscope models)
+    gpu_memory_utilization: float = 0.92  # kvscope's (and `vllm serve`'s) default
+    kv_cache_memory_bytes: int | None = None  # None: on CUDA gpu_memory_utilization sizes the pool; on CPU see worker
+    max_num_batched_tokens: int | None = None  # None: 2048 (SchedulerConfig's)
+    max_num_seqs: int | None = None  # None: 256
+    prefix_caching: bool = True
+    block_size: int | None = None  # None: vLLM's (16 on CUDA, 128 on its CPU backend)
     compile: bool = True  # CUDA decode: static cache + torch.compile (CUDA graphs); False forces eager
     seed: int = 0
     debug: str = ""  # tests only: "sleep:SECONDS" before starting, "crash" after the first context, "oom" at once
@@ -67,6 +84,11 @@ class ProbeRequest:
             raise InputError("decode steps must be ≥ 2; batch and tensor parallel size positive")
         if self.scale_layers is not None and self.scale_layers <= 0:
             raise InputError(f"--scale-layers must be positive, got {self.scale_layers}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise InputError(f"GPU memory utilization must be in (0, 1], got {self.gpu_memory_utilization:g}")
+        for what in ("kv_cache_memory_bytes", "max_num_batched_tokens", "max_num_seqs", "block_size"):
+            if getattr(self, what) is not None and getattr(self, what) <= 0:
+                raise InputError(f"vLLM {what} must be positive (or left to its default), got {getattr(self, what)}")
         object.__setattr__(self, "contexts", tuple(int(c) for c in self.contexts))
 
     def check_limit(self, limit: int | None) -> None:
@@ -78,6 +100,24 @@ class ProbeRequest:
                 f"context {format_tokens(max(over))} is above the model's limit of {format_tokens(limit or 0)} "
                 "tokens; probe at or below it"
             )
+
+    def vllm_engine(self, platform: str, version: str = VllmOptions.version, **host: bool) -> VllmEngine:
+        """The one vLLM engine a probe both launches vLLM with and predicts with (core.probe.worker.vllm_args):
+        its options are this request's; `platform` is where it runs (cuda or cpu), `version` vLLM's release,
+        `host` the CPU features vLLM's CPU backend reads (cpu_amx, cpu_avx512_bf16)."""
+        engine = configured(
+            "vllm",
+            platform=platform,
+            version=version,
+            **host,
+            tensor_parallel=self.tensor_parallel_size,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_seqs=self.max_num_seqs,
+            prefix_caching=self.prefix_caching,
+            block_size=self.block_size,
+        )
+        assert isinstance(engine, VllmEngine)
+        return engine
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,6 +145,7 @@ class ContextResult:
     kv_capacity_tokens: int | None = None  # vLLM: "GPU KV cache size: N tokens"
     max_concurrency: float | None = None  # vLLM: "Maximum concurrency for L tokens per request: X"
     predicted_max_concurrency: float | None = None
+    predicted_kv_capacity_tokens: int | None = None  # vLLM: kvscope's "KV cache size: N tokens" for the same pool
 
     @property
     def ratio(self) -> float | None:
@@ -146,6 +187,7 @@ class ProbeResult:
     error: str | None = None
     elapsed_s: float = 0.0
     log_tail: str = ""  # the child's last stderr lines: what a crash said
+    vllm_args: dict[str, Any] = field(default_factory=dict)  # vLLM: the engine arguments it ran (and predicted) with
     results_path: str | None = None
 
     @property

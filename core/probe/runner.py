@@ -8,6 +8,7 @@ engine core) in one signal.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -161,20 +162,19 @@ def record_of(result: ProbeResult) -> dict[str, Any]:
         | {"kvscope": kvscope_revision()},  # the prediction's own code: its formulas change between commits
         "model": result.model or req.name or req.model,
         "settings": req.to_dict()
-        | {"device_used": result.device, "dtype_used": result.dtype, "weights": result.weights, "scale": result.scale},
+        | {"device_used": result.device, "dtype_used": result.dtype, "weights": result.weights, "scale": result.scale}
+        | ({"vllm_args": result.vllm_args} if result.vllm_args else {}),
         "weights_bytes": result.weights_bytes,
         "predicted": [
             {
                 "context": c.context,
                 "cache_bytes": c.predicted_cache_bytes,
                 "max_concurrency": c.predicted_max_concurrency,
+                "kv_capacity_tokens": c.predicted_kv_capacity_tokens,
             }
             for c in result.contexts
         ],
-        "measured": [
-            {k: v for k, v in c.to_dict().items() if k not in ("predicted_cache_bytes", "predicted_max_concurrency")}
-            for c in result.contexts
-        ],
+        "measured": [{k: v for k, v in c.to_dict().items() if not k.startswith("predicted_")} for c in result.contexts],
         "decode_mode": result.decode_mode,
         "notes": list(result.notes),
         "error": result.error,
@@ -300,6 +300,16 @@ def active_job() -> ProbeJob | None:
     return job if job is not None and job.running else None
 
 
+def worker_command(request: ProbeRequest) -> list[str]:
+    """The probe process's command: this Python, or for vLLM where this one has none, the engines' virtualenv
+    (`make engines`: vLLM's CPU build), which runs core/ from this checkout too."""
+    python = sys.executable
+    if request.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        engines = Path(os.environ.get("KVSCOPE_ENGINES_VENV", ROOT / ".venv-engines")) / "bin" / "python"
+        python = str(engines) if engines.exists() else python
+    return [python, "-m", "core.probe.worker"]
+
+
 def _run_child(
     request: ProbeRequest, notify: Progress, cancel: Cancel | None, timeout: float | None, lock_fd: int
 ) -> ProbeResult:
@@ -315,7 +325,7 @@ def _run_child(
     try:
         with open(log_path, "w") as log_file:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "core.probe.worker"],
+                worker_command(request),
                 cwd=ROOT,
                 env=env,
                 stdin=subprocess.PIPE,
@@ -390,4 +400,5 @@ def _run_child(
         error=error,
         elapsed_s=time.monotonic() - started,
         log_tail=tail if status != "ok" else "",
+        vllm_args=info.get("vllm_args", {}),
     )

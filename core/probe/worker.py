@@ -18,17 +18,18 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from core.engines import configured, engine_named
+from core.engines import engine_named
+from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
 from core.model.cachewalk import cache_bytes, pinned_bytes
 from core.model.loading import config_label, load_raw, model_from_config
 from core.model.params import count_params as count_spec_params
-from core.probe.request import RANDOM_LABEL, ContextResult, ProbeRequest
+from core.probe.request import CPU_KV_REQUESTS, RANDOM_LABEL, ContextResult, ProbeRequest
 from core.probe.scale import Scaled, scale_layers, smallest_exact
 
 CPU_BUDGET_BYTES = 8 << 30  # a probe on CPU must fit in this (weights + largest cache)
@@ -467,8 +468,14 @@ def run_transformers(req: ProbeRequest, ch: Channel, budget_s: float | None = No
 
 
 _VLLM_DTYPES = {"auto": "auto", "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+# kvscope's KV dtype names as vLLM's --kv-cache-dtype spells them (CacheDType); vLLM has no float32 KV dtype
+_VLLM_KV_DTYPES = {"auto": "auto", "bf16": "bfloat16", "fp16": "float16"} | {
+    k: k for k in ("fp8", "fp8_e4m3", "fp8_e5m2")
+}
+_CPU_KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")  # CPUAttentionBackend.supported_kv_cache_dtypes (0.32)
 _KV_TOKENS = re.compile(r"(?:GPU|CPU) KV cache size:\s*([\d,]+)\s*tokens")  # the CPU backend names its device
 _CONCURRENCY = re.compile(r"Maximum concurrency for\s*([\d,]+)\s*tokens per request:\s*([\d.]+)x")
+_VLLM_ERROR = re.compile(r"\bERROR\b.*?\b(\w+(?:Error|Exception): .+)$", re.MULTILINE)  # an error-level log line
 _AVAILABLE = re.compile(r"Available KV cache memory:\s*([\d.]+)\s*(GiB|MiB|GB)")
 
 
@@ -487,13 +494,95 @@ def parse_vllm_log(text: str) -> dict[str, Any]:
     return out
 
 
-def vllm_prediction(spec: Any, context: int, kv_dtype: str, tensor_parallel: int = 1) -> int | None:
-    """kvscope's vLLM cache bytes for one sequence on one GPU of the run's tensor-parallel group (what vLLM's
-    "Available KV cache memory" is shared over), when that engine exists in this checkout."""
+def vllm_args(req: ProbeRequest, engine: VllmEngine, spec: Any, max_len: int) -> tuple[dict[str, Any], list[str]]:
+    """vLLM's engine arguments for `req`, every one read from `engine`, the object kvscope's prediction beside the
+    run is made with (req.vllm_engine), so both sides use one set of options; and notes where vLLM itself resolves an
+    option otherwise (the prediction follows it). An InputError names an option this vLLM cannot take."""
+    cpu = engine.on_cpu
+    if req.kv_dtype not in _VLLM_KV_DTYPES:
+        fix = "auto (with Dtype fp32: the cache follows the model)" if req.kv_dtype == "fp32" else "auto or fp8"
+        raise InputError(f"vLLM has no KV cache dtype {req.kv_dtype!r}; choose {fix}")
+    if cpu and req.kv_dtype not in _CPU_KV_DTYPES:
+        raise InputError(
+            f"vLLM's CPU backend keeps the KV cache in the model's dtype (auto) or fp8, not {req.kv_dtype}; choose "
+            f"auto (with Dtype {req.kv_dtype}) or fp8"
+        )
+    args: dict[str, Any] = {
+        "max_model_len": max_len,
+        "dtype": _VLLM_DTYPES[req.dtype],
+        "kv_cache_dtype": _VLLM_KV_DTYPES[req.kv_dtype],
+        "tensor_parallel_size": engine.options.tensor_parallel,
+        # explicit: the LLM class's defaults (8,192 or more tokens, 1,024 sequences on large cards) are not the
+        # `vllm serve` ones kvscope predicts with
+        "max_num_batched_tokens": engine.batched_tokens(),
+        "max_num_seqs": engine.max_seqs(),
+        "enable_prefix_caching": engine.options.prefix_caching,
+    }
+    if engine.options.block_size is not None:  # else vLLM's own, which kvscope's block_size() models
+        args["block_size"] = engine.options.block_size
+    notes = []
+    budget = req.kv_cache_memory_bytes
+    if cpu and budget is None:
+        per_request = engine.capacity_of(spec, 1, max_len, req.kv_dtype).blocks_per_request
+        budget = CPU_KV_REQUESTS * per_request * engine.plan(spec, req.kv_dtype).bytes_per_block
+        notes.append(
+            f"vLLM's CPU backend: KV pool {budget:,} B (kv_cache_memory_bytes: {CPU_KV_REQUESTS} requests at "
+            "max_model_len), not GPU memory utilization, which it reads as a share of this host's RAM"
+        )
+    elif budget is not None:
+        notes.append("kv_cache_memory_bytes sizes the KV pool: GPU memory utilization is not used")
+    if budget is None:
+        args["gpu_memory_utilization"] = req.gpu_memory_utilization
+    else:
+        args["kv_cache_memory_bytes"] = budget
+    if engine.prefix_caching(spec) != engine.options.prefix_caching:
+        notes.append("vLLM's CPU backend turns prefix caching off for MLA models; the prediction does too")
+    asked = engine.options.block_size
+    if asked is not None and engine.block_size(spec) != asked:
+        notes.append(
+            f"vLLM's CPU MLA kernel takes block size {engine.block_size(spec)} only, not {asked}; the prediction too"
+        )
+    if (batched := engine.max_num_batched_tokens(spec, max_len)) != engine.batched_tokens():
+        notes.append(f"vLLM's CPU backend turns chunked prefill off for MLA models: {batched:,} batched tokens; the "
+                     "prediction too")  # fmt: skip
+    return args, notes
+
+
+@contextlib.contextmanager
+def vllm_failures(log_path: Path) -> Iterator[None]:
+    """vLLM's own reason for a failure, as an InputError: the last error its log gives (e.g. 'Unsupported CPU
+    attention configuration: head_dim=16'), not the 'EngineDeadError: ... see stack trace above' raised here,
+    whose stack trace went to a log the user never sees."""
     try:
-        return configured("vllm", tensor_parallel=tensor_parallel).account(spec, context, 1, kv_dtype).total
-    except (InputError, NotImplementedError):
-        return None
+        yield
+    except InputError:
+        raise
+    except Exception as err:
+        reasons = _VLLM_ERROR.findall(log_path.read_text(errors="replace")) if log_path.exists() else []
+        raise InputError(f"vLLM failed: {reasons[-1] if reasons else f'{type(err).__name__}: {err}'}") from None
+
+
+def _vllm_platform(req: ProbeRequest, torch: Any) -> str:
+    """Where this vLLM runs: its build decides (CUDA or CPU wheels); a device asked for that it is not built for is
+    refused."""
+    from vllm.platforms import current_platform
+
+    platform = "cpu" if current_platform.is_cpu() else "cuda" if current_platform.is_cuda() else ""
+    if not platform:
+        raise InputError(f"this vLLM runs on {current_platform.device_name!r}, which the probe does not model")
+    if platform == "cuda" and not torch.cuda.is_available():
+        raise InputError("this vLLM is built for CUDA and no CUDA GPU is visible; its CPU backend is a separate build")
+    if req.device not in ("auto", platform):
+        raise InputError(f"this vLLM is built for {platform}, not --device {req.device}; choose auto or {platform}")
+    return platform
+
+
+def _host_features(torch: Any, platform: str) -> dict[str, bool]:
+    """The CPU features vLLM's CPU backend reads (VllmOptions.cpu_amx, cpu_avx512_bf16)."""
+    if platform != "cpu":
+        return {}
+    cpu = torch.cpu
+    return {"cpu_amx": bool(cpu._is_amx_tile_supported()), "cpu_avx512_bf16": bool(cpu._is_avx512_bf16_supported())}
 
 
 def run_vllm(req: ProbeRequest, ch: Channel, budget_s: float | None = None) -> None:
@@ -501,18 +590,33 @@ def run_vllm(req: ProbeRequest, ch: Channel, budget_s: float | None = None) -> N
     import torch
 
     try:
-        import vllm  # noqa: F401
+        import vllm
         from vllm import LLM, SamplingParams
     except ImportError as err:
-        raise InputError(f"the vllm backend needs vllm (pip install -r requirements-gpu.txt): {err}") from None
-    if not torch.cuda.is_available():
-        raise InputError("the vllm backend needs a CUDA GPU; none is visible")
+        raise InputError(
+            f"the vllm backend needs vllm (pip install -r requirements-gpu.txt, or its CPU build: make engines): {err}"
+        ) from None
+    platform = _vllm_platform(req, torch)
     name, raw, origin = load_raw(req.model, local_files=req.local_files)
     name = _label(req, name, raw, origin)
     spec = model_from_config(raw, name)
-    weights_dir = local_weights(req.model, req.local_files) if req.weights == "auto" else None
-    env = environment(torch, "cuda")
+    engine = req.vllm_engine(platform, vllm.__version__, **_host_features(torch, platform))
     notes = [f"config from {origin}"]
+    scale, scaled_down = f"full size ({len(spec.layers)} layers)", False
+    if platform == "cpu":  # sized to this host's memory and the time given, as a transformers probe on CPU
+        dtype = spec.dtype if req.dtype == "auto" else req.dtype
+        scaled, scale_notes = choose_scale(req, raw, torch, "cpu", dtype, engine, name, budget_s)
+        raw, scale, notes = scaled.raw, scaled.note, notes + scale_notes
+        scaled_down = scaled.layers_to < scaled.layers_from
+        spec = model_from_config(raw, name)
+    weights_dir = local_weights(req.model, req.local_files) if req.weights == "auto" else None
+    if weights_dir and scaled_down:
+        notes.append(f"real weights in {weights_dir} not used: a scaled-down copy needs random weights")
+        weights_dir = None
+    max_len = max(req.contexts) + req.decode_steps
+    args, arg_notes = vllm_args(req, engine, spec, max_len)
+    notes += arg_notes
+    env = environment(torch, platform)
     work = Path(tempfile.mkdtemp(prefix="kvscope-vllm-"))
     if weights_dir is None:
         (work / "model").mkdir()
@@ -523,13 +627,13 @@ def run_vllm(req: ProbeRequest, ch: Channel, budget_s: float | None = None) -> N
     ch.send(
         "setup",
         model=name,
-        scale=f"full size ({len(spec.layers)} layers)",
+        scale=scale,
         layers=spec.layer_counts(),
         env=env,
-        device=f"cuda:0 ({env['gpu']})",
+        device="cpu (vLLM's CPU backend)" if platform == "cpu" else f"cuda:0 ({env['gpu']})",
         dtype=req.dtype if req.dtype != "auto" else "auto (vLLM's choice)",
+        vllm_args=args,  # what vLLM is started with, every option the prediction's too
     )
-    max_len = max(req.contexts) + req.decode_steps
     log_path = work / "vllm.log"
     ch.progress(f"starting vLLM (max_model_len {max_len:,})")
     # vLLM logs from its engine-core subprocess too: point fds 1 and 2 at a file both inherit, then parse it.
@@ -538,18 +642,15 @@ def run_vllm(req: ProbeRequest, ch: Channel, budget_s: float | None = None) -> N
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     try:
-        llm = LLM(
-            model=model_path,
-            max_model_len=max_len,
-            dtype=_VLLM_DTYPES[req.dtype],
-            kv_cache_dtype=req.kv_dtype,
-            tensor_parallel_size=req.tensor_parallel_size,
-            gpu_memory_utilization=req.gpu_memory_utilization,
-            load_format=load_format,
-            skip_tokenizer_init=True,
-            seed=req.seed,
-            trust_remote_code=False,
-        )
+        with vllm_failures(log_path):
+            llm = LLM(
+                model=model_path,
+                load_format=load_format,
+                skip_tokenizer_init=True,
+                seed=req.seed,
+                trust_remote_code=False,
+                **args,
+            )
     finally:
         os.dup2(saved, 2)
         os.dup2(saved, 1)
@@ -560,35 +661,34 @@ def run_vllm(req: ProbeRequest, ch: Channel, budget_s: float | None = None) -> N
     def timed(ids: list[int], new: int) -> float:
         params = SamplingParams(max_tokens=new, min_tokens=new, ignore_eos=True, temperature=0.0, detokenize=False)
         start = time.perf_counter()
-        llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)
+        with vllm_failures(log_path):  # its engine process still logs to the file
+            llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)
         return time.perf_counter() - start
 
-    # kvscope's cache for one request at vLLM's max_model_len: what the logged KV memory holds that many of
-    at_max = vllm_prediction(spec, max_len, req.kv_dtype, req.tensor_parallel_size)
-    available = parsed["available_kv_bytes"]
+    # kvscope's start-up figures for the KV pool vLLM had (the one set, else the one it logged), with its options
+    pool = args.get("kv_cache_memory_bytes") or parsed["available_kv_bytes"]
+    capacity = engine.capacity(spec, pool, max_len, req.kv_dtype) if pool else None
     for n in req.contexts:
         ch.progress(f"context {n:,}: prefill + {req.decode_steps} decode steps in vLLM")
         ids = torch.randint(0, spec.vocab_size, (n,), generator=rng).tolist()
         one = timed(ids, 1)
         many = timed(ids, req.decode_steps)
-        predicted = vllm_prediction(spec, n, req.kv_dtype, req.tensor_parallel_size)
         row = ContextResult(
             context=n,
-            predicted_cache_bytes=predicted,
+            predicted_cache_bytes=engine.account(spec, n, 1, req.kv_dtype).total,
             measured_cache_bytes=None,
             peak_bytes=None,
-            peak_source="vLLM reserves gpu_memory_utilization of the GPU up front",
+            peak_source="vLLM reserves its KV pool up front",
             prefill_s=one,
             prefill_tok_s=n / one,
             decode_tok_s=(req.decode_steps - 1) / max(many - one, 1e-9),
             decode_mode="vllm",
             kv_capacity_tokens=parsed["kv_capacity_tokens"],
             max_concurrency=parsed["max_concurrency"],
-            predicted_max_concurrency=available / at_max if available and at_max else None,
+            predicted_max_concurrency=capacity.max_concurrency if capacity else None,
+            predicted_kv_capacity_tokens=capacity.kv_cache_tokens if capacity else None,
         )
         ch.send("context", row=row.to_dict())
-    if at_max is None:
-        notes.append("kvscope has no vLLM engine in this checkout: prediction left empty")
     ch.send("done", weights=label, notes=notes, env=env)
 
 
