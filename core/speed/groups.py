@@ -13,7 +13,7 @@ import json
 import math
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -497,16 +497,24 @@ def error_stats(ratios: list[float]) -> tuple[float, float, float]:
 # mul_mat_id): the held-out MoE prompt sweeps read 0.7-2.8x of measured where the group's dense prompts read within a
 # fifth, so such a prompt carries the error of its group's held-out MoE prompts.
 MOE_PROMPT = "moe-prompt"
+# A dense model's prompt over llama.cpp's layer split: its passes overlap across the GPUs (predict.Pipeline), timed
+# from the layer split alone, nothing fitted; such a prompt carries the error of its group's held-out ones
+SPLIT_PROMPT = "split-prompt"
 # kernel paths whose held-out runs fitted.json keeps apart from their group's (fit_corpus.path_of): a figure on one
 # carries that path's own error, not the group's
 PATHS = {
     TILED_EXPERTS: "whose routed experts take Vulkan's tiled matmul",
     MOE_PROMPT: "for prompts of models with routed experts",
     EXPERT_LOOP: "for prompts whose float experts run one GEMM per expert (ggml-cuda's mul_mat_id loop)",
+    SPLIT_PROMPT: "for prompts over several GPUs (llama.cpp's layer split, its passes pipelined)",
 }
 # paths whose group holds no held-out run on them fall back to the group's own error, which then names what it never
-# had (a MoE prompt: "no MoE model among them"); a decode on Vulkan's tiled experts says "not checked"
-GROUP_FALLBACK = (MOE_PROMPT,)
+# had (a MoE prompt: "no MoE model among them"; a prompt over several GPUs, FALLBACK_NOTES); a decode on Vulkan's
+# tiled experts says "not checked"
+GROUP_FALLBACK = (MOE_PROMPT, SPLIT_PROMPT)
+FALLBACK_NOTES = {
+    SPLIT_PROMPT: "no held-out prompt among them ran on several GPUs: the pipelining of its passes is not checked here"
+}
 
 
 def error_bar(
@@ -548,7 +556,8 @@ def error_bar(
         return ErrorBar(kind, label, e["rows"], e["median"], e["within"], e["ratio"], calibrated, backend == "cpu",
                         caveat)  # fmt: skip
     if path in GROUP_FALLBACK:
-        return error_bar(engine, backend, klass, kind, calibrated, chained, moe=moe)
+        bar = error_bar(engine, backend, klass, kind, calibrated, chained, moe=moe)
+        return replace(bar, caveat="; ".join(filter(None, (bar.caveat, FALLBACK_NOTES.get(path, "")))))
     if path:  # no held-out run of the group took it
         return ErrorBar(kind, label, calibrated=calibrated)
     if seeds := _seeds(engine, kind, backend, klass):

@@ -27,6 +27,7 @@ from core.speed.groups import (
     EXPERT_LOOP,
     MOE_PROMPT,
     PCIE_GB_S,
+    SPLIT_PROMPT,
     TILED_EXPERTS,
     ErrorBar,
     MatmulPeak,
@@ -202,6 +203,34 @@ class DevicePart:
 
 
 @dataclass(frozen=True)
+class Pipeline:
+    """llama.cpp's pipeline parallelism over its layer split (llama-context.cpp pipeline_parallel, PR #6017): each
+    GPU runs its layers of a prompt's micro-batches on its own stream and hands each on as it finishes it, so the
+    GPUs work on consecutive micro-batches at once, across llama_decode calls too (a call waits for none: the
+    outputs are read when asked for). After the first pass, each further pass costs what the busiest GPU spends
+    on it (its share of the layers' device time) or what the CPU spends building and launching it (the pass's
+    overhead: one thread submits every GPU's kernels, so that part does not shrink), whichever is longer."""
+
+    gpus: int  # GPUs holding layers
+    busiest: int  # layers on the GPU that holds the most (the first: Offload.split)
+    layers: int
+
+    @property
+    def share(self) -> float:
+        return self.busiest / self.layers
+
+    def step_s(self, device_s: float, overhead_s: float) -> float:
+        """A pass after the first, from one pass's device time and overhead."""
+        return max(self.share * device_s, overhead_s)
+
+    def saved_s(self, device_s: float, overhead_s: float, passes: int) -> float:
+        """What overlapping saves of `passes` passes with `device_s` of device time and `overhead_s` of overhead in
+        all: every pass but the first costs step_s of an average pass instead of the whole of it."""
+        device, overhead = device_s / passes, overhead_s / passes
+        return (passes - 1) * (device + overhead - self.step_s(device, overhead))
+
+
+@dataclass(frozen=True)
 class Timing:
     parts: tuple[DevicePart, ...]
     overhead_s: float
@@ -214,6 +243,8 @@ class Timing:
     hops: int = 0  # GPUs past the first that each pass runs through (llama.cpp's layer split: gpu_hops)
     all_reduce: AllReduces | None = None  # one pass's (vLLM's tensor parallel: core.speed.allreduce)
     all_reduce_s: float = 0.0  # every pass's
+    pipeline: Pipeline | None = None  # a prompt's passes overlapped across llama.cpp's layer split (prefill_timing)
+    pipelined_s: float = 0.0  # what overlapping them saves
 
     @property
     def memory_s(self) -> float:
@@ -225,7 +256,7 @@ class Timing:
 
     @property
     def seconds(self) -> float:
-        return sum(p.seconds for p in self.parts) + self.overhead_s + self.all_reduce_s
+        return sum(p.seconds for p in self.parts) + self.overhead_s + self.all_reduce_s - self.pipelined_s
 
     @property
     def bytes(self) -> float:
@@ -579,6 +610,18 @@ def tensor_parallel(setup: Setup, hw: Hardware, layers: int, tokens: int) -> All
     return all_reduces(setup.tp, layers, setup.model.hidden_size, tokens, setup.card)
 
 
+def pipeline(setup: Setup, hw: Hardware) -> Pipeline | None:
+    """llama.cpp's pipeline over the GPUs that hold layers, where it runs one (Offload.pipelines: every layer and
+    the output layer on the GPUs, no expert left in RAM); None on one GPU or another engine."""
+    if not isinstance(setup.engine, LlamaCppEngine) or setup.gpus < 2 or driver(setup, hw) != "gpu":
+        return None
+    where = placement(setup, hw)
+    held = [len(p.layers) for p in where.split(setup.gpus) if p.layers]
+    if not where.pipelines or len(held) < 2:
+        return None
+    return Pipeline(len(held), max(held), sum(held))
+
+
 def gpu_hops(setup: Setup, hw: Hardware) -> int:
     """The GPUs past the first that each pass of llama.cpp's layer split runs through, one after another (those
     that hold a slot of the offload: Offload.split); vLLM's tensor and pipeline parallel are timed by their shares."""
@@ -616,9 +659,10 @@ def driver(setup: Setup, hw: Hardware) -> str:
 
 def prompt_path(setup: Setup, hw: Hardware, chunk: int, moe: int) -> str:
     """The kernel path of groups.PATHS a prompt of `chunk` tokens a pass takes: a MoE model's prompt, and of those,
-    float experts that llama.cpp's CUDA or ROCm backend multiplies one GEMM per expert (groups.expert_loop)."""
+    float experts that llama.cpp's CUDA or ROCm backend multiplies one GEMM per expert (groups.expert_loop); a
+    dense model's prompt over llama.cpp's layer split."""
     if not moe:
-        return ""
+        return SPLIT_PROMPT if gpu_hops(setup, hw) else ""
     on_gpu = isinstance(setup.engine, LlamaCppEngine) and driver(setup, hw) == "gpu"
     looped = on_gpu and expert_loop(backend_of(setup, hw), kernel_format(setup), chunk, setup.model.hidden_size)
     return EXPERT_LOOP if looped else MOE_PROMPT
@@ -637,20 +681,12 @@ def error_bars(setup: Setup, hw: Hardware, decode: Timing | None = None, chunk: 
     decode_bar = error_bar(engine, backend, klass, "decode", cal, chained, path, moe)
     prefill_bar = error_bar(engine, backend, klass, "prefill", cal, chained, prompt_path(setup, hw, chunk, moe), moe)
     split = split_caveat(setup, hw) if device == "gpu" else ""
-    pipelined = ""
-    llama_split = device == "gpu" and setup.gpus > 1 and isinstance(setup.engine, LlamaCppEngine)
-    if llama_split and placement(setup, hw).pipelines:
-        # fit_corpus.to_row: decode runs over several cards are kept as one card's roofline; prompts are not
-        pipelined = (
-            f"llama.cpp pipelines a prompt's micro-batches across the {setup.gpus} GPUs when -b exceeds -ub; timed "
-            "here as one GPU after another, so a long prompt may run faster, and no held-out prompt ran on several GPUs"
-        )
 
     def also(bar: ErrorBar, *more: str) -> ErrorBar:
         return replace(bar, caveat="; ".join(filter(None, (bar.caveat, split, *more))))
 
     reduces = all_reduce_caveat(setup, hw)
-    return also(decode_bar, reduces), also(prefill_bar, pipelined, reduces)
+    return also(decode_bar, reduces), also(prefill_bar, reduces)
 
 
 def all_reduce_caveat(setup: Setup, hw: Hardware) -> str:
@@ -751,7 +787,11 @@ def prefill_timing(
         t = _timing(work, setup, hw, True, table, passes=passes)
         total = t if total is None else _add(total, t)
     assert total is not None
-    return _merge(total), chunk
+    total = _merge(total)
+    if (line := pipeline(setup, hw)) and total.passes > 1:
+        saved = line.saved_s(total.seconds - total.overhead_s, total.overhead_s, total.passes)
+        total = replace(total, pipeline=line, pipelined_s=saved)
+    return total, chunk
 
 
 def predict(

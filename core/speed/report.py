@@ -153,6 +153,23 @@ def all_reduce_lines(t: Timing) -> list[str]:
     return [f"- tensor parallel, a pass: {t.all_reduce.text()}{passes}"]
 
 
+def pipeline_lines(t: Timing) -> list[str]:
+    """llama.cpp's pipeline over its layer split (predict.Pipeline): what overlapping a prompt's passes saves."""
+    line = t.pipeline
+    if line is None:
+        return []
+    n = t.passes
+    device = t.seconds + t.pipelined_s - t.overhead_s  # every pass's device time, one after another
+    step = line.step_s(device / n, t.overhead_s / n)
+    return [
+        f"- pipelined over {line.gpus} GPUs (llama.cpp's layer split): each of the {n - 1:,} passes after the first "
+        f"costs the longer of the busiest GPU's share of a pass's device time ({line.busiest} of the {line.layers} "
+        f"layers: {line.busiest} ÷ {line.layers} × {_s(device)} ÷ {n:,}) and a pass's overhead, which the CPU "
+        f"spends on it alone ({_s(t.overhead_s)} ÷ {n:,}): {_s(step)}; saved ({n:,} − 1) × (({_s(device)} + "
+        f"{_s(t.overhead_s)}) ÷ {n:,} − {_s(step)}) = {_s(t.pipelined_s)}"
+    ]
+
+
 def _timed(seconds: float, text: str) -> str:
     """A term of a device's line, "text = seconds; ", or "" where the term is not timed (0 s)."""
     return f"{text} = {_s(seconds)}; " if seconds else ""
@@ -269,7 +286,7 @@ def speed_lines(s: Speed, prefill: bool = True) -> list[str]:
         f"(each reads the weights once; attention is the causal triangle on full layers, a band on windowed ones, "
         f"linear on recurrent ones):"
     )
-    out += part_lines(s.prefill, prefill=True) + all_reduce_lines(s.prefill)
+    out += part_lines(s.prefill, prefill=True) + all_reduce_lines(s.prefill) + pipeline_lines(s.prefill)
     out.append(
         f"- overhead: {overhead_text(s.prefill)}; prefill: {_s(s.prefill.seconds)} ({s.prefill.bound}-bound); "
         f"{s.context:,} tokens ÷ {_s(s.prefill.seconds)} = {s.prefill_tok_s:,.1f} tok/s; time to first token: the "

@@ -114,8 +114,10 @@ APU_CURRENT_BUILD = 7000
 # their kernels (LLAMA_CUDA_FORCE_MMQ): those runs stand.
 MMQ_DEFAULT_BUILD = 3000
 # sources that print no build number but date from before both CUDA graphs and MMQ-by-default: PR #4766's tables
-# (2024-01); each of their runs counts as a build before OLD_BUILD and before MMQ_DEFAULT_BUILD
-EARLY_2024_SOURCES = frozenset({"llamacpp-pr-4766-backend-sched", "llamacpp-pr-4766-backend-sched-jg"})
+# (2024-01) and PR #6017's (2024-03); each of their runs counts as a build before OLD_BUILD and MMQ_DEFAULT_BUILD
+EARLY_2024_SOURCES = frozenset(
+    {"llamacpp-pr-4766-backend-sched", "llamacpp-pr-4766-backend-sched-jg", "llamacpp-pr-6017-pipeline-parallelism"}
+)
 # the fields a run must share with another to count as the same test on the same machine (superseded)
 SAME_TEST = ("source_id", "card", "backend", "kind", "model", "weights", "n_prompt", "n_gen", "n_ubatch", "flash_attn")
 FLOORS = {
@@ -191,7 +193,10 @@ class Row:
 
     @property
     def held_out(self) -> bool:
-        return held_out(self.raw["source_id"], self.raw["card"])
+        """By its source and card (`held_out`); a prompt over several cards always: `terms` times the passes one
+        after another, and the pipeline that overlaps them (core.speed.predict.Pipeline) has nothing to fit."""
+        several = self.kind == "prefill" and self.raw.get("n_devices", 1) > 1
+        return several or held_out(self.raw["source_id"], self.raw["card"])
 
 
 def corpus_lines() -> list[dict]:
@@ -209,13 +214,10 @@ def to_row(r: dict) -> Row:
     if r["engine"] != "llama.cpp":
         raise InputError(f"engine {r['engine']} not fitted yet")
     common_checks(r)
+    # llama.cpp's default -sm layer gives each card its layers; a decode step runs them in turn (each card reads its
+    # share, then hands the hidden state on: one card's roofline plus a hop per card, overhead_hop_s), and a prompt's
+    # passes overlap across the cards (core.speed.predict.Pipeline; such rows are held out: Row.held_out)
     devices = r.get("n_devices", 1)
-    if devices != 1 and r["kind"] == "prefill":
-        # llama.cpp's default -sm layer gives each card its layers; a decode step runs them in turn (each card reads
-        # its share, then hands the hidden state on: one card's roofline plus a hop per card, overhead_hop_s), but a
-        # prompt's micro-batches are pipelined across the cards (llama-context.cpp: pipeline_parallel, the
-        # scheduler's n_copies), which a one-card roofline cannot time
-        raise InputError("prefill on several cards (llama.cpp's pipelined layer split is not modelled)")
     if r["kind"] == "prefill" and min(r["n_prompt"], r.get("n_ubatch") or 512) <= MATVEC_MAX_TOKENS:
         raise InputError(f"a prompt pass of {MATVEC_MAX_TOKENS} tokens or fewer (llama.cpp's mat-vec kernels)")
     card = timed_card(r)
@@ -351,7 +353,11 @@ def minus(a: Timing, b: Timing) -> Timing:
         for p, q in zip(a.parts, b.parts, strict=True)
     ]
     return replace(
-        a, parts=tuple(parts), overhead_s=a.overhead_s - b.overhead_s, all_reduce_s=a.all_reduce_s - b.all_reduce_s
+        a,
+        parts=tuple(parts),
+        overhead_s=a.overhead_s - b.overhead_s,
+        all_reduce_s=a.all_reduce_s - b.all_reduce_s,
+        pipelined_s=a.pipelined_s - b.pipelined_s,
     )
 
 
