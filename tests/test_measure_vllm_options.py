@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -155,6 +156,7 @@ def test_a_non_default_vllm_option_reaches_vllm_and_the_prediction_on_the_page(
     monkeypatch, tmp_path, model, widget, value, option
 ):
     record = stand_in_vllm(monkeypatch, tmp_path)
+    work_folders = set(Path(tempfile.gettempdir()).glob("kvscope-vllm-*"))
     at = open_page(monkeypatch, tmp_path, tiny_raw(model))
     next(t for t in at.text_input if t.label == "Contexts").input("40, 300")
     next(s for s in at.selectbox if s.label == "Backend").set_value("vllm")
@@ -185,6 +187,7 @@ def test_a_non_default_vllm_option_reaches_vllm_and_the_prediction_on_the_page(
     assert list(table["predicted KV cache tokens"]) == [CPU_KV_REQUESTS * max_len] * 2  # its pool: 4 such requests
     shown = next(c.value for c in at.caption if c.value.startswith("vLLM ran, and kvscope predicted, with:"))
     assert f"{vllm_key}={chosen}" in shown and f"kv_cache_memory_bytes={started['kv_cache_memory_bytes']:,}" in shown
+    assert set(Path(tempfile.gettempdir()).glob("kvscope-vllm-*")) <= work_folders  # its config and log removed
     records = [json.loads(line) for line in (tmp_path / "probes.jsonl").read_text().splitlines()]
     saved = records[-1]["settings"]["vllm_args"]  # the results file keeps what vLLM ran with
     assert saved[vllm_key] == chosen and saved == {k: started[k] for k in saved}

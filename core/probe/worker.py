@@ -617,79 +617,80 @@ def run_vllm(req: ProbeRequest, ch: Channel, budget_s: float | None = None) -> N
     args, arg_notes = vllm_args(req, engine, spec, max_len)
     notes += arg_notes
     env = environment(torch, platform)
-    work = Path(tempfile.mkdtemp(prefix="kvscope-vllm-"))
-    if weights_dir is None:
-        (work / "model").mkdir()
-        (work / "model" / "config.json").write_text(json.dumps(raw))  # dummy weights need only the config
-        model_path, load_format, label = str(work / "model"), "dummy", RANDOM_LABEL
-    else:
-        model_path, load_format, label = str(weights_dir), "auto", f"real weights from {weights_dir}"
-    ch.send(
-        "setup",
-        model=name,
-        scale=scale,
-        layers=spec.layer_counts(),
-        env=env,
-        device="cpu (vLLM's CPU backend)" if platform == "cpu" else f"cuda:0 ({env['gpu']})",
-        dtype=req.dtype if req.dtype != "auto" else "auto (vLLM's choice)",
-        vllm_args=args,  # what vLLM is started with, every option the prediction's too
-    )
-    log_path = work / "vllm.log"
-    ch.progress(f"starting vLLM (max_model_len {max_len:,})")
-    # vLLM logs from its engine-core subprocess too: point fds 1 and 2 at a file both inherit, then parse it.
-    saved = os.dup(2)
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
-    try:
-        with vllm_failures(log_path):
-            llm = LLM(
-                model=model_path,
-                load_format=load_format,
-                skip_tokenizer_init=True,
-                seed=req.seed,
-                trust_remote_code=False,
-                **args,
-            )
-    finally:
-        os.dup2(saved, 2)
-        os.dup2(saved, 1)
-    parsed = parse_vllm_log(log_path.read_text(errors="replace"))
-    ch.progress(f"vLLM reports {parsed['kv_capacity_tokens']} KV tokens, concurrency {parsed['max_concurrency']}")
-    rng = torch.Generator().manual_seed(req.seed)
-
-    def timed(ids: list[int], new: int) -> float:
-        params = SamplingParams(max_tokens=new, min_tokens=new, ignore_eos=True, temperature=0.0, detokenize=False)
-        start = time.perf_counter()
-        with vllm_failures(log_path):  # its engine process still logs to the file
-            llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)
-        return time.perf_counter() - start
-
-    # kvscope's start-up figures for the KV pool vLLM had (the one set, else the one it logged), with its options
-    pool = args.get("kv_cache_memory_bytes") or parsed["available_kv_bytes"]
-    capacity = engine.capacity(spec, pool, max_len, req.kv_dtype) if pool else None
-    for n in req.contexts:
-        ch.progress(f"context {n:,}: prefill + {req.decode_steps} decode steps in vLLM")
-        ids = torch.randint(0, spec.vocab_size, (n,), generator=rng).tolist()
-        one = timed(ids, 1)
-        many = timed(ids, req.decode_steps)
-        row = ContextResult(
-            context=n,
-            predicted_cache_bytes=engine.account(spec, n, 1, req.kv_dtype).total,
-            measured_cache_bytes=None,
-            peak_bytes=None,
-            peak_source="vLLM reserves its KV pool up front",
-            prefill_s=one,
-            prefill_tok_s=n / one,
-            decode_tok_s=(req.decode_steps - 1) / max(many - one, 1e-9),
-            decode_mode="vllm",
-            kv_capacity_tokens=parsed["kv_capacity_tokens"],
-            max_concurrency=parsed["max_concurrency"],
-            predicted_max_concurrency=capacity.max_concurrency if capacity else None,
-            predicted_kv_capacity_tokens=capacity.kv_cache_tokens if capacity else None,
+    with tempfile.TemporaryDirectory(prefix="kvscope-vllm-") as folder:  # its config and vLLM's log
+        work = Path(folder)
+        if weights_dir is None:
+            (work / "model").mkdir()
+            (work / "model" / "config.json").write_text(json.dumps(raw))  # dummy weights need only the config
+            model_path, load_format, label = str(work / "model"), "dummy", RANDOM_LABEL
+        else:
+            model_path, load_format, label = str(weights_dir), "auto", f"real weights from {weights_dir}"
+        ch.send(
+            "setup",
+            model=name,
+            scale=scale,
+            layers=spec.layer_counts(),
+            env=env,
+            device="cpu (vLLM's CPU backend)" if platform == "cpu" else f"cuda:0 ({env['gpu']})",
+            dtype=req.dtype if req.dtype != "auto" else "auto (vLLM's choice)",
+            vllm_args=args,  # what vLLM is started with, every option the prediction's too
         )
-        ch.send("context", row=row.to_dict())
-    ch.send("done", weights=label, notes=notes, env=env)
+        log_path = work / "vllm.log"
+        ch.progress(f"starting vLLM (max_model_len {max_len:,})")
+        # vLLM logs from its engine-core subprocess too: point fds 1 and 2 at a file both inherit, then parse it.
+        saved = os.dup(2)
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        try:
+            with vllm_failures(log_path):
+                llm = LLM(
+                    model=model_path,
+                    load_format=load_format,
+                    skip_tokenizer_init=True,
+                    seed=req.seed,
+                    trust_remote_code=False,
+                    **args,
+                )
+        finally:
+            os.dup2(saved, 2)
+            os.dup2(saved, 1)
+        parsed = parse_vllm_log(log_path.read_text(errors="replace"))
+        ch.progress(f"vLLM reports {parsed['kv_capacity_tokens']} KV tokens, concurrency {parsed['max_concurrency']}")
+        rng = torch.Generator().manual_seed(req.seed)
+
+        def timed(ids: list[int], new: int) -> float:
+            params = SamplingParams(max_tokens=new, min_tokens=new, ignore_eos=True, temperature=0.0, detokenize=False)
+            start = time.perf_counter()
+            with vllm_failures(log_path):  # its engine process still logs to the file
+                llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)
+            return time.perf_counter() - start
+
+        # kvscope's start-up figures for the KV pool vLLM had (the one set, else the one it logged), with its options
+        pool = args.get("kv_cache_memory_bytes") or parsed["available_kv_bytes"]
+        capacity = engine.capacity(spec, pool, max_len, req.kv_dtype) if pool else None
+        for n in req.contexts:
+            ch.progress(f"context {n:,}: prefill + {req.decode_steps} decode steps in vLLM")
+            ids = torch.randint(0, spec.vocab_size, (n,), generator=rng).tolist()
+            one = timed(ids, 1)
+            many = timed(ids, req.decode_steps)
+            row = ContextResult(
+                context=n,
+                predicted_cache_bytes=engine.account(spec, n, 1, req.kv_dtype).total,
+                measured_cache_bytes=None,
+                peak_bytes=None,
+                peak_source="vLLM reserves its KV pool up front",
+                prefill_s=one,
+                prefill_tok_s=n / one,
+                decode_tok_s=(req.decode_steps - 1) / max(many - one, 1e-9),
+                decode_mode="vllm",
+                kv_capacity_tokens=parsed["kv_capacity_tokens"],
+                max_concurrency=parsed["max_concurrency"],
+                predicted_max_concurrency=capacity.max_concurrency if capacity else None,
+                predicted_kv_capacity_tokens=capacity.kv_cache_tokens if capacity else None,
+            )
+            ch.send("context", row=row.to_dict())
+        ch.send("done", weights=label, notes=notes, env=env)
 
 
 def limit_address_space(limit: int) -> None:
