@@ -9,7 +9,7 @@ import streamlit as st
 
 from core.check import AGREES, CANNOT, DISAGREES, VERDICTS, check_all, verdict_counts
 from core.errors import InputError
-from ui.layout import mobile_css, nav, page_config, share_box
+from ui.layout import literal, mobile_css, nav, page_config, share_box
 from ui.state import link_query
 
 # it imports pandas and plotly at once anyway, and has no rerun after a paint to wait for
@@ -73,7 +73,7 @@ if claim is not None:
             del st.query_params["claim"]
             st.rerun()
     else:
-        st.error(f"No published figure has the id {claim!r}; showing them all.")
+        st.error(f"No published figure has the id {literal(repr(claim))}; showing them all.")
         claim = None
 
 cols = st.columns(len(VERDICTS))

@@ -19,6 +19,7 @@ from core.model.loading import load_model
 from core.report import max_context_text, requests_text
 from core.units import format_bytes, format_tokens
 from tests.conftest import ROOT
+from tests.rendered import shown
 from tests.tiny_configs import tiny_raw
 from ui.layout import PAINTED
 from ui.state import DEFAULTS, Inputs, from_query, pack_config, to_query
@@ -225,7 +226,7 @@ def test_tampered_link_opens_with_defaults_and_names_what_was_ignored():
 
 def test_a_link_naming_an_unknown_preset_says_so_instead_of_showing_the_default_silently():
     at = app({"model": "Qwen/Qwen3-14B", "source": "Preset"})  # repo-shaped, but not bundled: the Hub is not asked
-    (warning,) = [w.value for w in at.warning if "link parameters were ignored" in w.value]
+    (warning,) = [shown(w.value) for w in at.warning if "link parameters were ignored" in w.value]
     assert "model='Qwen/Qwen3-14B' (not a bundled preset" in warning and "source=Hub" in warning
     assert at.selectbox(key="in_model").value == DEFAULTS.model
     assert from_query({"model": "Qwen/Qwen3-8B", "source": "Preset"})[1] == []  # a bundled one stays as it is
@@ -236,7 +237,7 @@ def test_a_listed_cards_link_figures_are_named_as_ignored_and_not_carried_on():
     """gbs/tflops/gib size a custom card; with a listed card they did nothing, said nothing and stayed in the link
     (the CLI applies --gpu-gbs to a named card, so the two surfaces gave different speeds without a word)."""
     at = app({"model": "Qwen/Qwen3-8B", "card": "RTX 4090", "gbs": "500", "tflops": "100", "ctx": "4k"})
-    (warning,) = [w.value for w in at.warning if "link parameters were ignored" in w.value]
+    (warning,) = [shown(w.value) for w in at.warning if "link parameters were ignored" in w.value]
     assert "gbs=500 (card=GeForce RTX 4090 24GB has its own figures" in warning and "tflops=100" in warning
     assert "gbs" not in dict(at.query_params.items()) and not at.exception
     inputs, ignored = from_query({"card": "custom", "gib": "48", "gbs": "500"})  # a custom card keeps them

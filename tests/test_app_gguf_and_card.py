@@ -15,6 +15,7 @@ from core.speed.calibration import load as host_calibration
 from core.speed.report import speed_or_none
 from core.units import GIB, format_tokens
 from tests import test_gguf_hub
+from tests.rendered import shown
 from tests.test_app import app
 from tests.test_gguf_hub import MIX, SHA, _expected_table, offline, write_gguf
 from ui import inputs as ui_inputs
@@ -160,6 +161,6 @@ def test_link_figures_are_bounded(key, value):
     inputs, ignored = from_query({"gib": "24", key: value})
     assert getattr(inputs, key) is None and any(i.startswith(f"{key}=") for i in ignored)
     at = app({"gib": "24", key: value})
-    (warning,) = [w.value for w in at.warning if "link parameters were ignored" in w.value]
+    (warning,) = [shown(w.value) for w in at.warning if "link parameters were ignored" in w.value]
     assert f"{key}=" in warning
     assert at.number_input(key=f"in_{key}").value is None

@@ -7,6 +7,7 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from core.check import AGREES, DISAGREES, check_all
+from tests.rendered import shown
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 
@@ -59,7 +60,7 @@ def test_a_claim_link_opens_that_figure_alone_with_both_sides_of_the_arithmetic(
 def test_an_unknown_claim_says_so_and_shows_all():
     at = page(claim="no-such-claim")
     assert not at.exception
-    assert "no-such-claim" in at.error[0].value
+    assert "'no-such-claim'" in shown(at.error[0].value)  # as markdown shows it (quoted literally)
     assert len(at.dataframe[0].value) == len(check_all())
 
 

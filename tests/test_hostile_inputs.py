@@ -18,6 +18,7 @@ from core.memory.weightfiles import read_weights
 from core.model.config import resolve
 from core.model.loading import load_raw, model_from_config
 from tests.conftest import ROOT
+from tests.rendered import shown
 from tests.tiny_configs import tiny_raw
 from ui.state import (
     MAX_SHARED_CONFIG,
@@ -158,7 +159,7 @@ def test_a_link_giving_a_key_twice_says_which_value_it_read():
     at.query_params["model"] = ["Qwen/Qwen3-8B", "/etc/passwd"]
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    (warning,) = [w.value for w in at.warning if "link parameters were ignored" in w.value]
+    (warning,) = [shown(w.value) for w in at.warning if "link parameters were ignored" in w.value]
     assert "gpus (given 2 times; only the last, '3', is read)" in warning
     assert "model (given 2 times" in warning and "root:" not in warning
 

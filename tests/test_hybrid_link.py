@@ -12,6 +12,7 @@ import pytest
 from core.errors import InputError
 from core.explain import worked_point
 from tests.conftest import ROOT
+from tests.rendered import shown
 from tests.test_app import app, opened
 from tests.test_app_issue9 import reopen, share_link, through_chat
 from ui.state import from_query, read_point
@@ -96,7 +97,7 @@ def test_an_unreadable_point_is_ignored_with_the_reason(value, said):
     at.run()
     spent = time.process_time() - start
     assert not at.exception, [e.value for e in at.exception]
-    warnings = [w.value for w in at.warning if w.value.startswith("Some link parameters were ignored")]
+    warnings = [shown(w.value) for w in at.warning if w.value.startswith("Some link parameters were ignored")]
     assert len(warnings) == 1 and "hpt=" in warnings[0] and said in warnings[0], warnings
     assert not worked(at)  # the default: the box closed, as a link without a point opens it
     assert spent < CPU_BOUND_S, f"{spent:.2f} CPU s"

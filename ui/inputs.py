@@ -26,7 +26,7 @@ from core.model.whatif import edited
 from core.report import check, checkpoint_note, csv_text, format_note, format_offer, gpu_counts
 from core.speed.groups import AUTO_BACKEND, BACKEND_CHOICES, BACKEND_NAMES
 from core.units import format_bytes, format_tokens, parse_tokens
-from ui.layout import fold_sidebar_on_phones, nav, opened, share_box, wait_for_paint
+from ui.layout import fold_sidebar_on_phones, literal, nav, opened, share_box, wait_for_paint
 from ui.state import (
     BOUNDS,
     CUSTOM_CARD,
@@ -476,7 +476,8 @@ def sidebar(*, model_only: bool = False, context_at: Any = None) -> tuple[Inputs
             fold_sidebar_on_phones(share_query(inputs, typed))
     ignored = st.session_state.get("_kv_ignored")
     if ignored:
-        st.warning("Some link parameters were ignored and defaults used instead: " + "; ".join(ignored))
+        # the link's own values, quoted: shown as typed, never as markdown (a link of someone else's making)
+        st.warning("Some link parameters were ignored and defaults used instead: " + literal("; ".join(ignored)))
     if problems:
         _stop("\n\n".join(problems))
     try:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import secrets
+import string
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -142,6 +144,19 @@ def opened(label: str, key: str, expanded: bool = False) -> DeltaGenerator | Non
     box costs ~0.25 s of main thread (its syntax highlighter), the explanations' long markdown."""
     box = st.expander(label, expanded=expanded, key=key, on_change="rerun")
     return box if box.open else None
+
+
+# every ASCII punctuation character, which CommonMark lets a backslash escape (it then shows the character alone):
+# links, emphasis, code, HTML, entities (&), Streamlit's $ (LaTeX), :name: (emoji, icons) and :colour[text], and GFM's
+# bare https:// and www. autolinks (their ':' and '.' escaped)
+MARKUP = re.compile("([" + re.escape(string.punctuation) + "])")
+
+
+def literal(text: str) -> str:
+    """Text that someone else chose (a link's values) as Streamlit's markdown shows it: character for character,
+    whitespace run together (a line break or indent would start a block of its own), with no link, emphasis,
+    formula or directive of its own."""
+    return MARKUP.sub(r"\\\1", " ".join(text.split()))
 
 
 def link_base(url: str) -> str:
