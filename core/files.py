@@ -64,6 +64,13 @@ def read_regular_file(path: Path, limit: int, what: str) -> bytes:
     return data
 
 
+def engines_venv_python() -> Path:
+    """The python of the engines' virtualenv (`make engines`: llama-cpp-python, vLLM's CPU build), which may not
+    exist: KVSCOPE_ENGINES_VENV, else this checkout's .venv-engines."""
+    checkout = Path(__file__).resolve().parents[1]
+    return Path(os.environ.get("KVSCOPE_ENGINES_VENV") or checkout / ".venv-engines") / "bin" / "python"
+
+
 def cache_dir() -> Path:
     """kvscope's cache folder: $KVSCOPE_CACHE, else ~/.cache/kvscope (resolved configs, GGUF headers, this host's
     RAM bandwidth and calibration). Read at each call, so a test's folder holds everything it writes."""

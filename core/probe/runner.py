@@ -27,7 +27,7 @@ from queue import Empty, Queue
 from typing import Any
 
 from core.errors import InputError
-from core.files import measuring, open_lock, say_measuring
+from core.files import engines_venv_python, measuring, open_lock, say_measuring
 from core.probe.request import ContextResult, ProbeRequest, ProbeResult
 from core.probe.results import RESULTS_NAME, SCHEMA_VERSION, append_result, lock_path, results_dir
 from core.speed import calibrate_job
@@ -305,7 +305,7 @@ def worker_command(request: ProbeRequest) -> list[str]:
     (`make engines`: vLLM's CPU build), which runs core/ from this checkout too."""
     python = sys.executable
     if request.backend == "vllm" and importlib.util.find_spec("vllm") is None:
-        engines = Path(os.environ.get("KVSCOPE_ENGINES_VENV", ROOT / ".venv-engines")) / "bin" / "python"
+        engines = engines_venv_python()
         python = str(engines) if engines.exists() else python
     return [python, "-m", "core.probe.worker"]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from core.dtypes import FP16
 from core.errors import InputError
-from core.files import measuring
+from core.files import engines_venv_python, measuring
 from core.model.layers import FullAttention, Storage
 from core.probe.runner import kvscope_revision
 from core.speed.calibration import Calibration, host_key
@@ -25,7 +25,6 @@ from core.speed.ram import ram_bandwidth
 from core.speed.work import attended_sum, attention_flops_per_key
 from core.units import plural
 
-ROOT = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).resolve().parent / "calibrate_llamacpp.py"
 FORMATS = ("F16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K", "IQ4_XS")  # float, legacy, k-quant and i-quant kernels
 # past a server CPU's L3 at 4 bits (~190 MB at Q4_K_M, ~680 MB at F16); 6 layers keep a run under a minute
@@ -43,8 +42,7 @@ F16_CACHE = Storage(FP16, FP16, FP16, FP16)  # the attention models' cache: llam
 
 def engines_python() -> Path | None:
     """The engines' venv python if it can import llama_cpp (KVSCOPE_ENGINES_VENV, else the repo's .venv-engines)."""
-    venv = Path(os.environ.get("KVSCOPE_ENGINES_VENV") or ROOT / ".venv-engines")
-    python = venv / "bin" / "python"
+    python = engines_venv_python()
     if not python.exists():
         return None
     ok = subprocess.run([str(python), "-c", "import llama_cpp"], capture_output=True, timeout=120)
