@@ -28,7 +28,7 @@ from core.units import format_bytes, format_tokens
 from ui.arrow import arrow_table
 from ui.figures import figure_row
 from ui.inputs import downloads, sidebar
-from ui.layout import mobile_css, opened, page_config, painted
+from ui.layout import linkless, mobile_css, opened, page_config, painted
 from ui.state import BOUNDS
 from ui.table import markdown_table
 
@@ -47,7 +47,7 @@ def compute(_setup: Setup, context: int, key: str):
 try:
     result = compute(setup, inputs.ctx, repr(setup))
 except InputError as err:
-    st.error(str(err))
+    st.error(linkless(str(err)))
     st.stop()
 
 context = min(inputs.ctx, result.context_limit)

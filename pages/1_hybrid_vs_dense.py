@@ -30,7 +30,7 @@ from core.speed.report import curve
 from core.units import GIB, MIB, format_tokens
 from ui.charts import bars, curves, palette
 from ui.inputs import list_to_link, list_widget_value, sidebar
-from ui.layout import mobile_css, opened, page_config, painted
+from ui.layout import linkless, mobile_css, opened, page_config, painted
 from ui.state import point_query, read_point
 
 page_config("hybrid vs full attention")
@@ -97,10 +97,10 @@ chosen = st.multiselect(
 try:
     all_series, reach, shown, left_out = compute(setup, tuple(chosen), repr(setup))
 except InputError as err:
-    st.error(str(err))
+    st.error(linkless(str(err)))
     st.stop()
 for why in left_out:
-    st.warning(f"Comparator left out, {why}")
+    st.warning(linkless(f"Comparator left out, {why}"))
 base = all_series[0]
 colors = palette([s.name for s in all_series])
 if base.layout == "all full attention":

@@ -26,7 +26,7 @@ from core.speed.calibrate_job import TIMEOUT_S, CalibrationBusy, CalibrationJob,
 from core.units import GIB, format_bytes, format_tokens, plural
 from ui.charts import curves
 from ui.inputs import sidebar
-from ui.layout import page_config
+from ui.layout import linkless, page_config
 from ui.state import BOUNDS, unpack_config
 
 page_config("measure live")
@@ -139,9 +139,9 @@ if start:
         request.check_limit(model.max_context)
         mine = ProbeJob(request, timeout=float(timeout))
     except ProbeBusy as err:
-        st.warning(str(err))
+        st.warning(linkless(str(err)))
     except InputError as err:
-        st.error(str(err))
+        st.error(linkless(str(err)))
     else:
         st.session_state["probe_job"] = mine
         st.rerun()  # redraw with the form disabled and the progress polling
@@ -176,7 +176,7 @@ if result is not None:
     elif result.status == "cancelled":  # asked for: no error text to repeat
         st.info(f"Probe cancelled after {result.elapsed_s:.0f} s: its process was killed and its memory freed.")
     else:
-        st.error(f"Probe {result.status}: {result.error}")
+        st.error(linkless(f"Probe {result.status}: {result.error}"))
         if result.log_tail:  # the child's own output, for a bug report: folded, the error above says what happened
             with st.expander("The probe process's last output"):
                 st.code(result.log_tail, language=None)
@@ -257,7 +257,7 @@ if st.button("Calibrate this machine", disabled=bool(why_not), help=f"Disabled: 
     try:
         cal_job = CalibrationJob()
     except CalibrationBusy as err:
-        st.warning(str(err))
+        st.warning(linkless(str(err)))
     else:
         st.session_state["calibration_job"] = cal_job
         st.rerun()

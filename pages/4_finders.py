@@ -13,7 +13,7 @@ from core.fit import Setup, context_limit
 from core.model.loading import load_model, presets
 from core.units import format_tokens
 from ui.inputs import EDITS, sidebar
-from ui.layout import mobile_css, page_config
+from ui.layout import linkless, mobile_css, page_config
 from ui.state import DEFAULTS, FINDER_VIEWS, Inputs, share_query
 
 page_config("finders")
@@ -100,7 +100,7 @@ if view == "models":
             column_config=WORKING_COLUMN,
         )
     except InputError as err:
-        st.error(str(err))
+        st.error(linkless(str(err)))
 else:
     context = min(inputs.ctx, context_limit(setup))
     capped = f" ({model.name}'s limit: {format_tokens(inputs.ctx)} was asked)" if context < inputs.ctx else ""
@@ -118,4 +118,4 @@ else:
             column_config=WORKING_COLUMN,
         )
     except InputError as err:
-        st.error(str(err))
+        st.error(linkless(str(err)))

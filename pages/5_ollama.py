@@ -26,7 +26,7 @@ from core.speed.cli import error_record
 from core.speed.predict import PREFILL_SPANS, prefill_spans
 from core.units import GIB, MIB, format_tokens, layer_span, parse_tokens, plural
 from ui.inputs import list_to_link, list_widget_value, sidebar, toggle_to_link
-from ui.layout import mobile_css, opened, page_config, painted
+from ui.layout import linkless, mobile_css, opened, page_config, painted
 from ui.state import BOUNDS, MAX_OLLAMA_CARDS, OLLAMA_FLASH, OLLAMA_RAM, OLLAMA_WEIGHTS
 
 page_config("Ollama")
@@ -107,7 +107,7 @@ try:
     free = parse_free(free_text)
     rows = grid(specs, tuple(chosen), settings, weights, hw, free, repr((specs, chosen, settings, weights, hw, free)))
 except InputError as err:
-    st.error(f"{err}.")
+    st.error(linkless(f"{err}."))
     st.stop()
 
 if not rows:

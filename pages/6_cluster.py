@@ -13,7 +13,7 @@ from core.errors import InputError
 from core.memory.gpus import card_named, cards
 from core.units import format_bytes, format_tokens
 from ui.inputs import sidebar
-from ui.layout import mobile_css, opened, page_config
+from ui.layout import linkless, mobile_css, opened, page_config
 from ui.state import BOUNDS, DEFAULTS, SWITCH, to_query
 
 page_config("vLLM across nodes")
@@ -72,7 +72,7 @@ try:
     context = min(inputs.ctx, model.max_context or inputs.ctx)
     out = report(model, repr(model), card_name, inputs.nodes, inputs.gpn, context, kv, inputs.ep, inputs.mns)
 except InputError as err:
-    st.error(str(err))
+    st.error(linkless(str(err)))
     st.stop()
 
 st.caption(

@@ -9,6 +9,7 @@ from core.fit import Setup, context_limit, fit, table_contexts
 from core.memory.gpus import Card
 from core.model.loading import load_model
 from core.units import format_bytes
+from tests.rendered import shown
 from tests.test_app import app, metrics
 
 GEMMA = "google/gemma-3-4b-it"
@@ -55,7 +56,7 @@ def test_vllm_platform_is_offered_only_for_vllm_and_carried_in_the_link():
 def test_bad_option_values_in_a_link_are_named_and_ignored():
     at = app({"swa": "maybe", "plat": "tpu"})
     assert not at.exception
-    text = " ".join(w.value for w in at.warning)
+    text = " ".join(shown(w.value) for w in at.warning)
     assert "swa=" in text and "plat=" in text
 
 

@@ -22,6 +22,7 @@ from streamlit.testing.v1 import AppTest
 import core.model.params as params
 from core.model.config import MAX_LAYERS
 from tests.conftest import ROOT
+from tests.rendered import shown
 from ui.state import pack_config
 
 DEEP = MAX_LAYERS  # the deepest config kvscope accepts
@@ -146,7 +147,7 @@ def test_cluster_page_shows_the_card_it_plans_for_and_the_kv_dtype_it_uses():
     at.run()
     at.switch_page("pages/6_cluster.py").run()
     assert not at.exception, [e.value for e in at.exception]
-    warnings = " ".join(w.value for w in at.warning)
+    warnings = " ".join(shown(w.value) for w in at.warning)
     assert "Apple M3 Max 128GB" in warnings and "q8_0" in warnings
     box = at.selectbox(key="in_ccard").value
     assert box == "H100 80GB SXM5"

@@ -199,9 +199,17 @@ def test_the_probe_runs_the_chosen_model_under_its_time_limit_and_names_its_work
 
 
 def test_a_probe_request_names_no_other_program():
-    """The worker runs `python -m core.probe.worker`; a request is data on its stdin, never a command line."""
-    from core.probe import runner
+    """The worker runs `python -m core.probe.worker` with this Python or the engines' virtualenv's (a vLLM probe where
+    this one has no vLLM); a request is data on its stdin, never a command line: no field of it reaches the command."""
+    import sys
 
-    source = Path(runner.__file__).read_text()
-    assert '[sys.executable, "-m", "core.probe.worker"]' in source
-    assert "shell=True" not in source
+    from core.files import engines_venv_python
+    from core.probe import runner
+    from core.probe.request import ProbeRequest
+
+    hostile = "x; rm -rf / $(id) `id` ../../bin/sh"
+    for backend in ("transformers", "vllm"):
+        req = ProbeRequest(model=hostile, name=hostile, backend=backend, contexts=(512,))
+        python, *rest = runner.worker_command(req)
+        assert python in (sys.executable, str(engines_venv_python())) and rest == ["-m", "core.probe.worker"]
+    assert "shell=True" not in Path(runner.__file__).read_text()

@@ -26,7 +26,7 @@ from core.model.whatif import edited
 from core.report import check, checkpoint_note, csv_text, format_note, format_offer, gpu_counts
 from core.speed.groups import AUTO_BACKEND, BACKEND_CHOICES, BACKEND_NAMES
 from core.units import format_bytes, format_tokens, parse_tokens
-from ui.layout import fold_sidebar_on_phones, literal, nav, opened, share_box, wait_for_paint
+from ui.layout import fold_sidebar_on_phones, linkless, literal, nav, opened, share_box, wait_for_paint
 from ui.state import (
     BOUNDS,
     CUSTOM_CARD,
@@ -425,8 +425,9 @@ def _share_link(inputs: Inputs, problems: list[str], typed: dict[str, str]) -> N
 
 
 def _stop(message: str) -> None:
-    """An error where the results would be, and no results: none would match the inputs."""
-    st.error(message)
+    """An error where the results would be, and no results: none would match the inputs. It may quote an upload's or a
+    link's text, drawn as no link of its own (linkless)."""
+    st.error(linkless(message))
     st.stop()
 
 

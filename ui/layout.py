@@ -159,6 +159,18 @@ def literal(text: str) -> str:
     return MARKUP.sub(r"\\\1", " ".join(text.split()))
 
 
+# what lets text inside a message draw a link, an image, HTML, a formula or a coloured directive ([...], <...>, $...$,
+# :red[...]), and a backslash that could undo an escape; bare addresses (:// and www.) are broken apart below
+LINKISH = re.compile(r"([\\\[\]<>$@])")
+
+
+def linkless(message: str) -> str:
+    """A message that may quote someone else's text (a config's field, a link's value, a server's reply) with none of
+    it drawn as a link, image, HTML or formula; the message's own markdown (`code`, emphasis) stays. What `literal`
+    is for a whole value, this is for a sentence around one."""
+    return LINKISH.sub(r"\\\1", message).replace("://", ":\\/\\/").replace("www.", "www\\.")
+
+
 def link_base(url: str) -> str:
     """The page's address without its query; the root page's with its "/" (`http://host:8501/?…`, not `…8501?…`)."""
     base = url.split("?")[0]
