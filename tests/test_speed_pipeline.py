@@ -102,3 +102,18 @@ def test_a_multi_gpu_prompt_carries_its_paths_error_or_says_it_is_unchecked():
     other = predict(rocm, HOST, 8192).prefill_error
     assert "for prompts over several GPUs" not in other.label
     assert "no held-out prompt among them ran on several GPUs" in other.caveat
+
+
+def test_fit_a_card_works_the_pipeline_out_for_llamacpp_over_several_gpus():
+    """The app's speed explanation for Llama 3.1 8B on 4 RTX 4090s under llama.cpp at 8K shows the pipeline line,
+    with the saving core.speed.predict takes off; the prefill figure shown is the pipelined one."""
+    from tests.test_app import app, opened
+
+    at = app({"model": "meta-llama/Llama-3.1-8B-Instruct", "engine": "llama.cpp", "card": CARD, "gpus": "4",
+              "weights": "q4_k_m", "ctx": "8k"})  # fmt: skip
+    assert not at.exception, [e.value for e in at.exception]
+    expander = next(e for e in opened(at, "kv_how_speed").expander if e.label == "How is the speed computed?")
+    text = "\n".join(m.value for m in expander.markdown)
+    assert "- pipelined over 4 GPUs (llama.cpp's layer split)" in text
+    prefill = predict(setup(4), HOST, 8192).prefill
+    assert f"= {prefill.pipelined_s:.6f} s" in text
