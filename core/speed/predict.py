@@ -660,9 +660,10 @@ def driver(setup: Setup, hw: Hardware) -> str:
 def prompt_path(setup: Setup, hw: Hardware, chunk: int, moe: int) -> str:
     """The kernel path of groups.PATHS a prompt of `chunk` tokens a pass takes: a MoE model's prompt, and of those,
     float experts that llama.cpp's CUDA or ROCm backend multiplies one GEMM per expert (groups.expert_loop); a
-    dense model's prompt over llama.cpp's layer split."""
+    dense model's prompt pipelined over llama.cpp's layer split (a split with layers in RAM has no pipeline: its
+    group's error and split_caveat)."""
     if not moe:
-        return SPLIT_PROMPT if gpu_hops(setup, hw) else ""
+        return SPLIT_PROMPT if pipeline(setup, hw) else ""
     on_gpu = isinstance(setup.engine, LlamaCppEngine) and driver(setup, hw) == "gpu"
     looped = on_gpu and expert_loop(backend_of(setup, hw), kernel_format(setup), chunk, setup.model.hidden_size)
     return EXPERT_LOOP if looped else MOE_PROMPT
