@@ -26,7 +26,7 @@ CHANGED = Inputs(
     nodes=3, gpn=4, ep="on", ckv="fp8", ftab="models", ocards="GeForce RTX 4060 8GB,GeForce RTX 3060 12GB",
     omodels="microsoft/phi-4", octx="8k", onp=2, okv="q8_0", ofa="on", oover=512, ow="q5_k_m", oram="given",
     ogbs=45.5, othr=6, ofree="6GiB", oall="on", pctx="1k, 4k", pdev="cpu", pbe="vllm", players=4, psteps=16,
-    ptime=120,
+    ptime=120, pkv="fp8", putil=0.8, pmnbt=512, pmns=8, ppc="off", pbs=32,
 )  # fmt: skip
 # what a link carries of CHANGED: a listed card has its own figures, so the custom card's (gib, gbs, tflops) stay home
 # (tests/test_app.py::test_a_listed_cards_link_figures_are_named_as_ignored_and_not_carried_on)
