@@ -117,3 +117,19 @@ def test_fit_a_card_works_the_pipeline_out_for_llamacpp_over_several_gpus():
     assert "- pipelined over 4 GPUs (llama.cpp's layer split)" in text
     prefill = predict(setup(4), HOST, 8192).prefill
     assert f"= {prefill.pipelined_s:.6f} s" in text
+
+
+def test_the_command_lines_json_says_what_the_pipeline_saves(capsys):
+    """`python -m core speed --json` carries each row's prefill_pipelined_s: predict's saving over 4 GPUs, 0 on one."""
+    import json
+
+    from core.cli import main
+
+    def rows(gpus: int) -> list[dict]:
+        main(["speed", "meta-llama/Llama-3.1-8B-Instruct", "--engine", "llama.cpp", "--gpu", CARD, "--gpus",
+              str(gpus), "--weights", "q4_k_m", "--context", "8k", "--json"])  # fmt: skip
+        return json.loads(capsys.readouterr().out)["rows"]
+
+    (four,) = rows(4)
+    assert four["prefill_pipelined_s"] == pytest.approx(predict(setup(4), HOST, 8192).prefill.pipelined_s, rel=1e-9)
+    assert four["prefill_pipelined_s"] > 0 and rows(1)[0]["prefill_pipelined_s"] == 0.0

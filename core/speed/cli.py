@@ -88,7 +88,7 @@ def record_keys() -> tuple[str, ...]:
     return (
         "decode_tok_s", "aggregate_tok_s", "prefill_tok_s", "ttft_s", "bytes_per_step", "flops_per_step", "bound",
         "decode_step_s", "decode_memory_s", "decode_compute_s", "overhead_s", "prefill_bound", "prefill_chunk",
-        "decode_error", "prefill_error",
+        "prefill_pipelined_s", "decode_error", "prefill_error",
     )  # fmt: skip
 
 
@@ -109,6 +109,8 @@ def record(s: Speed) -> dict:
         "overhead_s": s.decode.overhead_s,
         "prefill_bound": s.prefill.bound,
         "prefill_chunk": s.chunk,
+        # what llama.cpp's pipeline over its layer split takes off the prompt (core.speed.predict.Pipeline; 0 without)
+        "prefill_pipelined_s": s.prefill.pipelined_s,
         "decode_error": error_record(s.decode_error),
         "prefill_error": error_record(s.prefill_error),
     }
