@@ -224,7 +224,7 @@ if point := opened("How is a point of this curve worked out?", "kv_how_hybrid_po
         try:
             point.markdown("\n\n".join(point_lines(_setups(setup, tuple(chosen))[0][names.index(name)], context_at)))
         except InputError as err:
-            point.error(str(err))
+            point.error(linkless(str(err)))
 
 st.subheader("Longest context per card size")
 limited = [(s, r) for s, r in zip(all_series, reach, strict=True) if not s.unlimited]

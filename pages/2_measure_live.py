@@ -281,9 +281,9 @@ st.fragment(calibrating_live, run_every=1.0 if calibrating is not None else None
 
 outcome = cal_job.result if cal_job is not None and not cal_job.running else None
 if outcome is not None and outcome.status == "busy":
-    st.warning(f"Not calibrated: {outcome.error}.")
+    st.warning(linkless(f"Not calibrated: {outcome.error}."))
 elif outcome is not None and outcome.status != "ok":
-    st.error(f"Calibration {outcome.status} after {outcome.elapsed_s:.0f} s: {outcome.error}")
+    st.error(linkless(f"Calibration {outcome.status} after {outcome.elapsed_s:.0f} s: {outcome.error}"))
 elif outcome is not None and outcome.record and outcome.record.get("warning"):
     st.warning(f"{outcome.record['warning']}; calibrate again when the machine is idle.")
 stored, unreadable = calibration.load_checked()

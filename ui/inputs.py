@@ -535,9 +535,11 @@ def _check_setup(setup: Setup) -> None:
         counts = gpu_counts(setup) if setup.gpus > 1 else []
         if counts:
             st.error(
-                f"{setup.gpus} GPUs: {err}. {setup.engine.name} can split {setup.model.name} over "
-                + ", ".join(map(str, counts))
-                + " GPUs (counts up to 16 shown; the sidebar takes any); pick one:"
+                linkless(
+                    f"{setup.gpus} GPUs: {err}. {setup.engine.name} can split {setup.model.name} over "
+                    + ", ".join(map(str, counts))
+                    + " GPUs (counts up to 16 shown; the sidebar takes any); pick one:"
+                )
             )
             cols = st.columns(min(len(counts), 8))
             for i, n in enumerate(counts):
