@@ -143,6 +143,14 @@ def fitted_groups() -> dict[tuple[str, str, str], Efficiency]:
     return {(r["engine"], r["backend"], r["card_class"]): entry(r) for r in fitted().get("groups", ())}
 
 
+def fitted_tp(engine: str, backend: str, card_class: str) -> tuple[int, ...]:
+    """The tensor-parallel sizes the group's fit rows ran at (fitted.json's `tp`); () where none is recorded."""
+    for g in fitted().get("groups", ()):
+        if (g["engine"], g["backend"], g["card_class"]) == (engine, backend, card_class):
+            return tuple(g.get("tp", ()))
+    return ()
+
+
 def efficiency_for(engine: str, device: str, backend: str = "", card_class: str = "") -> Efficiency:
     """The group's fitted entry (engine, backend, card class), else its backend's pooled one ('*'), else the
     engine's on that device (efficiencies.json)."""

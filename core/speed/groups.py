@@ -421,7 +421,9 @@ class ErrorBar:
     calibrated: str = ""  # "calibrated on this host at <date>" when a host calibration set the rates
     on_cpu: bool = False  # a CPU group's error: calibrating the host replaces the constants it measures
     caveat: str = ""  # what of this figure the group's held-out runs do not cover
-    basis: str = "held-out"  # "held-out" (published runs the fit never saw) or "published" (an unfitted engine's)
+    # "held-out" (published runs the fit never saw), "cross-checked" (each lab's runs from a fit on the others') or
+    # "published" (an unfitted engine's)
+    basis: str = "held-out"
 
     @property
     def checked(self) -> bool:
@@ -538,8 +540,9 @@ def error_bar(
         key = (e["engine"], e["backend"], e["card_class"], e["kind"], e.get("path", ""))
         if key != (engine, backend, klass, kind, path) or not e["rows"]:
             continue
-        if "ratios" in e:  # an unfitted engine's published runs (fit_corpus.ALWAYS_HELD_OUT), beside the seeds'
-            return _published_bar(kind, label, e["ratios"], _seeds(engine, kind, backend, klass), calibrated, backend)
+        if "ratios" in e:  # an unfitted or cross-checked engine's published runs (fit_corpus), beside the seeds'
+            seeds = _seeds(engine, kind, backend, klass)
+            return _published_bar(kind, label, e["ratios"], seeds, calibrated, backend, e.get("basis", "published"))
         if path:
             caveat = f"on them kvscope's figure was {e['ratio']:.2f}× the measured one (median)"
         else:
@@ -570,17 +573,26 @@ def _seeds(engine: str, kind: str, backend: str, klass: str) -> list[dict]:
     return [r for r in error_figures(engine, f"{kind}_tok_s") if _group_of(r["setup"]["gpu"]) == (backend, klass)]
 
 
-def _published_bar(kind: str, label: str, runs: list[float], seeds: list[dict], calibrated: str, backend: str):
-    """An unfitted engine's error: every published check of its group pooled, the corpus' runs (predicted ÷
-    measured) and the seeds' figures, none of which chose its assumed efficiencies."""
+def _published_bar(
+    kind: str, label: str, runs: list[float], seeds: list[dict], calibrated: str, backend: str, basis: str = "published"
+) -> ErrorBar:
+    """An engine's error on every published check of its group pooled, the corpus' runs (predicted ÷ measured) and
+    the seeds' figures. `basis` "published": an unfitted engine's, none of which chose its assumed efficiencies;
+    "cross-checked": an engine fitted on all its few runs (fit_corpus.CROSS_CHECKED), each lab's runs predicted from
+    a fit on the other labs', and the seeds' figures, which no fit saw."""
     where = [plural(len(runs), "run") + " from the speed corpus"] if runs else []
     if seeds:
         cards = ", ".join(sorted({r["setup"]["gpu"] for r in seeds}))
         where.append(f"{plural(len(seeds), 'figure')} from the seeds on {cards}")
     median, within, ratio = error_stats(runs + [1 + r["kvscope"]["error"] for r in seeds])
-    caveat = f"{' and '.join(where)}; this engine's efficiencies are assumed, never fitted to them"
-    return ErrorBar(kind, label, len(runs) + len(seeds), median, within, ratio, calibrated, backend == "cpu", caveat,
-                    "published")  # fmt: skip
+    if basis == "cross-checked":
+        how = "each lab's runs predicted from a fit on the other labs' runs" + (
+            ", the seeds' never fitted to" * bool(seeds)
+        )
+    else:
+        how = "this engine's efficiencies are assumed, never fitted to them"
+    return ErrorBar(kind, label, len(runs) + len(seeds), median, within, ratio, calibrated, backend == "cpu",
+                    f"{' and '.join(where)}; {how}", basis)  # fmt: skip
 
 
 def _group_of(card_name: str) -> tuple[str, str]:

@@ -22,7 +22,7 @@ from core.model.layers import FullAttention
 from core.model.params import count_params
 from core.speed.allreduce import AllReduces, all_reduces
 from core.speed.calibration import Calibration
-from core.speed.efficiency import Efficiency, efficiency_for
+from core.speed.efficiency import Efficiency, efficiency_for, fitted_tp
 from core.speed.groups import (
     EXPERT_LOOP,
     MOE_PROMPT,
@@ -686,21 +686,23 @@ def error_bars(setup: Setup, hw: Hardware, decode: Timing | None = None, chunk: 
     def also(bar: ErrorBar, *more: str) -> ErrorBar:
         return replace(bar, caveat="; ".join(filter(None, (bar.caveat, split, *more))))
 
-    reduces = all_reduce_caveat(setup, hw)
+    reduces = tensor_parallel_caveat(setup, hw, fitted_tp(engine, backend, klass))
     return also(decode_bar, reduces), also(prefill_bar, reduces)
 
 
-def all_reduce_caveat(setup: Setup, hw: Hardware) -> str:
-    """What a tensor-parallel figure rests on: its all-reduces (tensor_parallel's, where it times any) are timed
-    from published microbenchmarks (core.speed.allreduce), not fitted, and two published vLLM runs check them."""
-    ar = tensor_parallel(setup, hw, len(setup.model.layers), 1)
-    if ar is None:
-        return ""
-    return (
-        f"its {ar.count} all-reduces a pass over {ar.tp} GPUs are timed from published microbenchmarks, not fitted; "
-        "two published vLLM runs over several GPUs check them (Llama 3.1 70B and 405B on 8 MI300X, TP 8: "
-        "1.4-1.5× fast)"
-    )
+def tensor_parallel_caveat(setup: Setup, hw: Hardware, fitted_sizes: tuple[int, ...]) -> str:
+    """What a figure rests on of tensor parallel: its all-reduces (tensor_parallel's, where it times any) are timed
+    from published microbenchmarks (core.speed.allreduce), not fitted; and a group fitted on runs of other TP sizes
+    (`fitted_sizes`, efficiency.fitted_tp) leaves this size's step unchecked: vLLM on MI300X was fitted at TP 8 alone,
+    where the all-reduces' share of a step is not one GPU's."""
+    parts = []
+    if ar := tensor_parallel(setup, hw, len(setup.model.layers), 1):
+        parts.append(f"its {ar.count} all-reduces a pass over {ar.tp} GPUs are timed from published microbenchmarks, "
+                     "not fitted")  # fmt: skip
+    if fitted_sizes and setup.tp not in fitted_sizes:
+        sizes = ", ".join(map(str, fitted_sizes))
+        parts.append(f"its group was fitted on runs at tensor parallel {sizes} only: at {setup.tp} it is not checked")
+    return "; ".join(parts)
 
 
 def split_caveat(setup: Setup, hw: Hardware) -> str:

@@ -163,9 +163,11 @@ def corpus() -> None:
     """The held-out table and the targets' verdicts."""
     rows, skipped = fit_corpus.load_rows()
     held = [r for r in rows if r.held_out]
-    print(f"{len(rows)} usable rows, {len(held)} held out; {sum(skipped.values())} skipped (no model_id, a card "
-          "without bandwidth and peak, MLX, CPU rows without a RAM figure, SUSPECT)")  # fmt: skip
-    results = fit_corpus.ratios(held)
+    crossed = sum(r.setup.engine.name in fit_corpus.CROSS_CHECKED for r in rows)
+    print(f"{len(rows)} usable rows, {len(held)} held out, {crossed} of vLLM cross-checked (each lab's from a fit on "
+          f"the others'); {sum(skipped.values())} skipped (no model_id, a card without bandwidth and peak, MLX, CPU "
+          "rows without a RAM figure, SUSPECT, vLLM decodes with --enforce-eager)")  # fmt: skip
+    results = fit_corpus.checked(rows)
     stats = fit_corpus.error_groups(results)
     print(fit_corpus.table(stats, "held-out error (predicted ÷ measured; core.speed.predict, core/speed/fitted.json)"))
     print(fit_corpus.path_table(fit_corpus.path_errors(results)))  # kernel paths' own rows, inside their groups

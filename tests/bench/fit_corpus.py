@@ -7,9 +7,10 @@ on the sources held out; write them, with each group's held-out error, to core/s
 Split: the unit is one source's runs on one card (`source_id` + `card`: a scoreboard thread gathers many people's
 cards, a results file is one machine's); a unit is held out when sha256("<source_id>|<card>") mod 3 == 0, so every
 run of one machine in one source lands on one side and the split never depends on the rows' values. This
-project's own runs on a lent machine (measurements/speed/llamacpp_device.jsonl) are always held out, as are vLLM's
-(corpus files vllm-*): its GPU efficiencies are efficiencies.json's assumed round priors, which its few published
-single-sequence runs only check.
+project's own runs on a lent machine (measurements/speed/llamacpp_device.jsonl) are always held out. vLLM's runs
+(corpus files vllm-*) are too few to spare a third: every one is fitted, and its error is cross-checked instead
+(cross_checked): each lab's runs on one card are predicted from a fit on every other lab's, the CPU fit's
+leave-one-out (tests/bench/fit_cpu.py).
 Fit, in three levels, each a coordinate descent on the sum of |log(predicted ÷ measured)| (one slow run pulls
 less than with squares):
 1. all fit rows of an engine, each backend weighing alike (backend_weighted): bandwidth, matmul and attention
@@ -60,7 +61,7 @@ from core.memory.quant import format_named
 from core.memory.weightfiles import WeightFile
 from core.model.loading import load_model
 from core.speed import efficiency as eff_module
-from core.speed.efficiency import FITTED, Efficiency, efficiency_for
+from core.speed.efficiency import FITTED, Efficiency, efficiency_for, entry
 from core.speed.groups import (
     FAMILIES,
     MATVEC_MAX_TOKENS,
@@ -139,14 +140,26 @@ UNIT = Efficiency("unit", "gpu", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, "unit", "")
 STAND_IN = {"k-quant": "q4_k_m", "legacy": "q8_0", "i-quant": "iq4_xs", "float": "fp16", "mxfp4": "mxfp4"}
 
 
-# sources whose runs are never fitted: this project's device runs, and vLLM's runs (its efficiencies are assumed)
-ALWAYS_HELD_OUT = (DEVICE_SOURCE, "vllm-")
+# engines with too few published runs to hold a third out: all are fitted, each lab's runs on a card checked by a fit
+# on the others' (cross_checked)
+CROSS_CHECKED = ("vllm",)
+# sources of one lab (its host, its recipe) that a cross-check leaves out together: AMD's ROCm hub pages ran the
+# dev-docker page's latency recipe on the same Supermicro MI300X host; GPUStack's performance-lab pages are one lab's
+LABS = {
+    "vllm-rocm-dev-docker-mi300x": "AMD", "vllm-amd-rocm-hub-performance-results": "AMD",
+    "vllm-gpustack": "GPUStack", "vllm-ree2raz": "ree2raz",
+}  # fmt: skip
 
 
 def held_out(source_id: str, card: str) -> bool:
-    if source_id.startswith(ALWAYS_HELD_OUT):
+    if source_id.startswith(DEVICE_SOURCE):  # never fitted: a card and a CPU nothing else was fitted on
         return True
     return int(hashlib.sha256(f"{source_id}|{card}".encode()).hexdigest(), 16) % 3 == 0
+
+
+def lab(source_id: str) -> str:
+    """The lab whose runs a cross-check leaves out together: LABS' by prefix, else the source itself."""
+    return next((name for prefix, name in LABS.items() if source_id.startswith(prefix)), source_id)
 
 
 def kvscope_format(printed: str) -> str:
@@ -192,9 +205,22 @@ class Row:
         return (self.setup.engine.name, self.backend, self.klass)
 
     @property
+    def batch(self) -> int:
+        """Sequences per decode step: a vLLM run's batch or concurrency (corpus `concurrency`), else 1."""
+        return self.raw.get("concurrency") or 1
+
+    @property
+    def unit(self) -> tuple[str, str]:
+        """What a cross-check leaves out together: a lab's runs on one card."""
+        return lab(self.raw["source_id"]), self.raw["card"]
+
+    @property
     def held_out(self) -> bool:
-        """By its source and card (`held_out`); a prompt over several cards always: `terms` times the passes one
-        after another, and the pipeline that overlaps them (core.speed.predict.Pipeline) has nothing to fit."""
+        """By its source and card (`held_out`), never for a cross-checked engine; a prompt over several cards
+        always: `terms` times the passes one after another, and the pipeline that overlaps them
+        (core.speed.predict.Pipeline) has nothing to fit."""
+        if self.setup.engine.name in CROSS_CHECKED:
+            return False
         several = self.kind == "prefill" and self.raw.get("n_devices", 1) > 1
         return several or held_out(self.raw["source_id"], self.raw["card"])
 
@@ -243,12 +269,13 @@ def to_row(r: dict) -> Row:
 
 
 def common_checks(r: dict) -> None:
-    """What every engine's run needs before kvscope can time it."""
+    """What every engine's run needs before kvscope can time it: one sequence, but for vLLM's decodes (a step of
+    `concurrency` sequences, as predict's batch)."""
     if r["backend"] == "cpu" or r["backend"] == "sycl":
         raise InputError(f"backend {r['backend']} not fitted here")
     if not r.get("model_id"):
         raise InputError("no model_id")
-    if r.get("concurrency", 1) != 1:
+    if r.get("concurrency", 1) != 1 and (r["engine"], r["kind"]) != ("vllm", "decode"):
         raise InputError("concurrency > 1")
     if "SUSPECT" in (r.get("notes") or ""):  # the corpus' own flag: a figure its source contradicts
         raise InputError("flagged SUSPECT in the corpus")
@@ -335,7 +362,7 @@ def _timing(row: Row, table: dict | None) -> tuple[Timing, int]:
     r, s = row.raw, row.setup
     depth = r.get("depth") or 0
     if row.kind == "decode":
-        speed = predict(s, _hw(row), depth + max(1, r["n_gen"] // 2), table=table, weights=_weights(s))
+        speed = predict(s, _hw(row), depth + max(1, r["n_gen"] // 2), row.batch, table=table, weights=_weights(s))
         return speed.decode, 1
     full = predict(s, _hw(row), depth + r["n_prompt"], table=table, weights=_weights(s)).prefill
     if depth:
@@ -394,6 +421,7 @@ class Terms:
     tiles: float = 0.0  # a prompt's MMQ tile traffic with no reuse (core.speed.groups.mmq_traffic_bytes; unit seconds)
     dequant: float = 0.0  # the weights' conversion to FP16 for cuBLAS (core.speed.groups.fp16_dequant; unit seconds)
     hops: int = 0  # GPUs past the first a pass runs through (core.speed.predict.gpu_hops)
+    fixed: float = 0.0  # seconds no efficiency scales: tensor parallel's all-reduces (assumed, core.speed.allreduce)
 
     def tok_s(self, p: dict) -> float:
         return self.tokens / sum(self.sides(p))
@@ -419,7 +447,7 @@ class Terms:
         overhead = p["overhead_step_s"] + p["overhead_recurrent_s"] * self.recurrent + p["overhead_moe_s"] * self.moe
         overhead += p.get("overhead_hop_s", 0.0) * self.hops
         overhead += p.get("old_overhead_s", 0.0) if self.old else 0.0
-        return matmuls, max(self.cache / p["bandwidth"], self.attention / attn) + overhead * self.passes
+        return matmuls, max(self.cache / p["bandwidth"], self.attention / attn) + overhead * self.passes + self.fixed
 
 
 def terms(row: Row) -> Terms:
@@ -436,7 +464,7 @@ def terms(row: Row) -> Terms:
         sum(p.expert_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts), recurrent=chained_layers(row.setup),
         tiled=any(p.expert_note for p in t.parts), moe=t.moe, expert_columns=experts.expert_columns,
         tiles=sum(p.tile_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts),
-        dequant=sum(p.dequant_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts), hops=t.hops,
+        dequant=sum(p.dequant_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts), hops=t.hops, fixed=t.all_reduce_s,
     )  # fmt: skip
 
 
@@ -577,7 +605,9 @@ def as_entry(engine: str, backend: str, klass: str, p: dict, fit_rows: list[Row]
         "status": "fitted",
         "provenance": f"fitted by tests/bench/fit_corpus.py to published {engine} runs (measurements/speed/corpus) "
         f"of {group_label(engine, backend, klass) if klass != '*' else engine + ' ' + backend}",
-        "fitted_on": where(fit_rows), "checked_on": where(check),
+        "fitted_on": where(fit_rows), "tp": sorted({r.setup.tp for r in fit_rows}),
+        "checked_on": f"{where(fit_rows)}, each lab's runs on a card predicted from a fit on the other labs'"
+        if engine in CROSS_CHECKED else where(check),
     }  # fmt: skip
 
 
@@ -596,6 +626,9 @@ def fit_all(rows: list[Row]) -> list[dict]:
     for r in fit_rows:
         by_engine[r.setup.engine.name].append(r)
     for engine, all_rows in by_engine.items():
+        if engine in CROSS_CHECKED:
+            entries += class_fits(engine, all_rows, t)
+            continue
         # runs on cards timed by their FP32 peak (Pascal: dp4a int8, no tensor cores) or on Volta (dp4a int8 in short
         # passes, FP16 conversion and cuBLAS in long ones: groups.fp16_dequant) inform only their own class: their
         # kernels' share of a peak says nothing of the int8 tensor-core kernels' share on every other card
@@ -635,7 +668,45 @@ def fit_all(rows: list[Row]) -> list[dict]:
     return entries
 
 
+def class_fits(engine: str, rows: list[Row], t: dict[int, Terms]) -> list[dict]:
+    """A cross-checked engine's fit: each card class of each backend on its own runs, pulled toward the engine's
+    priors (efficiencies.json), with no level pooled over backends or classes. Its runs come from a few labs, one or
+    two cards a class: pooled, 8 MI300X at 1.5x the priors' step time moved CUDA's runs (6 % off the priors) and a
+    Strix Halo's (8 %) by a quarter and a half."""
+    prior = start_params(efficiency_for(engine, "gpu"))
+    by_class: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for r in rows:
+        by_class[(r.backend, r.klass)].append(r)
+    out = []
+    for (backend, klass), crows in sorted(by_class.items()):
+        ct = [t[id(r)] for r in crows]
+        out.append(as_entry(engine, backend, klass, best_descent(ct, [prior], fit_keys(ct), prior), crows, []))
+    return out
+
+
 # -- held-out errors ------------------------------------------------------------------------------------------------
+
+
+def checked(rows: list[Row]) -> list[tuple[Row, float]]:
+    """predicted ÷ measured of every run the fit did not see: the held-out runs, and the cross-checked engines'."""
+    return ratios([r for r in rows if r.held_out]) + cross_checked(rows)
+
+
+def cross_checked(rows: list[Row]) -> list[tuple[Row, float]]:
+    """predicted ÷ measured of the cross-checked engines' runs, each lab's runs on a card (Row.unit) timed with the
+    constants fit_all gives every other unit's runs: the unit's group there, else its backend's, else the engine's
+    priors (efficiencies.json) where no other unit ran that backend."""
+    mine = [r for r in rows if r.setup.engine.name in CROSS_CHECKED]
+    out = []
+    for unit in sorted({r.unit for r in mine}):
+        fits = {
+            (e["engine"], e["backend"], e["card_class"]): entry(e) for e in fit_all([r for r in mine if r.unit != unit])
+        }
+        for r in (r for r in mine if r.unit == unit):
+            engine = r.group[0]
+            eff = fits.get(r.group) or fits.get((engine, r.backend, "*")) or efficiency_for(engine, "gpu")
+            out += ratios([r], {(engine, "gpu"): eff})
+    return out
 
 
 @dataclass(frozen=True)
@@ -652,12 +723,12 @@ def stat(ratios: list[float], chained_rows: int = 0, moe_rows: int = 0) -> Stat:
     return Stat(len(ratios), *error_stats(ratios), chained_rows, moe_rows)
 
 
-def ratios(rows: list[Row]) -> list[tuple[Row, float]]:
-    """predicted ÷ measured per row, through core.speed.predict with the constants on disk."""
+def ratios(rows: list[Row], table: dict | None = None) -> list[tuple[Row, float]]:
+    """predicted ÷ measured per row, through core.speed.predict with the constants on disk (or `table`'s)."""
     out = []
     for r in rows:
         try:
-            out.append((r, predicted_tok_s(r) / r.raw["tok_s"]))
+            out.append((r, predicted_tok_s(r, table) / r.raw["tok_s"]))
         except InputError:
             continue
     return out
@@ -755,8 +826,8 @@ def main() -> None:
             "about": "Efficiencies per engine, backend and card class fitted to published runs, and each group's "
             "error on the sources held out (tests/bench/fit_corpus.py; see its docstring for the split and the fit).",
             "split": "a source's runs on one card are held out when sha256('<source_id>|<card>') mod 3 == 0; this "
-            f"project's own runs on a lent machine ({DEVICE_SOURCE}*) and vLLM's (vllm-*, whose efficiencies are "
-            "assumed) always are",
+            f"project's own runs on a lent machine ({DEVICE_SOURCE}*) always are. vLLM's are all fitted, and its "
+            "errors are cross-checked: each lab's runs on a card predicted from a fit on the other labs'",
             "fitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "groups": entries + cpu,
             "errors": [e for e in kept.get("errors", ()) if e["backend"] == "cpu"],
@@ -765,7 +836,7 @@ def main() -> None:
         eff_module.fitted.cache_clear()
         eff_module.fitted_groups.cache_clear()
         print(f"fitted {len(entries)} groups in {time.time() - start:.0f} s")
-    held = ratios([r for r in rows if r.held_out])
+    held = checked(rows)
     stats = error_groups(held)
     print(table(stats, "held-out error (predicted ÷ measured through core.speed.predict)"))
     paths = path_errors(held)
@@ -778,8 +849,10 @@ def main() -> None:
             runs[(r.kind, *r.group)].append(round(x, 4))
         data["errors"] = [
             {"kind": k, "engine": e, "backend": b, "card_class": c} | asdict(s)
-            # an unfitted engine's ratios, which its error bar pools with the seeds' figures (groups.error_bar)
-            | ({"ratios": runs[(k, e, b, c)]} if e not in fitted_engines else {})
+            # an unfitted or cross-checked engine's ratios, which its error bar pools with the seeds' figures
+            # (groups.error_bar)
+            | ({"ratios": runs[(k, e, b, c)]} if e not in fitted_engines or e in CROSS_CHECKED else {})
+            | ({"basis": "cross-checked"} if e in CROSS_CHECKED else {})
             for (k, e, b, c), s in stats.items() if e != "*" and c != "*"
         ] + paths + data["errors"]  # the CPU's last, as fit_cpu.py writes them  # fmt: skip
         FITTED.write_text(json.dumps(data, indent=1) + "\n")
