@@ -276,8 +276,8 @@ else:
         st.plotly_chart(fig, width="stretch")
     st.caption(
         "A roofline per pass (weights and attention, each max(bytes ÷ bandwidth, FLOPs ÷ rate)) plus the engine's "
-        "overhead; the engine efficiencies are fitted to published llama.cpp runs and this project's CPU runs, or "
-        "assumed (see *Fit a card*, "
+        "overhead; the engine efficiencies are fitted to published llama.cpp and vLLM runs and this project's CPU "
+        "runs, or assumed (see *Fit a card*, "
         "'How is the speed computed?'). ✕ marks published figures for this card and engine "
         "(measurements/speed/published_speed.jsonl), with their caveats in the hover; they are never fitted to."
         + (

@@ -3,8 +3,9 @@ two all-reduces of the hidden state a layer (after the attention's output projec
 projection; RowParallelLinear). At one token a step each is a few KB, so its latency, not its bytes, sets its time,
 and 160 of them (Llama 3.1 70B) add milliseconds to a step the roofline gives as a few.
 
-The figures are assumed from published microbenchmarks, not fitted; the corpus' one vLLM run over several GPUs
-(measurements/speed/corpus/vllm-rocm-dev-docker-mi300x.jsonl) is held out to check them.
+The figures are assumed from published microbenchmarks, not fitted: the corpus' vLLM runs over several GPUs (8 MI300X
+and 8 H200 at TP 8, 2 H100 at TP 2) are fitted with these all-reduces as fixed seconds of their steps
+(tests/bench/fit_corpus.py Terms.fixed), so a gap of the fabric's lands in the fitted bandwidth and step.
 """
 
 from __future__ import annotations

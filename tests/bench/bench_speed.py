@@ -247,7 +247,9 @@ def main() -> None:
     held = [abs(d) for r, d, _ in llama_errors if r == "held out"]
     verdict = ("MET" if max(held) <= TARGET else "NOT MET") if held else "none held out (this CPU's runs are fitted)"
     print(f"  target: held-out llama.cpp decode within ±{TARGET:.0%}: {verdict}")
-    section("published GPU figures (seeds) against kvscope; GPU efficiencies are assumed priors, never fitted to these")
+    section(
+        "published GPU figures (seeds) against kvscope; GPU efficiencies assumed or fitted on the corpus, not these"
+    )
     print(published_speed.table(published_speed.compare(published_speed.load())))
     section("partial offload (prediction; the seeds' 8 GB article says only that speed 'drops sharply')")
     offload()

@@ -2,7 +2,8 @@
 
     python tests/bench/published_speed.py --write   # refresh the `kvscope` field of every line
     python tests/bench/published_speed.py           # print the comparison
-The figures are never fitted to: every GPU efficiency they are set against is an assumed prior (efficiencies.json).
+The figures are never fitted to: every GPU efficiency they are set against is an assumed prior (efficiencies.json) or
+fitted on the speed corpus (vLLM's: tests/bench/fit_corpus.py).
 """
 
 from __future__ import annotations
