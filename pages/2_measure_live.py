@@ -191,6 +191,7 @@ if result is not None:
             st.caption(f"vLLM ran, and kvscope predicted, with: {vllm_args_text(result.vllm_args)}")
         peaks = any(r.peak_bytes is not None for r in result.contexts)
         vllm = result.request.backend == "vllm"  # vLLM's measured figures: its log's, no cache bytes
+        timed = any(r.predicted_decode_tok_s is not None for r in result.contexts)  # a CPU run's speed prediction
         frame = pd.DataFrame(
             [
                 {
@@ -212,6 +213,16 @@ if result is not None:
                     ),
                     "prefill tok/s": r.prefill_tok_s,
                     "decode tok/s": r.decode_tok_s,
+                    **(
+                        {
+                            "predicted prefill tok/s": r.predicted_prefill_tok_s,
+                            "predicted decode tok/s": r.predicted_decode_tok_s,
+                            "prefill measured ÷ predicted": r.prefill_speed_ratio,
+                            "decode measured ÷ predicted": r.decode_speed_ratio,
+                        }
+                        if timed
+                        else {}
+                    ),
                     "mode": r.decode_mode,
                 }
                 for r in result.contexts
@@ -224,8 +235,17 @@ if result is not None:
             column_config={
                 name: st.column_config.NumberColumn(format="%.4f")
                 for name in ("measured ÷ predicted", "concurrency measured ÷ predicted")
+            }
+            | {
+                name: st.column_config.NumberColumn(format="%.2f")
+                for name in ("prefill measured ÷ predicted", "decode measured ÷ predicted")
             },
         )
+        if timed:
+            st.caption(
+                "Predicted speed: `python -m core speed --backend cpu` for the same (scaled) model and engine, at "
+                f"{result.contexts[0].speed_basis}. Its error bar is the speed figures' on Fit a card."
+            )
         if not peaks:
             st.caption(f"Peak memory: {result.contexts[0].peak_source}.")
         xs = [r.context for r in result.contexts]

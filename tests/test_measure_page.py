@@ -88,6 +88,15 @@ def test_cpu_probe_end_to_end_measures_what_kvscope_predicts(monkeypatch, tmp_pa
     assert records[0]["model"].startswith("qwen3_5_text (uploaded config.json ")
     assert records[0]["settings"]["scale"].startswith("full size")  # a tiny model runs whole on CPU
     assert list(at.dataframe[1].value["model"]) == [records[0]["model"]]
+    # kvscope's speed for the same run beside the clock's, with what it timed this host by
+    predicted = [p["decode_tok_s"] for p in records[0]["predicted"]]
+    assert all(x > 0 for x in predicted) and list(table["predicted decode tok/s"]) == pytest.approx(predicted)
+    assert list(table["decode measured ÷ predicted"]) == pytest.approx(list(table["decode tok/s"] / predicted))
+    assert list(table["prefill measured ÷ predicted"]) == pytest.approx(
+        list(table["prefill tok/s"] / table["predicted prefill tok/s"])
+    )
+    basis = records[0]["predicted"][0]["speed_basis"]
+    assert "thread" in basis and any(f"at {basis}." in c.value for c in at.caption)
 
 
 def test_cancel_ends_the_probe_process_at_once_and_the_page_stays_whole(monkeypatch, tmp_path):

@@ -67,6 +67,12 @@ def test_probe_measures_what_kvscope_predicts(tmp_path, model_type):
     assert record["versions"]["torch"] and record["host"]
     assert [m["cache_bytes"] for m in record["predicted"]] == [c.predicted_cache_bytes for c in result.contexts]
     assert [m["measured_cache_bytes"] for m in record["measured"]] == [c.measured_cache_bytes for c in result.contexts]
+    # a CPU run carries kvscope's speed for it: the longer context decodes no faster, and the ratios are the clock's
+    speeds = [c.predicted_decode_tok_s for c in result.contexts]
+    assert speeds[0] >= speeds[1] > 0 and all(c.speed_basis for c in result.contexts)
+    for c, p in zip(result.contexts, record["predicted"], strict=True):
+        assert (p["decode_tok_s"], p["prefill_tok_s"]) == (c.predicted_decode_tok_s, c.predicted_prefill_tok_s)
+        assert c.decode_speed_ratio == c.decode_tok_s / c.predicted_decode_tok_s
 
 
 def test_lock_refuses_a_second_probe_and_names_the_holder(tmp_path):
@@ -334,3 +340,22 @@ def test_what_a_probe_leaves_in_the_checkout_is_ignored_by_git():
     assert sorted(shown.stdout.split()) == sorted(map(str, paths))
     kept = subprocess.run(["git", "check-ignore", str(DEFAULT_DIR / ".gitkeep")], cwd=root, capture_output=True)
     assert kept.returncode == 1  # the folder itself stays in the repository
+
+
+def test_a_cpu_probe_prints_the_speed_the_speed_command_gives_for_it(tmp_path, monkeypatch, capsys):
+    """The probe's predicted speed is `python -m core speed --backend cpu`'s for the same config, context and host:
+    the live check and the command line time one model."""
+    from core.cli import main
+
+    monkeypatch.setenv("KVSCOPE_PROBE_DIR", str(tmp_path))
+    path = tiny_path(tmp_path, "llama")
+    assert main(["probe", path, "--context", "64", "--decode-steps", "3", "--quiet", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["contexts"][0]
+    assert row["predicted_decode_tok_s"] > 0 and row["predicted_prefill_tok_s"] > 0 and "thread" in row["speed_basis"]
+    assert main(["speed", path, "--engine", "transformers", "--backend", "cpu", "--context", "64", "--json"]) == 0
+    speed = json.loads(capsys.readouterr().out)["rows"][0]
+    assert row["predicted_decode_tok_s"] == pytest.approx(speed["decode_tok_s"], rel=1e-6)
+    assert row["predicted_prefill_tok_s"] == pytest.approx(speed["prefill_tok_s"], rel=1e-6)
+    assert main(["probe", path, "--context", "64", "--decode-steps", "3", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "predicted speed: `python -m core speed --backend cpu` at " in text

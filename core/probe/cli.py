@@ -69,6 +69,11 @@ def cmd_probe(args: argparse.Namespace) -> dict[str, Any]:
                 "decode_mode": c.decode_mode,
                 "kv_capacity_tokens": c.kv_capacity_tokens,
                 "max_concurrency": c.max_concurrency,
+                "predicted_kv_capacity_tokens": c.predicted_kv_capacity_tokens,
+                "predicted_max_concurrency": c.predicted_max_concurrency,
+                "predicted_prefill_tok_s": c.predicted_prefill_tok_s,
+                "predicted_decode_tok_s": c.predicted_decode_tok_s,
+                "speed_basis": c.speed_basis or None,
             }
             for c in result.contexts
         ],
@@ -82,6 +87,10 @@ def _b(n: int | None) -> str:
     return "—" if n is None else format_bytes(n)
 
 
+def _n(n: int | None) -> str:
+    return "—" if n is None else f"{n:,}"
+
+
 def _r(x: float | None) -> str:
     return "—" if x is None else f"{x:,.1f}"
 
@@ -89,9 +98,10 @@ def _r(x: float | None) -> str:
 def print_probe(out: dict[str, Any]) -> None:
     print(f"{out['model']} on {out['device']} ({out['backend']}, {out['dtype']}), decode {out['decode_mode']}")
     print(f"{out['weights']}; {out['scale']}")
+    timed = any(c["predicted_decode_tok_s"] is not None for c in out["contexts"])  # a CPU run's speed prediction
     print(
         f"{'context':>8}  {'predicted':>11}  {'measured':>11}  {'ratio':>6}  {'peak':>11}  "
-        f"{'prefill t/s':>11}  {'decode t/s':>10}"
+        f"{'prefill t/s':>11}  {'decode t/s':>10}" + (f"  {'predicted':>11}  {'predicted':>10}" if timed else "")
     )
     for c in out["contexts"]:
         ratio = "—" if c["ratio"] is None else f"{c['ratio']:.3f}"
@@ -99,7 +109,13 @@ def print_probe(out: dict[str, Any]) -> None:
             f"{format_tokens(c['context']):>8}  {_b(c['predicted_cache_bytes']):>11}  "
             f"{_b(c['measured_cache_bytes']):>11}  {ratio:>6}  {_b(c['peak_bytes']):>11}  "
             f"{_r(c['prefill_tok_s']):>11}  {_r(c['decode_tok_s']):>10}"
+            + (f"  {_r(c['predicted_prefill_tok_s']):>11}  {_r(c['predicted_decode_tok_s']):>10}" if timed else "")
         )
+        if c["kv_capacity_tokens"] is not None:
+            ours = c["predicted_kv_capacity_tokens"]
+            print(f"{'':>8}  vLLM's KV cache: {c['kv_capacity_tokens']:,} tokens (kvscope {_n(ours)})")
+    if timed:
+        print(f"predicted speed: `python -m core speed --backend cpu` at {out['contexts'][0]['speed_basis']}")
     if out["vllm_args"]:
         print(f"vLLM ran, and kvscope predicted, with: {vllm_args_text(out['vllm_args'])}")
     for note in out["notes"]:

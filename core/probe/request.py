@@ -128,6 +128,10 @@ class ProbeRequest:
         return cls(**{k: tuple(v) if k == "contexts" else v for k, v in data.items() if k in known})
 
 
+def _ratio(measured: float | None, predicted: float | None) -> float | None:
+    return measured / predicted if measured is not None and predicted else None
+
+
 @dataclass(frozen=True)
 class ContextResult:
     """One context length: kvscope's prediction beside what the real cache and clock said."""
@@ -146,6 +150,21 @@ class ContextResult:
     max_concurrency: float | None = None  # vLLM: "Maximum concurrency for L tokens per request: X"
     predicted_max_concurrency: float | None = None
     predicted_kv_capacity_tokens: int | None = None  # vLLM: kvscope's "KV cache size: N tokens" for the same pool
+    # kvscope's speed for the same run (core.speed.predict, as `python -m core speed --backend cpu` times this host);
+    # CPU runs only: a GPU run's card is not one the prediction is told
+    predicted_prefill_tok_s: float | None = None
+    predicted_decode_tok_s: float | None = None
+    speed_basis: str = ""  # what the prediction timed the host by: its calibration, or its RAM copy figure
+
+    @property
+    def decode_speed_ratio(self) -> float | None:
+        """measured ÷ predicted decode tok/s; 1.0 is an exact prediction."""
+        return _ratio(self.decode_tok_s, self.predicted_decode_tok_s)
+
+    @property
+    def prefill_speed_ratio(self) -> float | None:
+        """measured ÷ predicted prefill tok/s."""
+        return _ratio(self.prefill_tok_s, self.predicted_prefill_tok_s)
 
     @property
     def ratio(self) -> float | None:

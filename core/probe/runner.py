@@ -171,6 +171,9 @@ def record_of(result: ProbeResult) -> dict[str, Any]:
                 "cache_bytes": c.predicted_cache_bytes,
                 "max_concurrency": c.predicted_max_concurrency,
                 "kv_capacity_tokens": c.predicted_kv_capacity_tokens,
+                "prefill_tok_s": c.predicted_prefill_tok_s,
+                "decode_tok_s": c.predicted_decode_tok_s,
+                "speed_basis": c.speed_basis or None,
             }
             for c in result.contexts
         ],

@@ -19,18 +19,23 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from core.engines import engine_named
+from core.engines import Engine, engine_named
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
+from core.fit import Setup
+from core.memory.gpus import Card
 from core.model.cachewalk import cache_bytes, pinned_bytes
 from core.model.loading import config_label, load_raw, model_from_config
 from core.model.params import count_params as count_spec_params
+from core.model.spec import ModelSpec
 from core.probe.request import CPU_KV_REQUESTS, RANDOM_LABEL, ContextResult, ProbeRequest
 from core.probe.scale import Scaled, scale_layers, smallest_exact
+from core.units import plural
 
 CPU_BUDGET_BYTES = 8 << 30  # a probe on CPU must fit in this (weights + largest cache)
 CPU_ADDRESS_SPACE = CPU_BUDGET_BYTES + (8 << 30)  # its hard cap: the budget plus torch's own mappings and slack
@@ -464,6 +469,7 @@ def run_transformers(req: ProbeRequest, ch: Channel, budget_s: float | None = No
             decode_tok_s=rate,
             decode_mode=mode,
             pinned_cache_bytes=pinned,
+            **(cpu_speed(spec, engine, dtype, n, req.batch) if device == "cpu" else {}),
         )
         ch.send("context", row=row.to_dict())
     if device == "cpu":
@@ -692,9 +698,32 @@ def run_vllm(req: ProbeRequest, ch: Channel, budget_s: float | None = None) -> N
                 max_concurrency=parsed["max_concurrency"],
                 predicted_max_concurrency=capacity.max_concurrency if capacity else None,
                 predicted_kv_capacity_tokens=capacity.kv_cache_tokens if capacity else None,
+                **(cpu_speed(spec, engine, dtype, n, 1) if platform == "cpu" else {}),
             )
             ch.send("context", row=row.to_dict())
         ch.send("done", weights=label, notes=notes, env=env)
+
+
+def cpu_speed(spec: ModelSpec, engine: Engine, dtype: str, context: int, batch: int) -> dict[str, Any]:
+    """ContextResult's speed fields for a CPU run of `spec` on this host: kvscope's decode and prefill tok/s as
+    `python -m core speed --backend cpu` times them, at the host's stored calibration (python -m core calibrate),
+    else its measured RAM copy figure (cached), with every core's threads, as torch and vLLM's CPU build take."""
+    from core.speed import predict
+    from core.speed.calibration import load
+    from core.speed.cli import calibrated_host, hardware
+
+    threads = os.cpu_count() or 1
+    cal = load()
+    if cal is not None:
+        hw, basis = replace(calibrated_host(cal, threads, cpu_only=True), calibration=cal), cal.label
+    else:
+        hw, basis = hardware(None, threads, cpu_only=True)
+    speed = predict(Setup(spec, engine, Card.custom(1), weights=dtype, kv_dtype=dtype), hw, context, batch)
+    return {
+        "predicted_prefill_tok_s": speed.prefill_tok_s,
+        "predicted_decode_tok_s": speed.decode_tok_s,
+        "speed_basis": f"{basis}, {plural(threads, 'thread')}",
+    }
 
 
 def limit_address_space(limit: int) -> None:
