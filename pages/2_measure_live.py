@@ -243,9 +243,11 @@ if result is not None:
         )
         if timed:
             st.caption(
-                "Predicted speed: `python -m core speed --backend cpu` for the same (scaled) model and engine, at "
+                "Predicted speed: `python -m core speed` for the same (scaled) model, engine and context, on "
                 f"{result.contexts[0].speed_basis}. Its error bar is the speed figures' on Fit a card."
             )
+        elif basis := result.contexts[0].speed_basis:
+            st.caption(linkless(f"Speed {basis}."))
         if not peaks:
             st.caption(f"Peak memory: {result.contexts[0].peak_source}.")
         xs = [r.context for r in result.contexts]

@@ -96,7 +96,7 @@ def test_cpu_probe_end_to_end_measures_what_kvscope_predicts(monkeypatch, tmp_pa
         list(table["prefill tok/s"] / table["predicted prefill tok/s"])
     )
     basis = records[0]["predicted"][0]["speed_basis"]
-    assert "thread" in basis and any(f"at {basis}." in c.value for c in at.caption)
+    assert "thread" in basis and any(f"on {basis}." in c.value for c in at.caption)
 
 
 def test_cancel_ends_the_probe_process_at_once_and_the_page_stays_whole(monkeypatch, tmp_path):

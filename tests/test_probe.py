@@ -358,4 +358,43 @@ def test_a_cpu_probe_prints_the_speed_the_speed_command_gives_for_it(tmp_path, m
     assert row["predicted_prefill_tok_s"] == pytest.approx(speed["prefill_tok_s"], rel=1e-6)
     assert main(["probe", path, "--context", "64", "--decode-steps", "3", "--quiet"]) == 0
     text = capsys.readouterr().out
-    assert "predicted speed: `python -m core speed --backend cpu` at " in text
+    assert "predicted speed: `python -m core speed` on " in text
+
+
+@pytest.mark.parametrize(
+    ("torch_name", "card"),
+    [("NVIDIA A100 80GB PCIe", "A100 80GB PCIe"), ("NVIDIA H100 80GB HBM3", "H100 80GB SXM5"),
+     ("Tesla T4", "T4 16GB"), ("AMD Instinct MI300X", "Instinct MI300X 192GB")],
+)  # fmt: skip
+def test_a_gpu_probe_predicts_on_the_card_torch_names(torch_name, card, tmp_path, capsys):
+    """A GPU probe's speed is `python -m core speed --gpu <card>`'s for its engine and tensor parallel, the card
+    looked up by the name torch gives it (H100 SXM5 says "NVIDIA H100 80GB HBM3"); run here on CPU with the code a
+    GPU run takes."""
+    from core.cli import main
+    from core.engines import configured
+    from core.model.loading import load_model
+    from core.probe.worker import probe_speed
+
+    model = tiny_path(tmp_path, "llama")  # fits every card, as the probe's (scaled) model did
+    got = probe_speed(load_model(model), configured("vllm"), "bf16", 64, 1, torch_name)
+    assert card in got["speed_basis"] and "not used (every layer on the GPU)" in got["speed_basis"]
+    assert main(["speed", model, "--engine", "vllm", "--gpu", card, "--context", "64", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    assert got["predicted_decode_tok_s"] == pytest.approx(row["decode_tok_s"], abs=1e-3)  # the JSON keeps 3 places
+    assert got["predicted_prefill_tok_s"] == pytest.approx(row["prefill_tok_s"], abs=1e-3)
+
+
+def test_a_gpu_torch_names_that_kvscope_does_not_list_gets_no_speed_and_says_why():
+    from core.engines import configured
+    from core.model.loading import load_model
+    from core.probe.request import ContextResult
+    from core.probe.worker import probe_speed
+
+    got = probe_speed(load_model("Qwen/Qwen3-8B"), configured("transformers"), "bf16", 1024, 1, "NVIDIA Quantum 9000")
+    assert "predicted_decode_tok_s" not in got
+    assert (
+        got["speed_basis"]
+        == "not predicted: torch names this GPU 'NVIDIA Quantum 9000', not a card kvscope lists by name"
+    )
+    row = ContextResult(1024, 1, 1, None, "x", 1.0, 1.0, 1.0, "eager", **got)
+    assert row.decode_speed_ratio is None and row.prefill_speed_ratio is None

@@ -183,6 +183,11 @@ ALIASES = {
     "v100": "V100 16GB SXM2",  # the cloud V100 (AWS p3, GCP, Colab)
     "v100s": "V100S 32GB PCIe",
     "gb10": "DGX Spark (GB10) 128GB",  # "gb10" alone also matches Apple's "10C GPU" rows
+    # the names torch and nvidia-smi / rocm-smi give these cards (a probe looks its GPU up by them)
+    "h10080gbhbm3": "H100 80GB SXM5",
+    "teslat4": "T4 16GB",
+    "amdinstinctmi300x": "Instinct MI300X 192GB",
+    "amdinstinctmi325x": "Instinct MI325X 256GB",
     "dgxspark": "DGX Spark (GB10) 128GB",
 }
 

@@ -114,8 +114,8 @@ def print_probe(out: dict[str, Any]) -> None:
         if c["kv_capacity_tokens"] is not None:
             ours = c["predicted_kv_capacity_tokens"]
             print(f"{'':>8}  vLLM's KV cache: {c['kv_capacity_tokens']:,} tokens (kvscope {_n(ours)})")
-    if timed:
-        print(f"predicted speed: `python -m core speed --backend cpu` at {out['contexts'][0]['speed_basis']}")
+    if out["contexts"] and (basis := out["contexts"][0]["speed_basis"]):
+        print(f"predicted speed: `python -m core speed` on {basis}" if timed else f"speed {basis}")
     if out["vllm_args"]:
         print(f"vLLM ran, and kvscope predicted, with: {vllm_args_text(out['vllm_args'])}")
     for note in out["notes"]:

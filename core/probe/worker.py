@@ -19,7 +19,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -469,7 +468,7 @@ def run_transformers(req: ProbeRequest, ch: Channel, budget_s: float | None = No
             decode_tok_s=rate,
             decode_mode=mode,
             pinned_cache_bytes=pinned,
-            **(cpu_speed(spec, engine, dtype, n, req.batch) if device == "cpu" else {}),
+            **probe_speed(spec, engine, dtype, n, req.batch, env["gpu"] if device == "cuda" else None),
         )
         ch.send("context", row=row.to_dict())
     if device == "cpu":
@@ -613,8 +612,8 @@ def run_vllm(req: ProbeRequest, ch: Channel, budget_s: float | None = None) -> N
     engine = req.vllm_engine(platform, vllm.__version__, **_host_features(torch, platform))
     notes = [f"config from {origin}"]
     scale, scaled_down = f"full size ({len(spec.layers)} layers)", False
+    dtype = spec.dtype if req.dtype == "auto" else req.dtype  # vLLM's "auto": the checkpoint's, as kvscope's
     if platform == "cpu":  # sized to this host's memory and the time given, as a transformers probe on CPU
-        dtype = spec.dtype if req.dtype == "auto" else req.dtype
         scaled, scale_notes = choose_scale(req, raw, torch, "cpu", dtype, engine, name, budget_s)
         raw, scale, notes = scaled.raw, scaled.note, notes + scale_notes
         scaled_down = scaled.layers_to < scaled.layers_from
@@ -698,31 +697,36 @@ def run_vllm(req: ProbeRequest, ch: Channel, budget_s: float | None = None) -> N
                 max_concurrency=parsed["max_concurrency"],
                 predicted_max_concurrency=capacity.max_concurrency if capacity else None,
                 predicted_kv_capacity_tokens=capacity.kv_cache_tokens if capacity else None,
-                **(cpu_speed(spec, engine, dtype, n, 1) if platform == "cpu" else {}),
+                **probe_speed(spec, engine, dtype, n, 1, env["gpu"], req.tensor_parallel_size),
             )
             ch.send("context", row=row.to_dict())
         ch.send("done", weights=label, notes=notes, env=env)
 
 
-def cpu_speed(spec: ModelSpec, engine: Engine, dtype: str, context: int, batch: int) -> dict[str, Any]:
-    """ContextResult's speed fields for a CPU run of `spec` on this host: kvscope's decode and prefill tok/s as
-    `python -m core speed --backend cpu` times them, at the host's stored calibration (python -m core calibrate),
-    else its measured RAM copy figure (cached), with every core's threads, as torch and vLLM's CPU build take."""
+def probe_speed(
+    spec: ModelSpec, engine: Engine, dtype: str, context: int, batch: int, gpu: str | None = None, tp: int = 1
+) -> dict[str, Any]:
+    """ContextResult's speed fields for a probe run of `spec` here: kvscope's decode and prefill tok/s as `python -m
+    core speed` times them (core.speed.cli.host_for: this host's calibration, else its RAM copy figure, where RAM is
+    used) on the CPU, or on `gpu`, the card torch names, where gpus.csv lists it by that name; with every core's
+    threads, as torch and vLLM's CPU build take. A GPU it does not list gets no figure, and the basis says why."""
+    from core.memory.gpus import card_named
     from core.speed import predict
-    from core.speed.calibration import load
-    from core.speed.cli import calibrated_host, hardware
+    from core.speed.cli import host_for
 
     threads = os.cpu_count() or 1
-    cal = load()
-    if cal is not None:
-        hw, basis = replace(calibrated_host(cal, threads, cpu_only=True), calibration=cal), cal.label
-    else:
-        hw, basis = hardware(None, threads, cpu_only=True)
-    speed = predict(Setup(spec, engine, Card.custom(1), weights=dtype, kv_dtype=dtype), hw, context, batch)
+    try:
+        card = card_named(gpu) if gpu else Card.custom(1)
+    except InputError:
+        return {"speed_basis": f"not predicted: torch names this GPU {gpu!r}, not a card kvscope lists by name"}
+    setup = Setup(spec, engine, card, gpus=tp, tp=tp, weights=dtype, kv_dtype=dtype)
+    hw, ram, _ = host_for(setup, threads, cpu_only=gpu is None)
+    speed = predict(setup, hw, context, batch)
+    where = f"{card.name}{f' × {tp}' if tp > 1 else ''}, RAM {ram}" if gpu else ram
     return {
         "predicted_prefill_tok_s": speed.prefill_tok_s,
         "predicted_decode_tok_s": speed.decode_tok_s,
-        "speed_basis": f"{basis}, {plural(threads, 'thread')}",
+        "speed_basis": f"{where}, {plural(threads, 'thread')}",
     }
 
 

@@ -78,6 +78,23 @@ def error_record(e: ErrorBar | None) -> dict | None:
     }  # fmt: skip
 
 
+def host_for(
+    setup: Setup, threads: int | None, cpu_only: bool, backend: str | None = None, ram_gbs: float | None = None
+) -> tuple[Hardware, str, calibration.Calibration | None]:
+    """(the host a speed is timed on, what its RAM figure is, its calibration): RAM only where the setup uses it
+    (or a figure is given), then this host's stored calibration unless a figure is given, else `hardware`'s."""
+    hw = Hardware(ram_gb_s=0.0, threads=threads or os.cpu_count() or 1, cpu_only=cpu_only, backend=backend)
+    if not needs_ram(setup, hw) and ram_gbs is None:
+        return hw, "not used (every layer on the GPU)", None
+    cal = calibration.load()
+    if cal is not None and ram_gbs is None:
+        hw, ram_source = calibrated_host(cal, hw.threads, cpu_only, backend), cal.label
+    else:
+        hw, ram_source = hardware(ram_gbs, threads, cpu_only, cap_threads=True)
+        hw = replace(hw, backend=backend)
+    return replace(hw, calibration=cal), ram_source, cal
+
+
 def needs_ram(setup: Setup, hw: Hardware) -> bool:
     where = placement(setup, hw)
     return hw.cpu_only or bool(where.on_cpu) or not where.output or bool(where.cpu_experts)
@@ -124,17 +141,8 @@ def speed_report(setup: Setup, args: argparse.Namespace, cpu_only: bool) -> dict
         None if cpu_only or args.backend is None
         else checked_backend(setup.card, args.backend, setup.engine.name)
     )  # fmt: skip
-    hw = Hardware(ram_gb_s=0.0, threads=args.threads or os.cpu_count() or 1, cpu_only=cpu_only, backend=backend)
-    ram_source = "not used (every layer on the GPU)"
-    cal = None
-    if needs_ram(setup, hw) or args.ram_gbs is not None:
-        cal = calibration.load()
-        if cal is not None and args.ram_gbs is None:
-            hw, ram_source = calibrated_host(cal, hw.threads, cpu_only, backend), cal.label
-        else:
-            hw, ram_source = hardware(args.ram_gbs, args.threads, cpu_only, cap_threads=True)
-            hw = replace(hw, backend=backend)
-        hw = replace(hw, calibration=cal)
+    hw, ram_source, cal = host_for(setup, args.threads, cpu_only, backend, args.ram_gbs)
+    if hw.ram_gb_s:  # a host whose RAM the speed uses: its CPU's vector set
         if args.cpu_isa in ("avx512", "avx2") and not cpu_only and setup.card.vendor == "Apple":
             raise InputError(
                 f"--cpu-isa {args.cpu_isa} is an x86 vector set; {setup.card.name}'s CPU is Arm: give --cpu-isa other"
