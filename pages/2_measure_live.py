@@ -191,7 +191,7 @@ if result is not None:
             st.caption(f"vLLM ran, and kvscope predicted, with: {vllm_args_text(result.vllm_args)}")
         peaks = any(r.peak_bytes is not None for r in result.contexts)
         vllm = result.request.backend == "vllm"  # vLLM's measured figures: its log's, no cache bytes
-        timed = any(r.predicted_decode_tok_s is not None for r in result.contexts)  # a CPU run's speed prediction
+        timed = any(r.predicted_decode_tok_s is not None for r in result.contexts)  # kvscope's speed for the run
         frame = pd.DataFrame(
             [
                 {

@@ -98,7 +98,7 @@ def _r(x: float | None) -> str:
 def print_probe(out: dict[str, Any]) -> None:
     print(f"{out['model']} on {out['device']} ({out['backend']}, {out['dtype']}), decode {out['decode_mode']}")
     print(f"{out['weights']}; {out['scale']}")
-    timed = any(c["predicted_decode_tok_s"] is not None for c in out["contexts"])  # a CPU run's speed prediction
+    timed = any(c["predicted_decode_tok_s"] is not None for c in out["contexts"])  # kvscope's speed for the run
     print(
         f"{'context':>8}  {'predicted':>11}  {'measured':>11}  {'ratio':>6}  {'peak':>11}  "
         f"{'prefill t/s':>11}  {'decode t/s':>10}" + (f"  {'predicted':>11}  {'predicted':>10}" if timed else "")

@@ -150,11 +150,11 @@ class ContextResult:
     max_concurrency: float | None = None  # vLLM: "Maximum concurrency for L tokens per request: X"
     predicted_max_concurrency: float | None = None
     predicted_kv_capacity_tokens: int | None = None  # vLLM: kvscope's "KV cache size: N tokens" for the same pool
-    # kvscope's speed for the same run (core.speed.predict, as `python -m core speed --backend cpu` times this host);
-    # CPU runs only: a GPU run's card is not one the prediction is told
+    # kvscope's speed for the same run (core.speed.predict, as `python -m core speed` times it: worker.probe_speed);
+    # None on a GPU whose name gpus.csv does not hold
     predicted_prefill_tok_s: float | None = None
     predicted_decode_tok_s: float | None = None
-    speed_basis: str = ""  # what the prediction timed the host by: its calibration, or its RAM copy figure
+    speed_basis: str = ""  # what the prediction timed: the card, the host's calibration or RAM figure; or why none
 
     @property
     def decode_speed_ratio(self) -> float | None:

@@ -27,7 +27,7 @@ from core.engines import Engine, engine_named
 from core.engines.vllm_engine import VllmEngine
 from core.errors import InputError
 from core.fit import Setup
-from core.memory.gpus import Card
+from core.memory.gpus import Card, card_named
 from core.model.cachewalk import cache_bytes, pinned_bytes
 from core.model.loading import config_label, load_raw, model_from_config
 from core.model.params import count_params as count_spec_params
@@ -710,7 +710,6 @@ def probe_speed(
     core speed` times them (core.speed.cli.host_for: this host's calibration, else its RAM copy figure, where RAM is
     used) on the CPU, or on `gpu`, the card torch names, where gpus.csv lists it by that name; with every core's
     threads, as torch and vLLM's CPU build take. A GPU it does not list gets no figure, and the basis says why."""
-    from core.memory.gpus import card_named
     from core.speed import predict
     from core.speed.cli import host_for
 

@@ -76,6 +76,7 @@ class Efficiency:
     # the weights' conversion to FP16 for cuBLAS (core.speed.groups.fp16_dequant: Volta's long passes) moves its
     # bytes at this × `bandwidth`
     dequant_bandwidth: float = 1.0
+    tp: tuple[int, ...] = ()  # tensor-parallel sizes of the runs a fitted entry was fitted on (); priors: none
 
     @property
     def compute_unit(self) -> str:
@@ -120,7 +121,8 @@ def entry(row: dict) -> Efficiency:
         for i, f, d, p in known.pop("isa_families", ())
     )
     isa_cache = tuple((str(i), float(r)) for i, r in known.pop("isa_cache", ()))
-    return Efficiency(**known, families=families, isa_families=isa_families, isa_cache=isa_cache)
+    tp = tuple(int(n) for n in known.pop("tp", ()))
+    return Efficiency(**known, families=families, isa_families=isa_families, isa_cache=isa_cache, tp=tp)
 
 
 @lru_cache(maxsize=1)
@@ -143,22 +145,20 @@ def fitted_groups() -> dict[tuple[str, str, str], Efficiency]:
     return {(r["engine"], r["backend"], r["card_class"]): entry(r) for r in fitted().get("groups", ())}
 
 
-def fitted_tp(engine: str, backend: str, card_class: str) -> tuple[int, ...]:
-    """The tensor-parallel sizes the group's fit rows ran at (fitted.json's `tp`); () where none is recorded."""
-    for g in fitted().get("groups", ()):
-        if (g["engine"], g["backend"], g["card_class"]) == (engine, backend, card_class):
-            return tuple(g.get("tp", ()))
-    return ()
-
-
 def efficiency_for(engine: str, device: str, backend: str = "", card_class: str = "") -> Efficiency:
     """The group's fitted entry (engine, backend, card class), else its backend's pooled one ('*'), else the
     engine's on that device (efficiencies.json)."""
+    return efficiency_in(fitted_groups(), engine, device, backend, card_class)
+
+
+def efficiency_in(
+    groups: dict[tuple[str, str, str], Efficiency], engine: str, device: str, backend: str = "", card_class: str = ""
+) -> Efficiency:
+    """efficiency_for's choice among `groups` (fitted.json's, or a fit's in the making: fit_corpus' cross-check)."""
     if device not in DEVICES:
         raise InputError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
     if device == "cpu":  # a CPU's backend and class are the CPU's own (core.speed.groups)
         backend, card_class = "cpu", "cpu"
-    groups = fitted_groups()
     for key in ((engine, backend, card_class), (engine, backend, "*")):
         if key in groups:
             return groups[key]

@@ -22,7 +22,7 @@ from core.model.layers import FullAttention
 from core.model.params import count_params
 from core.speed.allreduce import AllReduces, all_reduces
 from core.speed.calibration import Calibration
-from core.speed.efficiency import Efficiency, efficiency_for, fitted_tp
+from core.speed.efficiency import Efficiency, efficiency_for
 from core.speed.groups import (
     EXPERT_LOOP,
     MOE_PROMPT,
@@ -686,15 +686,15 @@ def error_bars(setup: Setup, hw: Hardware, decode: Timing | None = None, chunk: 
     def also(bar: ErrorBar, *more: str) -> ErrorBar:
         return replace(bar, caveat="; ".join(filter(None, (bar.caveat, split, *more))))
 
-    reduces = tensor_parallel_caveat(setup, hw, fitted_tp(engine, backend, klass))
+    reduces = tensor_parallel_caveat(setup, hw, _eff(None, setup, hw, device).tp)
     return also(decode_bar, reduces), also(prefill_bar, reduces)
 
 
 def tensor_parallel_caveat(setup: Setup, hw: Hardware, fitted_sizes: tuple[int, ...]) -> str:
     """What a figure rests on of tensor parallel: its all-reduces (tensor_parallel's, where it times any) are timed
-    from published microbenchmarks (core.speed.allreduce), not fitted; and a group fitted on runs of other TP sizes
-    (`fitted_sizes`, efficiency.fitted_tp) leaves this size's step unchecked: vLLM on MI300X was fitted at TP 8 alone,
-    where the all-reduces' share of a step is not one GPU's."""
+    from published microbenchmarks (core.speed.allreduce), not fitted; and constants fitted on runs of other TP
+    sizes (`fitted_sizes`, their Efficiency.tp) leave this size's step unchecked: vLLM on MI300X was fitted at TP 8
+    alone, where the all-reduces' share of a step is not one GPU's."""
     parts = []
     if ar := tensor_parallel(setup, hw, len(setup.model.layers), 1):
         parts.append(f"its {ar.count} all-reduces a pass over {ar.tp} GPUs are timed from published microbenchmarks, "

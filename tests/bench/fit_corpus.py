@@ -61,7 +61,7 @@ from core.memory.quant import format_named
 from core.memory.weightfiles import WeightFile
 from core.model.loading import load_model
 from core.speed import efficiency as eff_module
-from core.speed.efficiency import FITTED, Efficiency, efficiency_for, entry
+from core.speed.efficiency import FITTED, Efficiency, efficiency_for, efficiency_in, entry
 from core.speed.groups import (
     FAMILIES,
     MATVEC_MAX_TOKENS,
@@ -703,9 +703,8 @@ def cross_checked(rows: list[Row]) -> list[tuple[Row, float]]:
             (e["engine"], e["backend"], e["card_class"]): entry(e) for e in fit_all([r for r in mine if r.unit != unit])
         }
         for r in (r for r in mine if r.unit == unit):
-            engine = r.group[0]
-            eff = fits.get(r.group) or fits.get((engine, r.backend, "*")) or efficiency_for(engine, "gpu")
-            out += ratios([r], {(engine, "gpu"): eff})
+            engine, backend, klass = r.group
+            out += ratios([r], {(engine, "gpu"): efficiency_in(fits, engine, "gpu", backend, klass)})
     return out
 
 
