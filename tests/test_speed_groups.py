@@ -1174,6 +1174,28 @@ def test_calibrated_rates_set_each_formats_cpu_speed():
     assert math.isclose(q6.decode.parts[0].matmul_s, q4.decode.parts[0].matmul_s, rel_tol=1e-9)
 
 
+@pytest.mark.parametrize("engine", ["transformers", "vllm"])
+def test_a_calibration_times_llamacpps_kernels_only(engine):
+    """`python -m core calibrate` times llama.cpp's CPU kernels: on a calibrated host transformers' and vLLM's CPU
+    figures take its RAM figure and keep their own engine's rates, where before they took llama.cpp's measured ones
+    (a calibration whose F16 rate was 7 GFLOP/s per thread made Qwen3-8B's vLLM prefill 10 times slower)."""
+    cal = Calibration(host_key(), "2026-12-01 15:00 UTC", "test", 30.0, 2, (("F16", 3.0, 7.0), ("Q8_0", 1.0, 10.0)),
+                      ((128, 0.1, 1.0, 0.25),))  # fmt: skip
+    eng = configured(engine, platform="cpu") if engine == "vllm" else configured(engine)
+    setup = Setup(load_model(MODEL), eng, Card.custom(1), weights="bf16")
+    calibrated = predict(setup, Hardware(30.0, 2, cpu_only=True, calibration=cal), 8192)
+    plain = predict(setup, Hardware(30.0, 2, cpu_only=True), 8192)
+    assert calibrated.decode_tok_s == plain.decode_tok_s and calibrated.prefill_tok_s == plain.prefill_tok_s
+    rate = efficiency_for(engine, "cpu").prefill_compute
+    assert math.isclose(calibrated.prefill.parts[0].matmul_gflops, 2 * rate, rel_tol=1e-9)
+    for bar in (calibrated.decode_error, calibrated.prefill_error):  # nor does its error bar offer the calibration
+        assert "calibrat" not in bar.label
+    # llama.cpp's own figures on the same host do take the measured rates, and say so
+    llama = predict(cpu_setup("q8_0"), Hardware(30.0, 2, cpu_only=True, calibration=cal), 8192)
+    assert math.isclose(llama.prefill.parts[0].matmul_gflops, 2 * 10.0, rel_tol=1e-9)
+    assert llama.decode_error.label.startswith("calibrated on this host at 2026-12-01 15:00 UTC")
+
+
 def test_calibrated_attention_rates_set_the_cpu_attention_time():
     widths = ((64, 0.1, 1.0, None), (128, 0.5, 4.0, None), (256, 2.0, 8.0, None))  # Qwen3-8B's heads are 128 wide
     cal = Calibration(host_key(), "2026-12-01 15:00 UTC", "test", 500.0, 2, (("Q8_0", 1.0, 10.0),), widths)

@@ -407,6 +407,11 @@ def group_label(engine: str, backend: str, klass: str) -> str:
     return f"{engine} {BACKEND_NAMES.get(backend, backend)} on {CLASSES.get(klass, klass)}"
 
 
+# the engine whose CPU kernels `python -m core calibrate` times (through llama-cpp-python, or a portable kernel standing
+# in for them): a calibration replaces its constants only; other engines' CPU figures take just its RAM figure
+CALIBRATED_ENGINE = "llama.cpp"
+
+
 @dataclass(frozen=True)
 class ErrorBar:
     """The held-out error of a figure's group: how far kvscope's prediction was from published runs it was not
@@ -536,13 +541,14 @@ def error_bar(
     likewise (`moe_rows`). `path`: a kernel path of PATHS the figure takes: the error of the group's held-out runs on
     that path, or where none took it the group's own (GROUP_FALLBACK) or "not checked"."""
     label = group_label(engine, backend, klass) + (f" {PATHS[path]}" if path else "")
+    on_cpu = calibrates(engine, backend)
     for e in fitted().get("errors", ()):
         key = (e["engine"], e["backend"], e["card_class"], e["kind"], e.get("path", ""))
         if key != (engine, backend, klass, kind, path) or not e["rows"]:
             continue
         if "ratios" in e:  # an unfitted or cross-checked engine's published runs (fit_corpus), beside the seeds'
             seeds = _seeds(engine, kind, backend, klass)
-            return _published_bar(kind, label, e["ratios"], seeds, calibrated, backend, e.get("basis", "published"))
+            return _published_bar(kind, label, e["ratios"], seeds, calibrated, on_cpu, e.get("basis", "published"))
         if path:
             caveat = f"on them kvscope's figure was {e['ratio']:.2f}× the measured one (median)"
         else:
@@ -556,7 +562,7 @@ def error_bar(
                     f"no MoE model among them: its {moe} MoE layers' router and expert kernels are not checked here"
                 )
             caveat = "; ".join(unchecked)
-        return ErrorBar(kind, label, e["rows"], e["median"], e["within"], e["ratio"], calibrated, backend == "cpu",
+        return ErrorBar(kind, label, e["rows"], e["median"], e["within"], e["ratio"], calibrated, on_cpu,
                         caveat)  # fmt: skip
     if path in GROUP_FALLBACK:
         bar = error_bar(engine, backend, klass, kind, calibrated, chained, moe=moe)
@@ -564,8 +570,13 @@ def error_bar(
     if path:  # no held-out run of the group took it
         return ErrorBar(kind, label, calibrated=calibrated)
     if seeds := _seeds(engine, kind, backend, klass):
-        return _published_bar(kind, label, [], seeds, calibrated, backend)
-    return ErrorBar(kind, label, calibrated=calibrated, on_cpu=backend == "cpu")
+        return _published_bar(kind, label, [], seeds, calibrated, on_cpu)
+    return ErrorBar(kind, label, calibrated=calibrated, on_cpu=on_cpu)
+
+
+def calibrates(engine: str, backend: str) -> bool:
+    """Whether `python -m core calibrate` replaces this group's constants with the host's measured rates."""
+    return backend == "cpu" and engine == CALIBRATED_ENGINE
 
 
 def _seeds(engine: str, kind: str, backend: str, klass: str) -> list[dict]:
@@ -574,7 +585,7 @@ def _seeds(engine: str, kind: str, backend: str, klass: str) -> list[dict]:
 
 
 def _published_bar(
-    kind: str, label: str, runs: list[float], seeds: list[dict], calibrated: str, backend: str, basis: str = "published"
+    kind: str, label: str, runs: list[float], seeds: list[dict], calibrated: str, on_cpu: bool, basis: str = "published"
 ) -> ErrorBar:
     """An engine's error on every published check of its group pooled, the corpus' runs (predicted ÷ measured) and
     the seeds' figures. `basis` "published": an unfitted engine's, none of which chose its assumed efficiencies;
@@ -591,7 +602,7 @@ def _published_bar(
         )
     else:
         how = "this engine's efficiencies are assumed, never fitted to them"
-    return ErrorBar(kind, label, len(runs) + len(seeds), median, within, ratio, calibrated, backend == "cpu",
+    return ErrorBar(kind, label, len(runs) + len(seeds), median, within, ratio, calibrated, on_cpu,
                     f"{' and '.join(where)}; {how}", basis)  # fmt: skip
 
 

@@ -24,6 +24,7 @@ from core.speed.allreduce import AllReduces, all_reduces
 from core.speed.calibration import Calibration
 from core.speed.efficiency import Efficiency, efficiency_for
 from core.speed.groups import (
+    CALIBRATED_ENGINE,
     EXPERT_LOOP,
     MOE_PROMPT,
     PCIE_GB_S,
@@ -408,6 +409,14 @@ def fill(eff: Efficiency, pass_tokens: int, experts: bool = False, columns: int 
     return pass_tokens / (max(pass_tokens, columns) + half) if half > 0 else 1.0
 
 
+def kernel_calibration(setup: Setup, hw: Hardware, device: str) -> Calibration | None:
+    """This host's calibration where it timed the kernels this part runs: on the CPU, under llama.cpp, whose kernels
+    `python -m core calibrate` times (or its portable kernel stands in for). transformers and vLLM multiply with
+    PyTorch's own kernels at their own rates: they take the calibration's RAM figure (Hardware) and their engine's
+    constants, not llama.cpp's measured rates."""
+    return hw.calibration if device == "cpu" and setup.engine.name == CALIBRATED_ENGINE else None
+
+
 def cpu_family_note(eff: Efficiency, family: str, factor: float, prefill: bool, isa: str) -> str:
     """What a CPU's matmul rate takes for the weight format's kernel family (`factor`, Efficiency.family_factor), and
     which CPUs that factor is from."""
@@ -490,7 +499,8 @@ def _part(
     routed = max(1, pass_tokens * top_k // n_experts)
     llama_prompt = llama_gpu and prefill
     columns = expert_columns(backend, fmt, pass_tokens, routed) if llama_prompt and experts else routed
-    measured = hw.calibration.rate(fmt, prefill, hw.threads) if hw.calibration and device == "cpu" else None
+    cal = kernel_calibration(setup, hw, device)
+    measured = cal.rate(fmt, prefill, hw.threads) if cal else None
     family_note = ""
     if measured is not None:  # this host's own matmul rate for the format's kernels
         mm_rate = expert_rate = peak * measured
@@ -508,7 +518,6 @@ def _part(
         expert_rate = base * fill(eff, routed, experts=True, columns=columns) if prefill else base
         if tiled and experts:  # a decode step's experts through the prompt's tiled matmul, as a prefill times it
             expert_rate = peak * eff.prefill_compute * eff.family_factor(family, True, "") * fill(eff, routed, True)
-    cal = hw.calibration if device == "cpu" else None
     head_dim = attention_head_dim(setup) if cal else 0  # what the calibrated rates are looked up by
     calibrated = cal.attention_rate(prefill, head_dim) if cal else None
     # a CPU's decode step streams the cache at this host's measured rate, else at its ISA's fitted one, where either
@@ -675,12 +684,13 @@ def error_bars(setup: Setup, hw: Hardware, decode: Timing | None = None, chunk: 
     path's own error (groups.error_bar)."""
     device = driver(setup, hw)
     backend, klass = group(setup, hw, device)
-    cal = hw.calibration.label if hw.calibration and device == "cpu" else ""
+    cal = kernel_calibration(setup, hw, device)
     engine, chained = setup.engine.name, chained_layers(setup)
     moe = decode.moe if decode else moe_layers(setup)
     path = TILED_EXPERTS if decode and any(p.expert_note for p in decode.parts) else ""
-    decode_bar = error_bar(engine, backend, klass, "decode", cal, chained, path, moe)
-    prefill_bar = error_bar(engine, backend, klass, "prefill", cal, chained, prompt_path(setup, hw, chunk, moe), moe)
+    label = cal.label if cal else ""
+    decode_bar = error_bar(engine, backend, klass, "decode", label, chained, path, moe)
+    prefill_bar = error_bar(engine, backend, klass, "prefill", label, chained, prompt_path(setup, hw, chunk, moe), moe)
     split = split_caveat(setup, hw) if device == "gpu" else ""
 
     def also(bar: ErrorBar, *more: str) -> ErrorBar:
