@@ -98,8 +98,10 @@ def test_backend_defaults_from_the_cards_vendor():
         ("Intel Arc B580 12GB", "vulkan", "coopmat"),
         ("Intel Arc A750 8GB", "vulkan", "no-coopmat"),
         ("Radeon RX 6700 XT 12GB", "vulkan", "no-coopmat"),
-        # on ROCm RDNA2 runs dp4a MMQ (no WMMA), but no RDNA2 ROCm run is in the fit: it stays with the consumer cards
-        ("Radeon RX 6700 XT 12GB", "rocm", "consumer"),
+        ("GeForce GTX 1660 6GB", "vulkan", "no-coopmat"),  # Turing without tensor cores
+        # on ROCm RDNA2 runs dp4a MMQ (no WMMA: ggml-cuda's amd_wmma_available is RDNA3 and 4), fitted on its own
+        ("Radeon RX 6700 XT 12GB", "rocm", "no-wmma"),
+        ("Radeon RX 7900 XTX 24GB", "rocm", "consumer"),
     ],
 )
 def test_card_classes(card, backend, klass):
@@ -664,8 +666,10 @@ def test_a_pascal_card_is_timed_by_its_fp32_peak_and_dp4a_for_quantised_weights(
         ("Intel Arc A750 8GB", "q4_0", 14.7 * 4 / 117.6),  # the XMX peak is listed: its vector int8 rate is half
         ("Radeon RX 6700 XT 12GB", "q8_0", 13.21 * 4 / 26.43),  # the packed FP16 peak is listed: int8 is twice it
         ("V100 16GB PCIe", "q4_0", 14 * 4 / 112),  # tensor cores Vulkan does not use
-        ("Intel Arc A750 8GB", "q4_k_m", 1.0),  # k-quants: no integer-dot prompt shader assumed
-        ("Intel Arc A750 8GB", "gguf_f16", 1.0),
+        # k-quants and floats: the FP16 shaders, packed FP16 on the vector ALUs, not the XMX peak gpus.csv lists
+        ("Intel Arc A750 8GB", "q4_k_m", 14.7 * 2 / 117.6),
+        ("Intel Arc A750 8GB", "gguf_f16", 14.7 * 2 / 117.6),
+        ("Radeon RX 6700 XT 12GB", "q4_k_m", 1.0),  # its listed peak is the packed FP16 one already
         ("Radeon RX 7900 XTX 24GB", "q4_0", 1.0),  # cooperative matrices: the listed matrix peak
         ("GeForce RTX 4090 24GB", "q4_0", 1.0),  # coopmat2
     ],
@@ -797,15 +801,30 @@ def test_int8_dot_products_reach_the_share_the_fp16_shaders_did_on_an_rdna2_card
 
 
 def test_the_published_vulkan_cards_without_matrix_cores_agree_on_one_int8_share():
-    """The corpus' Q4_0 prompts on Vulkan cards without a cooperative-matrix path (three vendors: Intel Arc A, RDNA2,
-    Pascal): against the peak each card lists they read 0.46-2.7x, a 6x spread the one efficiency of a class cannot
-    fit; against the int8 dot-product rate they lie within 2x of each other (1.5x when this was written)."""
+    """The corpus' legacy-quant prompts on Vulkan cards without a cooperative-matrix path but with int8 dot products
+    (three vendors: Intel Arc A, RDNA2, Pascal): against the peak each card lists they read 0.46-2.7x, a 6x spread the
+    one efficiency of a class cannot fit; against the int8 dot-product rate they lie within 2x of each other (1.5x
+    when this was written)."""
     from tests.bench.fit_corpus import load_rows, predicted_tok_s
 
     rows = [r for r in load_rows()[0] if r.klass == "no-coopmat" and r.kind == "prefill"]
-    assert {r.raw["weights"] for r in rows} == {"Q4_0"} and len({r.raw["card"] for r in rows}) >= 4
-    ratios = [predicted_tok_s(r) / r.raw["tok_s"] for r in rows]
+    dp4a = [r for r in rows if "integer dot" in matmul_peak(r.setup.card, "vulkan", r.setup.weights).why]
+    assert len({r.raw["card"] for r in dp4a}) >= 5 and {r.raw["weights"] for r in dp4a} >= {"Q4_0", "Q4_1", "Q5_0"}
+    ratios = [predicted_tok_s(r) / r.raw["tok_s"] for r in dp4a]
     assert max(ratios) / min(ratios) < 2
+
+
+def test_vulkan_without_matrix_cores_multiplies_on_the_vector_alus():
+    """Without a cooperative-matrix path, llama.cpp's Vulkan shaders cannot reach a matrix engine: Intel Arc A's
+    K-quant and float matmuls run at packed FP16 on its vector ALUs (2 × 17.2 of the A770's 137.6 XMX TFLOPS), and a
+    card without int8 dot products (RDNA1's RX 5700 XT: "int dot: 0") runs legacy quants there too, not as DP4A."""
+    a770, navi10 = card_named("Intel Arc A770 16GB"), card_named("Radeon RX 5700 XT 8GB")
+    assert matmul_peak(a770, "vulkan", "q4_0").scale == 4 * 17.2 / 137.6  # int8 dot products on Xe-HPG
+    for fmt in ("q4_k_m", "gguf_f16", "iq4_xs"):
+        assert math.isclose(matmul_peak(a770, "vulkan", fmt).scale, 2 * 17.2 / 137.6)
+    assert matmul_peak(navi10, "vulkan", "q4_0").scale == 1.0  # its listed FP16 peak is already 2 × FP32
+    assert matmul_peak(a770, "sycl", "q4_k_m").scale == 1.0  # SYCL reaches XMX through oneDNN
+    assert card_class(card_named("GeForce GTX 1660 6GB"), "vulkan") == "no-coopmat"  # no tensor cores at all
 
 
 def test_vllm_on_a_pascal_card_is_refused_with_the_reason():
@@ -913,8 +932,9 @@ def test_the_v100s_prompts_dip_at_64_tokens_a_pass_as_llama_cpp_runs_them():
     t/s), the first size llama.cpp converts the weights to FP16 for cuBLAS, every matrix of every pass. kvscope times
     the conversion (FP16 conversion in the formula) and its sweep dips there too; with one rate and a fill curve
     rising with the tokens it could not, and read the 64-token runs 2.5-3.2x fast. The fit's own formula gives the
-    same figures as core.speed.predict. The sweep's runs read 0.9-1.5x (0.71-3.17x before), Q4_0's within 0.9-1.15x;
-    the slowest to convert, IQ3_XXS (a grid lookup per weight), reads 1.4-1.5x at 64-128 tokens."""
+    same figures as core.speed.predict. The sweep's runs read 0.8-1.4x (0.71-3.17x before), Q4_0's within 0.85-1.1x
+    (the ends at 16 tokens, on the CUDA fill curve the ROCm and RTX 2060 sweeps of 2026-12-07 moved); the slowest to
+    convert, IQ3_XXS (a grid lookup per weight), reads 1.3-1.4x at 64-128 tokens."""
     from core.speed.report import speed_lines
     from tests.bench.fit_corpus import load_rows, predicted_tok_s, start_params, terms
 
@@ -926,8 +946,8 @@ def test_the_v100s_prompts_dip_at_64_tokens_a_pass_as_llama_cpp_runs_them():
         p = start_params(eff) | {f"{r.family}:prefill": eff.family_factor(r.family, True, "")}
         assert math.isclose(terms(r).tok_s(p), predicted_tok_s(r), rel_tol=1e-9)
         assert bool(terms(r).dequant) == (r.raw["n_ubatch"] >= 64)
-    assert all(0.85 <= predicted_tok_s(r) / r.raw["tok_s"] <= 1.55 for r in rows)
-    assert all(0.9 <= predicted_tok_s(r) / r.raw["tok_s"] <= 1.15 for r in rows if r.raw["weights"] == "Q4_0")
+    assert all(0.8 <= predicted_tok_s(r) / r.raw["tok_s"] <= 1.45 for r in rows)
+    assert all(0.85 <= predicted_tok_s(r) / r.raw["tok_s"] <= 1.15 for r in rows if r.raw["weights"] == "Q4_0")
     q4 = {r.raw["n_ubatch"]: predicted_tok_s(r) for r in rows if r.raw["weights"] == "Q4_0"}
     assert q4[64] < 0.7 * min(q4[32], q4[128])  # measured: 641 at 64, 1,164 at 32 and 1,173 at 128
     setup = Setup(load_model("meta-llama/Llama-3.1-8B-Instruct"), configured("llama.cpp", n_ubatch=64),

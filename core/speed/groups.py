@@ -40,6 +40,7 @@ CLASSES = {
     "coopmat2": "NVIDIA cards (cooperative matrix 2)",
     "coopmat": "cards with cooperative-matrix cores (Intel Arc B, Radeon RX 7000/9000)",
     "no-coopmat": "cards without cooperative-matrix cores (Intel Arc A, Radeon RX 6000 and older)",
+    "no-wmma": "AMD cards without matrix cores (Radeon RX 6000 and older)",
 }
 # HBM parts: the cards llama.cpp reaches the smallest share of the bandwidth of at one sequence
 _HBM = ("A100", "H100", "H200", "H20 ", "GH200", "B200", "GB200", "A30 ", "V100", "MI210", "MI250", "MI300", "MI325")
@@ -61,7 +62,16 @@ _PASCAL = re.compile(r"TITAN Xp?\b|GTX 10\d0|^Tesla P(4|40|6)\b|^Quadro P\d")
 # NV_cooperative_matrix2 shaders (coopmat2), other cards VK_KHR_cooperative_matrix (coopmat) only where
 # ggml_vk_khr_cooperative_matrix_support allows it: not on Intel Xe1 discrete cards (Arc A: "performance
 # regressions") nor on AMD before RDNA3 under AMD's drivers; those run the plain shader matmuls (no-coopmat).
-_NO_COOPMAT = re.compile(r"Arc A\d|Arc Pro A\d|RX [56]\d\d0|Vega|RX [45]\d0")
+# GTX 16 cards (Turing without tensor cores) and the Radeon VII (Vega 20) have no cooperative matrices at all.
+_NO_COOPMAT = re.compile(r"Arc A\d|Arc Pro A\d|RX [56]\d\d0|Vega|Radeon VII|RX [45]\d0|GTX 16\d0")
+# GPUs without 8-bit integer dot products (the device line's "int dot: 0"): RDNA1's Navi 1x, Vega 10 and Polaris.
+# ggml-vulkan's integer-dot MMQ shaders need them; these cards run legacy quants through the FP16 shaders too.
+# AMD cards without WMMA or MFMA matrix cores (RDNA2 and older): llama.cpp's HIP build runs their quantised matmuls
+# as dp4a MMQ on the vector ALUs (ggml-cuda's amd_wmma_available / amd_mfma_available false), not a matrix-core path
+_NO_WMMA = re.compile(r"RX [56]\d\d0|Vega|Radeon VII|RX [45]\d0")
+_NO_INT_DOT = re.compile(r"RX 5\d00|RX [45]\d0\b|Vega (56|64)")
+# packed FP16: two 16-bit multiply-adds per FP32 lane and clock on AMD (Vega and later) and Intel Xe-HPG vector ALUs
+VECTOR_FP16_PER_FP32 = 2.0
 # llama.cpp's Vulkan backend multiplies BF16 weights on the matrix cores only where the device has BF16 cooperative
 # matrices (VK_KHR_shader_bfloat16 and a BF16 coopmat shape); Mesa's RADV turns that on from RDNA4, so on RDNA3/3.5
 # BF16 is widened to FP32 and run by the plain FP32 matmul shaders (ggml-vulkan.cpp at b8577; PR #19793), on the
@@ -102,6 +112,8 @@ def card_class(card: Card | None, backend: str) -> str:
         if any(r.search(card.name) for r in (_NO_COOPMAT, _VOLTA, _PASCAL)):  # Pascal/Volta: no coopmat2 either
             return "no-coopmat"
         return "coopmat2" if vendor_of(card) == "NVIDIA" else "coopmat"
+    if backend == "rocm" and _NO_WMMA.search(card.name):
+        return "no-wmma"
     if backend == "cuda" and _TURING.search(card.name):  # the peak's basis differs as for _PRO below
         return "turing-pro" if _PRO.match(card.name) else "turing"
     if backend == "cuda" and _VOLTA.search(card.name):
@@ -203,9 +215,10 @@ def matmul_peak(card: Card, backend: str, fmt: str, tokens: int = 1) -> MatmulPe
     its cuBLAS path (fp16_dequant; DP4A_PER_FP32 times its FP32 peak), and legacy quants on Vulkan on a
     card without a cooperative-matrix path whose vector FP32 peak is listed: DP4A_PER_FP32 times that (ggml-vulkan's
     integer-dot MMQ shaders for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, llama.cpp PR #12135, 2025-03; there it doubled pp512 over
-    the FP16 shaders on an RX 6800 XT and tripled it on an RTX 3090 run without coopmat). Every such card listed has
-    int8 dot products (Pascal GP10x, Volta, RDNA2, Xe-HPG); RDNA1's Navi 10, Vega 10 and Polaris lack them and are
-    not listed, so their FP32 peak must stay empty if they are."""
+    the FP16 shaders on an RX 6800 XT and tripled it on an RTX 3090 run without coopmat), on cards with int8 dot
+    products (not _NO_INT_DOT's). Every other format there runs the FP16 shaders on the vector ALUs: at most
+    VECTOR_FP16_PER_FP32 times the FP32 peak where the listed peak is a matrix engine's Vulkan does not reach (Intel
+    Arc A's XMX: llama.cpp keeps cooperative matrices off on Xe1)."""
     if backend == "cuda" and card.fp32_only and format_family(fmt) != "float":
         return MatmulPeak(
             DP4A_PER_FP32,
@@ -223,16 +236,21 @@ def matmul_peak(card: Card, backend: str, fmt: str, tokens: int = 1) -> MatmulPe
         )
     if backend == "cuda" and card.hopper and format_family(fmt) != "float":  # int8 MMQ on mma.sync
         return MatmulPeak(HOPPER_MMA_SYNC_SHARE, _HOPPER_WHY)
-    if (
-        backend == "vulkan" and card_class(card, backend) == "no-coopmat" and format_family(fmt) == "legacy"
-        and card.fp32_tflops and card.dense_tflops
-    ):  # fmt: skip
-        return MatmulPeak(
-            DP4A_PER_FP32 * card.fp32_tflops / card.dense_tflops,
-            "llama.cpp's Vulkan backend multiplies legacy quants (Q4_0 … Q8_0) with integer dot products on this "
-            "card's vector ALUs (DP4A MMQ shaders; no cooperative-matrix path): 4 multiply-adds per FP32 lane and "
-            "clock",
-        )
+    if backend == "vulkan" and card_class(card, backend) == "no-coopmat" and card.fp32_tflops and card.dense_tflops:
+        if format_family(fmt) == "legacy" and not _NO_INT_DOT.search(card.name):
+            return MatmulPeak(
+                DP4A_PER_FP32 * card.fp32_tflops / card.dense_tflops,
+                "llama.cpp's Vulkan backend multiplies legacy quants (Q4_0 … Q8_0) with integer dot products on this "
+                "card's vector ALUs (DP4A MMQ shaders; no cooperative-matrix path): 4 multiply-adds per FP32 lane and "
+                "clock",
+            )
+        vector = VECTOR_FP16_PER_FP32 * card.fp32_tflops / card.dense_tflops
+        if vector < 0.99:  # a matrix engine's peak is listed (a packed-FP16 one is 2 × FP32 within rounding)
+            return MatmulPeak(
+                vector,
+                "llama.cpp's Vulkan backend multiplies this format with its FP16 shaders on this card's vector ALUs "
+                "(no cooperative-matrix path to its matrix engine): 2 multiply-adds per FP32 lane and clock",
+            )
     scalar = (
         backend == "vulkan" and fmt.removeprefix("gguf_") == "bf16" and vendor_of(card) == "AMD"
         and card_class(card, backend) in ("coopmat", "apu") and not _RDNA4.search(card.name)

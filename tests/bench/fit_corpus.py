@@ -100,6 +100,7 @@ OVERHEAD_STARTS = (1e-4, 5e-4, 2e-3)  # seconds per pass
 # descent from one start stays in its basin, so each level descends from its parent's value and from each of these
 HALF_STARTS = (8.0, 32.0, 128.0)
 OLD_BUILD = 3000
+OWN_KERNELS = ("volta", "no-coopmat", "no-wmma")  # classes fitted apart from the pooled levels (fit_all)
 # APUs' runs from builds before this are superseded: kyuz0's logs of one Strix Halo over a year show llama.cpp's
 # ROCm prefill of Llama 2 7B Q4_0 going 687 (b6182) → 1,105 (b6486) → 1,545 t/s (b9187) and RADV's 957 → 1,338,
 # and lhl's b6077 ran it at 322; llama.cpp's own DGX Spark tables, rerun on the same machine, went from b6918 to
@@ -629,10 +630,12 @@ def fit_all(rows: list[Row]) -> list[dict]:
         if engine in CROSS_CHECKED:
             entries += class_fits(engine, all_rows, t)
             continue
-        # runs on cards timed by their FP32 peak (Pascal: dp4a int8, no tensor cores) or on Volta (dp4a int8 in short
-        # passes, FP16 conversion and cuBLAS in long ones: groups.fp16_dequant) inform only their own class: their
-        # kernels' share of a peak says nothing of the int8 tensor-core kernels' share on every other card
-        erows = [r for r in all_rows if not (r.setup.card.fp32_only or r.klass == "volta")]
+        # runs on cards timed by their FP32 peak (Pascal: dp4a int8, no tensor cores), on Volta (dp4a int8 in short
+        # passes, FP16 conversion and cuBLAS in long ones: groups.fp16_dequant), on AMD cards without matrix cores
+        # under ROCm (dp4a MMQ) or on cards without a cooperative-matrix path under Vulkan (shader matmuls on the
+        # vector ALUs) inform only their own class: their kernels' share of a peak says nothing of the matrix-core
+        # kernels' share on every other card
+        erows = [r for r in all_rows if not (r.setup.card.fp32_only or r.klass in OWN_KERNELS)]
         # pooled over backends: runs without a deep cache only (deep runs time each backend's own attention kernels,
         # whose slowdowns would otherwise land in the shared overhead)
         base = backend_weighted([r for r in erows if reach(r.raw) < DEEP], t)
