@@ -456,11 +456,12 @@ def test_an_error_bar_says_which_of_the_models_layers_its_held_out_runs_never_ha
         assert caveat in bar.label if caveat else "among them" not in bar.label
 
 
-@pytest.mark.parametrize(("backend", "klass"), [("rocm", "apu"), ("cuda", "consumer"), ("metal", "apple")])
+@pytest.mark.parametrize(("backend", "klass"), [("cuda", "consumer"), ("metal", "apple")])
 def test_the_moe_overhead_brings_the_published_moe_decodes_closer(backend, klass):
-    """kyuz0's and lhl's MoE decodes on the Strix Halo's ROCm backend (fit and held-out alike), the RTX 4090's
-    gpt-oss-20b and Qwen3-30B-A3B decodes (llama.cpp PRs #16834, #16649) and the M2 Ultra's: the fitted
-    per-MoE-layer overhead (tens of µs, a step's chain of router and expert kernels) lowers their median error."""
+    """The RTX 4090's gpt-oss-20b and Qwen3-30B-A3B decodes (llama.cpp PRs #16834, #16649) and the M2 Ultra's: the
+    fitted per-MoE-layer overhead (tens of µs, a step's chain of router and expert kernels) lowers their median
+    error. The Strix Halo's ROCm MoE decodes were a third case until the refit of 2026-12-07 (ROCm's micro-batch
+    sweeps in), which put ROCm's overhead at its floor: they read within 6 % without it."""
     from tests.bench.fit_corpus import load_rows, predicted_tok_s, terms
 
     eff = efficiency_for("llama.cpp", "gpu", backend, klass)
