@@ -40,13 +40,13 @@ VERDICTS = (AGREES, DISAGREES, CANNOT)
 # bytes per unit as printed; "bytes…" is how published.jsonl spells values already in bytes
 BYTE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KiB": 1 << 10, "MiB": MIB, "GiB": GIB}
 TWIN_UNITS = {"GB": "GiB", "MB": "MiB", "KB": "KiB", "GiB": "GB", "MiB": "MB", "KiB": "KB"}  # slips between them
-# what kvscope cannot check to a figure's printed precision, and why (speed is a roofline whose vLLM and transformers
-# GPU efficiencies are assumed; peaks depend on the harness)
+# what kvscope cannot check to a figure's printed precision, and why (speed is a roofline fitted to other runs than
+# the seeds'; peaks depend on the harness)
 SPEED = (
-    "kvscope's speed model (core/speed) is a roofline; for vLLM and transformers, the engines of the seeds' timed "
-    "figures, its GPU efficiencies are assumed, not fitted to a GPU run, so it cannot judge a timed figure to its "
-    "printed digits; its prediction and error for the seeds' figures are in measurements/speed/published_speed.jsonl "
-    "(make bench-speed), and they are those engines' error bars"
+    "kvscope's speed model (core/speed) is a roofline whose efficiencies for the engines of the seeds' timed figures "
+    "are fitted to other published runs (vLLM's, cross-checked between labs) or assumed (transformers' on a GPU), so "
+    "it cannot judge a timed figure to its printed digits; its prediction and error for the seeds' figures are in "
+    "measurements/speed/published_speed.jsonl (make bench-speed), and they are in those engines' error bars"
 )
 UNCHECKABLE = {
     "decode_tok_s": SPEED,
