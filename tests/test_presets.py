@@ -9,6 +9,7 @@ import pytest
 from core.engines import engine_named
 from core.model.config import SHIPPED_DIR, cache_key, resolve
 from core.model.loading import load_model, presets
+from core.model.params import count_params
 from tests.conftest import ROOT
 
 PROVENANCE = (ROOT / "core" / "model" / "presets" / "PROVENANCE.md").read_text()
@@ -73,3 +74,13 @@ def test_app_resolution_of_a_preset_needs_no_child_process(monkeypatch):
     monkeypatch.setattr("core.model.resolver.RESOLVER._proc", None)
     raw = json.loads(presets()["Qwen/Qwen3.5-9B"].read_text())
     assert core.model.config.resolve_isolated(raw)["layer_types"].count("full_attention") == 8
+
+
+def test_the_lfm2_preset_carries_what_vllms_lfm2_reads():
+    """vLLM's Lfm2 reads conv_dim and block_dim, which transformers' Lfm2Config does not define
+    (tests/engines/vllm_models.py): the preset held the counts only, and a vLLM probe of it stopped at "'Lfm2Config'
+    object has no attribute 'conv_dim'". It now holds the Hub file's keys, with its dtype, and sizes as before."""
+    raw = json.loads(presets()["LiquidAI/LFM2-1.2B"].read_text())
+    assert raw["conv_dim"] == raw["block_dim"] == raw["hidden_size"] == 2048 and raw["torch_dtype"] == "bfloat16"
+    spec = load_model("LiquidAI/LFM2-1.2B")
+    assert spec.dtype == "bf16" and 1.15e9 < count_params(spec).total < 1.2e9  # block_ff_dim 12288 → 8192 in use
