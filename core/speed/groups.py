@@ -3,8 +3,8 @@
 A figure's group is (engine, backend, card class): the backend the card runs (llama.cpp's ggml backends; default
 from the card's vendor), the class of card (HBM datacenter parts, GDDR consumer and workstation cards, Apple
 silicon, other unified-memory APUs, CPUs; on CUDA, Turing and pre-Turing NVIDIA cards apart, on ROCm, AMD cards
-without matrix cores apart, and on Vulkan the class is the matrix-core path llama.cpp takes). fitted.json (tests/bench/fit_corpus.py) holds each group's held-out
-error; a group with none says so.
+without matrix cores apart, and on Vulkan the class is the matrix-core path llama.cpp takes). fitted.json
+(tests/bench/fit_corpus.py) holds each group's held-out error; a group with none says so.
 """
 
 from __future__ import annotations
