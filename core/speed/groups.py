@@ -62,14 +62,14 @@ _PASCAL = re.compile(r"TITAN Xp?\b|GTX 10\d0|^Tesla P(4|40|6)\b|^Quadro P\d")
 # NV_cooperative_matrix2 shaders (coopmat2), other cards VK_KHR_cooperative_matrix (coopmat) only where
 # ggml_vk_khr_cooperative_matrix_support allows it: not on Intel Xe1 discrete cards (Arc A: "performance
 # regressions") nor on AMD before RDNA3 under AMD's drivers; those run the plain shader matmuls (no-coopmat).
-# GTX 16 cards (Turing without tensor cores) and the Radeon VII (Vega 20) have no cooperative matrices at all.
-_NO_COOPMAT = re.compile(r"Arc A\d|Arc Pro A\d|RX [56]\d\d0|Vega|Radeon VII|RX [45]\d0|GTX 16\d0")
-# GPUs without 8-bit integer dot products (the device line's "int dot: 0"): RDNA1's Navi 1x, Vega 10 and Polaris.
-# ggml-vulkan's integer-dot MMQ shaders need them; these cards run legacy quants through the FP16 shaders too.
-_NO_INT_DOT = re.compile(r"RX 5\d00|RX [45]\d0\b|Vega (56|64)")
 # AMD cards without WMMA or MFMA matrix cores (RDNA2 and older): llama.cpp's HIP build runs their quantised matmuls
 # as dp4a MMQ on the vector ALUs (ggml-cuda's amd_wmma_available / amd_mfma_available false), not a matrix-core path
 _NO_WMMA = re.compile(r"RX [56]\d\d0|Vega|Radeon VII|RX [45]\d0")
+# those AMD cards, Intel's Arc A and GTX 16 cards (Turing without tensor cores) have no cooperative matrices at all
+_NO_COOPMAT = re.compile(rf"Arc A\d|Arc Pro A\d|GTX 16\d0|{_NO_WMMA.pattern}")
+# GPUs without 8-bit integer dot products (the device line's "int dot: 0"): RDNA1's Navi 1x, Vega 10 and Polaris.
+# ggml-vulkan's integer-dot MMQ shaders need them; these cards run legacy quants through the FP16 shaders too.
+_NO_INT_DOT = re.compile(r"RX 5\d00|RX [45]\d0\b|Vega (56|64)")
 # packed FP16: two 16-bit multiply-adds per FP32 lane and clock on AMD (Vega and later) and Intel Xe-HPG vector ALUs
 VECTOR_FP16_PER_FP32 = 2.0
 # llama.cpp's Vulkan backend multiplies BF16 weights on the matrix cores only where the device has BF16 cooperative

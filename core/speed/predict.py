@@ -24,7 +24,6 @@ from core.speed.allreduce import AllReduces, all_reduces
 from core.speed.calibration import Calibration
 from core.speed.efficiency import Efficiency, efficiency_for
 from core.speed.groups import (
-    CALIBRATED_ENGINE,
     EXPERT_LOOP,
     MOE_PROMPT,
     PCIE_GB_S,
@@ -32,6 +31,7 @@ from core.speed.groups import (
     TILED_EXPERTS,
     ErrorBar,
     MatmulPeak,
+    calibrates,
     card_class,
     default_backend,
     error_bar,
@@ -413,8 +413,8 @@ def kernel_calibration(setup: Setup, hw: Hardware, device: str) -> Calibration |
     """This host's calibration where it timed the kernels this part runs: on the CPU, under llama.cpp, whose kernels
     `python -m core calibrate` times (or its portable kernel stands in for). transformers and vLLM multiply with
     PyTorch's own kernels at their own rates: they take the calibration's RAM figure (Hardware) and their engine's
-    constants, not llama.cpp's measured rates."""
-    return hw.calibration if device == "cpu" and setup.engine.name == CALIBRATED_ENGINE else None
+    constants, not llama.cpp's measured rates (groups.calibrates; a CPU part's group backend is "cpu")."""
+    return hw.calibration if calibrates(setup.engine.name, device) else None
 
 
 def cpu_family_note(eff: Efficiency, family: str, factor: float, prefill: bool, isa: str) -> str:
