@@ -1538,6 +1538,52 @@ def test_runs_of_an_unnumbered_january_2024_source_count_as_old_builds():
     assert not old_run(_corpus_row("llamacpp-disc-15013-cuda", "A100 80GB PCIe", "decode", "Q4_0"))  # 5143fa8
 
 
+def test_old_builds_decoded_further_from_the_bandwidth_than_current_ones():
+    """The corpus' own evidence for the old builds' bandwidth factor: an RTX 3090 decoded Llama 2 7B Q4_0 in January
+    2024 (PR #4766) at 119.9 tok/s, an RTX 3090 Ti with 8 % more bandwidth at 171-172 in 2025 (discussion #15013):
+    per GB/s of the card, the current build is over 1.3x as fast. A per-pass overhead alone cannot carry that much
+    of a 7B model's step, so the fit gives old builds a bandwidth factor too, and CUDA's is below 1."""
+    from tests.bench.fit_corpus import old_run
+
+    old = _corpus_row("llamacpp-pr-4766-backend-sched-jg", "GeForce RTX 3090 24GB", "decode", "Q4_0")
+    new = _corpus_row("llamacpp-disc-15013-cuda", "GeForce RTX 3090 Ti 24GB", "decode", "Q4_0")
+    assert old_run(old) and not old_run(new)
+    per_gb_s = lambda r: r["tok_s"] / card_named(r["card"]).bandwidth_gb_s  # noqa: E731
+    assert per_gb_s(new) / per_gb_s(old) > 1.3
+    cuda = next(
+        g for g in fitted()["groups"] if (g["engine"], g["backend"], g["card_class"]) == ("llama.cpp", "cuda", "*")
+    )
+    assert 0 < cuda["old_build"]["bandwidth"] < 1 and cuda["old_build"]["overhead_s"] > 0
+
+
+def test_the_check_times_old_builds_with_their_own_terms_and_core_never_reads_them():
+    """A held-out run of an old build is predicted with its group's constants and the old builds' terms fitted on
+    the fit rows (fit_corpus.old_build_table), the same figure the fit's own formula gives it; a current build's
+    run gets no such table, and core's entries are the same with or without the `old_build` field. (A prompt over
+    several cards is compared on one card's runs only: the fit times its passes one after another, the prediction
+    pipelines them.)"""
+    from core.speed.efficiency import entry
+    from tests.bench.fit_corpus import load_rows, old_build_table, old_run, predicted_tok_s, start_params, terms
+
+    rows = load_rows()[0]
+    old = [r for r in rows if r.held_out and old_run(r.raw, r.klass) and r.klass == "datacenter"]
+    current = [r for r in rows if r.held_out and r.raw["card"] == "H200 141GB SXM" and r.kind == "decode"]
+    assert old and current and all(old_build_table(r) is None for r in current)
+    group = next(g for g in fitted()["groups"] if (g["engine"], g["backend"], g["card_class"]) == old[0].group)
+    assert entry(group) == entry({k: v for k, v in group.items() if k != "old_build"})
+    for r in old:
+        eff = efficiency_for("llama.cpp", "gpu", r.backend, r.klass)
+        timed = old_build_table(r)[("llama.cpp", "gpu")]
+        assert timed.bandwidth == eff.bandwidth * group["old_build"]["bandwidth"]
+        assert timed.overhead_step_s == eff.overhead_step_s + group["old_build"]["overhead_s"]
+        p = start_params(eff) | {f"{r.family}:{r.kind}": eff.family_factor(r.family, r.kind == "prefill", "")}
+        p |= {"old_bandwidth": group["old_build"]["bandwidth"], "old_overhead_s": group["old_build"]["overhead_s"]}
+        one_card = r.kind == "decode" or r.raw.get("n_devices", 1) == 1
+        fit_formula, predicted = terms(r).tok_s(p), predicted_tok_s(r, old_build_table(r))
+        assert not one_card or math.isclose(fit_formula, predicted, rel_tol=1e-9), r.raw
+        assert predicted_tok_s(r, old_build_table(r)) < predicted_tok_s(r)
+
+
 def _run(build: str | None, depth: int, tok_s: float, **other) -> dict:
     test = {"source_id": "a-source", "card": "a card", "backend": "vulkan", "kind": "prefill", "model": "m"}
     test |= {"weights": "Q8_0", "n_prompt": 2048, "n_gen": 0, "n_ubatch": 512, "flash_attn": True}

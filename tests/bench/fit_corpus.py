@@ -24,6 +24,9 @@ less than with squares):
 3. per backend and card class with at least MIN_ROWS fit rows, pulled toward level 2.
 Levels 2 and 3 fit, where their runs convert the weights to FP16 for cuBLAS (Volta), that conversion's share of the
 bandwidth (dequant_bandwidth).
+At any level whose rows hold runs of old builds beside current ones (old_run), two free terms (OLD_KEYS) time the
+old ones: a factor on the bandwidth and seconds added per pass. They are written beside the entry (`old_build`) for
+the check alone: a held-out run of an old build is timed with them (old_build_table), every other figure without.
 Each level descends from its parent's values and from each of HALF_STARTS for the prompts' fill curve, and keeps the
 least loss (best_descent): the curve has two basins a single descent does not leave.
 After the descents, levels 2 and 3 get the share of MMQ's tile traffic their CUDA prompts are timed by
@@ -100,6 +103,7 @@ OVERHEAD_STARTS = (1e-4, 5e-4, 2e-3)  # seconds per pass
 # descent from one start stays in its basin, so each level descends from its parent's value and from each of these
 HALF_STARTS = (8.0, 32.0, 128.0)
 OLD_BUILD = 3000
+OLD_KEYS = ("old_overhead_s", "old_bandwidth")
 OWN_KERNELS = ("volta", "no-coopmat", "no-wmma")  # classes fitted apart from the pooled levels (fit_all)
 # APUs' runs from builds before this are superseded: kyuz0's logs of one Strix Halo over a year show llama.cpp's
 # ROCm prefill of Llama 2 7B Q4_0 going 687 (b6182) → 1,105 (b6486) → 1,545 t/s (b9187) and RADV's 957 → 1,338,
@@ -427,6 +431,10 @@ class Terms:
     def tok_s(self, p: dict) -> float:
         return self.tokens / sum(self.sides(p))
 
+    def bandwidth(self, p: dict) -> float:
+        """The share of the card's bandwidth this run's build streams at (old_run: the old builds' own factor)."""
+        return p["bandwidth"] * (p.get("old_bandwidth", 1.0) if self.old else 1.0)
+
     def sides(self, p: dict) -> tuple[float, float]:
         """(the weight matmuls' time, the rest: attention and overhead), as core.speed.predict times them."""
         pre = "prefill" if self.prefill else "decode"
@@ -441,14 +449,15 @@ class Terms:
             experts *= (max(self.routed_tokens, self.expert_columns) + expert_half) / self.routed_tokens
             expert_rate = p["prefill_compute"] * p.get(f"{self.family}:prefill", 1.0)
         attn = p[f"{pre}_attention"] * (1.0 if self.flash else p["flash_off"])
-        read = (self.weights - self.expert_weights + self.expert_weights / p["expert_bandwidth"]) / p["bandwidth"]
-        tiles = p.get("tile_traffic", 0.0) * self.tiles / p["bandwidth"]
+        bandwidth = self.bandwidth(p)
+        read = (self.weights - self.expert_weights + self.expert_weights / p["expert_bandwidth"]) / bandwidth
+        tiles = p.get("tile_traffic", 0.0) * self.tiles / bandwidth
         matmuls = max(read, tiles, dense / rate + experts / expert_rate)
-        matmuls += self.dequant / (p["bandwidth"] * p["dequant_bandwidth"]) if self.dequant else 0.0
+        matmuls += self.dequant / (bandwidth * p["dequant_bandwidth"]) if self.dequant else 0.0
         overhead = p["overhead_step_s"] + p["overhead_recurrent_s"] * self.recurrent + p["overhead_moe_s"] * self.moe
         overhead += p.get("overhead_hop_s", 0.0) * self.hops
         overhead += p.get("old_overhead_s", 0.0) if self.old else 0.0
-        return matmuls, max(self.cache / p["bandwidth"], self.attention / attn) + overhead * self.passes + self.fixed
+        return matmuls, max(self.cache / bandwidth, self.attention / attn) + overhead * self.passes + self.fixed
 
 
 def terms(row: Row) -> Terms:
@@ -491,10 +500,13 @@ def built_before(r: dict, number: int) -> bool:
 
 def old_run(r: dict, klass: str = "") -> bool:
     """Builds before OLD_BUILD ran each decode step without CUDA graphs (ggml-cuda: graphs since May 2024), so
-    their per-pass overhead is larger; kvscope predicts current builds, so this extra overhead is fitted as a
-    nuisance term on the rows it concerns and never written to fitted.json. Not on Pascal, where current builds
-    run without graphs too (ggml-cuda.cu disables them below compute capability 7.0): its class's own overhead is
-    the one without graphs."""
+    their per-pass overhead is larger, and streamed their weights further from the bandwidth: in the corpus one
+    RTX 3090 decoded Llama 2 7B Q4_0 at 119.9 tok/s early in 2024 (PR #4766) and an RTX 3090 Ti, 8 % more
+    bandwidth, at 171-172 in 2025 (discussion #15013). kvscope predicts current builds, so both are fitted as
+    nuisance terms (OLD_KEYS: seconds per pass, a factor on the bandwidth) on the rows they concern, written beside
+    each entry as `old_build`, which core never reads; the check times the held-out old runs with them
+    (old_build_table). Not on Pascal, where current builds run without graphs too (ggml-cuda.cu disables them
+    below compute capability 7.0): its class's own overhead is the one without graphs."""
     return built_before(r, OLD_BUILD) and klass != "pascal"
 
 
@@ -506,7 +518,7 @@ def loss(rows: list[Terms], p: dict, parent: dict | None) -> float:
     if parent:
         # the nuisance term is free, as is a per-backend term the parent never fitted (0: a log pull from nothing
         # would pin it to its floor)
-        pulled = (k for k in p if k in parent and k != "old_overhead_s" and (parent[k] or k not in UNPOOLED))
+        pulled = (k for k in p if k in parent and k not in OLD_KEYS and (parent[k] or k not in UNPOOLED))
         total += LAMBDA * sum(abs(math.log(floored(k, p[k]) / floored(k, parent[k]))) for k in pulled)
     return total
 
@@ -544,7 +556,7 @@ def tile_ceiling(rows: list[Terms], p: dict) -> float:
             rest = t.sides(p | {"tile_traffic": 0.0})[1]
             left = t.tokens / t.measured - rest
             if left > 0:
-                shares.append(left * p["bandwidth"] / t.tiles)
+                shares.append(left * t.bandwidth(p) / t.tiles)
     return min(shares, default=0.0)
 
 
@@ -561,7 +573,7 @@ def fit_keys(rows: list[Terms], pooled: bool = False) -> list[str]:
     if pooled or len({t.flash for t in deep}) < 2:  # flash attention's effect shows only at depth, both ways
         keys.remove("flash_off")
     if any(t.old for t in rows) and any(not t.old for t in rows):
-        keys.append("old_overhead_s")
+        keys += OLD_KEYS
     if pooled or not any(t.moe for t in rows) or all(t.moe for t in rows):
         # only dense rows beside MoE rows tell the experts' bandwidth share and their layers' overhead from the rest,
         # and never pooled over backends: a backend without MoE runs of its own keeps 1 and 0 (experts stream and
@@ -587,6 +599,7 @@ def start_params(prior: Efficiency) -> dict:
     p = {k: getattr(prior, k) for k in KEYS}
     p["overhead_step_s"] = max(p["overhead_step_s"], 1e-4)
     p["old_overhead_s"] = 1e-3
+    p["old_bandwidth"] = 1.0
     p["tile_traffic"] = prior.tile_traffic  # set by tile_ceiling after the descent, never descended
     return p | {f"{f}:{k}": 1.0 for f in FAMILIES if f != "float" for k in ("decode", "prefill")}
 
@@ -603,6 +616,8 @@ def as_entry(engine: str, backend: str, klass: str, p: dict, fit_rows: list[Row]
         "overhead_moe_s": p["overhead_moe_s"], "overhead_hop_s": p["overhead_hop_s"], "tile_traffic": p["tile_traffic"],
         "dequant_bandwidth": p["dequant_bandwidth"],
         "families": families,
+        **({"old_build": {"bandwidth": p["old_bandwidth"], "overhead_s": p["old_overhead_s"]}}
+           if any(old_run(r.raw, r.klass) for r in fit_rows) else {}),
         "status": "fitted",
         "provenance": f"fitted by tests/bench/fit_corpus.py to published {engine} runs (measurements/speed/corpus) "
         f"of {group_label(engine, backend, klass) if klass != '*' else engine + ' ' + backend}",
@@ -730,10 +745,27 @@ def ratios(rows: list[Row], table: dict | None = None) -> list[tuple[Row, float]
     out = []
     for r in rows:
         try:
-            out.append((r, predicted_tok_s(r, table) / r.raw["tok_s"]))
+            out.append((r, predicted_tok_s(r, table or old_build_table(r)) / r.raw["tok_s"]))
         except InputError:
             continue
     return out
+
+
+def old_build_table(row: Row) -> dict | None:
+    """The constants a run of an old build (old_run) is timed with: its group's (efficiency_for's choice), with the
+    old builds' bandwidth factor and per-pass seconds fitted beside the nearest level whose fit rows held old runs;
+    None for a current build's run, or where no fit row was an old build's."""
+    if not old_run(row.raw, row.klass):
+        return None
+    engine, backend, klass = row.group
+    groups = {(g["engine"], g["backend"], g["card_class"]): g for g in eff_module.fitted().get("groups", ())}
+    levels = ((engine, backend, klass), (engine, backend, "*"))
+    old = next((groups[k]["old_build"] for k in levels if "old_build" in groups.get(k, {})), None)
+    if old is None:
+        return None
+    e = efficiency_for(engine, "gpu", backend, klass)
+    return {(engine, "gpu"): replace(e, bandwidth=e.bandwidth * old["bandwidth"],
+                                     overhead_step_s=e.overhead_step_s + old["overhead_s"])}  # fmt: skip
 
 
 def error_groups(results: list[tuple[Row, float]]) -> dict[tuple[str, ...], Stat]:
