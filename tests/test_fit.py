@@ -154,6 +154,17 @@ def test_card_lookup_names_the_ambiguity():
     assert card_named("h200").memory_bytes == 143771 << 20
 
 
+def test_a_short_name_matches_from_the_start_of_a_word_only():
+    """'T4' is in 'Radeon PRO W7900 Dual Slot 48GB' once spaces are dropped ('Slot' + '48GB'); it must still name the
+    T4 alone, while a name typed across words ('rtx 3060', 'max+ 395') keeps matching."""
+    from core.memory.gpus import _key, cards
+
+    assert any("t4" in _key(n) and not n.startswith("T4") for n in cards())  # the trap exists in the table
+    assert card_named("T4").name == "T4 16GB"
+    assert card_named("rtx 3060").name == "GeForce RTX 3060 12GB"
+    assert card_named("W7900 Dual").name == "Radeon PRO W7900 Dual Slot 48GB"
+
+
 @pytest.mark.parametrize(
     ("typed", "card"),
     [("H100 PCIe", "H100 80GB PCIe"), ("h100 sxm", "H100 80GB SXM5"), ("A100 PCIe", "A100 80GB PCIe"),

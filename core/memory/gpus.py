@@ -199,6 +199,13 @@ def _by_words(name: str, table: dict[str, Card]) -> list[Card]:
     return [c for n, c in table.items() if all(any(w in _key(part) for part in n.split()) for w in words)]
 
 
+def _starts_a_word(key: str, name: str) -> bool:
+    """`key` is in the card's name from the start of one of its words on: 'rtx3060' in 'GeForce RTX 3060 12GB', but
+    not 't4' in 'Radeon PRO W7900 Dual Slot 48GB' (the end of 'Slot' and the start of '48GB')."""
+    words = name.split()
+    return any(_key(" ".join(words[i:])).startswith(key) for i in range(len(words)))
+
+
 def card_named(name: str) -> Card:
     """A card by name: exact, alias, or an unambiguous part of its name ('4090', 'rtx 3060')."""
     table = cards()
@@ -210,7 +217,7 @@ def card_named(name: str) -> Card:
     if key in ALIASES:
         return table[ALIASES[key]]
     exact = [c for n, c in table.items() if _key(n) == key]
-    matches = exact or [c for n, c in table.items() if key in _key(n)] or _by_words(name, table)
+    matches = exact or [c for n, c in table.items() if _starts_a_word(key, n)] or _by_words(name, table)
     if len(matches) == 1:
         return matches[0]
     if not matches:
