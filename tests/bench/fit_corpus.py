@@ -74,6 +74,7 @@ from core.speed.groups import (
     error_stats,
     format_family,
     group_label,
+    matmul_peak,
 )
 from core.speed.predict import (
     ADDITIVE,
@@ -119,6 +120,12 @@ APU_CURRENT_BUILD = 7000
 # cuBLAS, Volta and older cards (no int8 MMA) still take it for long batches, and the MMQ PRs' own tables forced
 # their kernels (LLAMA_CUDA_FORCE_MMQ): those runs stand.
 MMQ_DEFAULT_BUILD = 3000
+# ggml-vulkan's DP4A MMQ shaders (integer dot products for Q4_0 … Q8_0, PR #12135) landed in March 2025; a Vulkan
+# prompt of legacy quants from an earlier build ran the FP16 shaders, a path current builds no longer take on a card
+# with integer dot products, so it stays out of the fit and the check. A bound, not the PR's own build (no source
+# here names it): b3999 is October 2024's (its device line prints no "int dot"), b4500 January 2025's, and no
+# Vulkan run in the corpus lies between b4000 and b5600
+VULKAN_DP4A_BUILD = 4500
 # sources that print no build number but date from before both CUDA graphs and MMQ-by-default: PR #4766's tables
 # (2024-01) and PR #6017's (2024-03); each of their runs counts as a build before OLD_BUILD and MMQ_DEFAULT_BUILD
 EARLY_2024_SOURCES = frozenset(
@@ -259,6 +266,8 @@ def to_row(r: dict) -> Row:
     fmt = kvscope_format(r["weights"])
     if cublas_prefill(r, klass, format_family(fmt)):
         raise InputError(f"quantised prefill on CUDA before b{MMQ_DEFAULT_BUILD} (cuBLAS, not MMQ: superseded)")
+    if before_vulkan_dp4a(r, card, fmt):
+        raise InputError(f"a Vulkan prompt of legacy quants before b{VULKAN_DP4A_BUILD} (FP16 shaders, not DP4A MMQ)")
     ub = r.get("n_ubatch") or 512
     engine = configured(
         "llama.cpp",
@@ -306,6 +315,14 @@ def vllm_row(r: dict) -> Row:
     n = r.get("n_devices", 1)
     setup = Setup(model_of(r["model_id"]), configured("vllm"), card, gpus=n, tp=n, weights=fmt)
     return Row(r, setup, r["backend"], card_class(card, r["backend"]), format_family(fmt), r["kind"])
+
+
+def before_vulkan_dp4a(r: dict, card: Card, fmt: str) -> bool:
+    """A Vulkan prompt that current builds run with integer dot products (groups.matmul_peak) from a build before
+    VULKAN_DP4A_BUILD, which ran it with the FP16 shaders."""
+    if r["backend"] != "vulkan" or r["kind"] != "prefill" or not built_before(r, VULKAN_DP4A_BUILD):
+        return False
+    return "integer dot" in matmul_peak(card, "vulkan", fmt).why
 
 
 def cublas_prefill(r: dict, klass: str, family: str) -> bool:
