@@ -106,6 +106,10 @@ HALF_STARTS = (8.0, 32.0, 128.0)
 OLD_BUILD = 3000
 OLD_KEYS = ("old_overhead_s", "old_bandwidth")
 OWN_KERNELS = ("volta", "no-coopmat", "no-wmma")  # classes fitted apart from the pooled levels (fit_all)
+# backends fitted on their own runs only, never in the level pooled over backends (fit_all): SYCL runs quantised
+# prompts as a dequantisation and a GEMM (ggml-sycl keeps MMQ off), and its four fit runs, weighing as much there as
+# CUDA's hundreds, moved every backend's pooled start (Metal's per-MoE-layer overhead to its floor)
+OWN_BACKENDS = ("sycl",)
 # APUs' runs from builds before this are superseded: kyuz0's logs of one Strix Halo over a year show llama.cpp's
 # ROCm prefill of Llama 2 7B Q4_0 going 687 (b6182) → 1,105 (b6486) → 1,545 t/s (b9187) and RADV's 957 → 1,338,
 # and lhl's b6077 ran it at 322; llama.cpp's own DGX Spark tables, rerun on the same machine, went from b6918 to
@@ -285,8 +289,8 @@ def to_row(r: dict) -> Row:
 def common_checks(r: dict) -> None:
     """What every engine's run needs before kvscope can time it: one sequence, but for vLLM's decodes (a step of
     `concurrency` sequences, as predict's batch)."""
-    if r["backend"] == "cpu" or r["backend"] == "sycl":
-        raise InputError(f"backend {r['backend']} not fitted here")
+    if r["backend"] == "cpu":
+        raise InputError("a CPU run (tests/bench/fit_cpu.py fits those)")
     if not r.get("model_id"):
         raise InputError("no model_id")
     if r.get("concurrency", 1) != 1 and (r["engine"], r["kind"]) != ("vllm", "decode"):
@@ -670,7 +674,7 @@ def fit_all(rows: list[Row]) -> list[dict]:
         erows = [r for r in all_rows if not (r.setup.card.fp32_only or r.klass in OWN_KERNELS)]
         # pooled over backends: runs without a deep cache only (deep runs time each backend's own attention kernels,
         # whose slowdowns would otherwise land in the shared overhead)
-        base = backend_weighted([r for r in erows if reach(r.raw) < DEEP], t)
+        base = backend_weighted([r for r in erows if reach(r.raw) < DEEP and r.backend not in OWN_BACKENDS], t)
         # a few starting overheads (the per-pass overhead and the bandwidth trade off against each other on a
         # coordinate descent): the start whose fit has the least loss on the fit rows wins
         prior = start_params(efficiency_for(engine, "gpu"))
