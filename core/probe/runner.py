@@ -251,20 +251,22 @@ class ProbeJob:
         self.pid: int | None = None  # the probe process, once started
         self._cancel = threading.Event()
         folder = results_dir(directory)
-        self._lock = probe_lock(folder, request.name or request.model)
-        lock_fd = self._lock.__enter__()
-        self._thread = threading.Thread(
-            target=self._run, args=(folder, lock_fd, timeout, record), name="kvscope-probe", daemon=True
-        )
         global _ACTIVE
         with calibrate_job.GUARD:
+            # a calibration of this server first, before the host's lock is opened: a lock taken and given back
+            # here stayed held while the calibration's thread forked its process (a fork holds every open file
+            # until the child closes them), and the next probe read it as a probe still measuring
             calibrating = calibrate_job.active_calibration()
             if calibrating is not None:
-                self._lock.__exit__(None, None, None)
                 raise ProbeBusy(
                     f"busy: a calibration of this machine started {time.time() - calibrating.started:.0f} s ago is "
                     "running on this server; probe once it has ended (the two would slow each other's timings)"
                 )
+            self._lock = probe_lock(folder, request.name or request.model)
+            lock_fd = self._lock.__enter__()
+            self._thread = threading.Thread(
+                target=self._run, args=(folder, lock_fd, timeout, record), name="kvscope-probe", daemon=True
+            )
             _ACTIVE = self
             self._thread.start()
 
