@@ -207,6 +207,18 @@ def op_offload(backend: str, tokens: int) -> str:
     )
 
 
+# ggml-sycl keeps its MMQ kernels off (ggml_sycl_supports_mmq: "accuracy issues") and, past its mat-vec kernels'
+# 8 tokens, multiplies a pass's weights by converting them for a GEMM: to FP16 for oneDNN only in a build with
+# GGML_SYCL_F16 (off by default), else to FP32 for an FP32 GEMM, which runs on the vector ALUs, not the XMX engines
+# the listed peak counts (ggml_sycl_op_mul_mat_sycl at 0.3.36's vendored llama.cpp). BF16 weights go to oneDNN as
+# BF16 (GGML_SYCL_DNN, on by default). One Arc Pro B70's K-quant prompts ran at about 17 TFLOPS (75 % of its FP32
+# rate) and an A770's Q4_0 at 12 (72 %), a tenth of their XMX peaks
+SYCL_FP32_GEMM_WHY = (
+    "llama.cpp's SYCL backend, as built by default (GGML_SYCL_F16 off), converts a prompt's weights to FP32 for an "
+    "FP32 GEMM on the vector ALUs (its MMQ kernels are off): the FP32 peak"
+)
+
+
 def matmul_peak(card: Card, backend: str, fmt: str, tokens: int = 1) -> MatmulPeak:
     """llama.cpp's matmul peak on a card for a pass of `tokens` tokens: the listed one, except quantised weights on
     CUDA on Hopper (HOPPER_MMA_SYNC_SHARE), BF16 on Vulkan on AMD's RDNA3/3.5 (VULKAN_BF16_SCALAR_SHARE), quantised
@@ -236,6 +248,11 @@ def matmul_peak(card: Card, backend: str, fmt: str, tokens: int = 1) -> MatmulPe
         )
     if backend == "cuda" and card.hopper and format_family(fmt) != "float":  # int8 MMQ on mma.sync
         return MatmulPeak(HOPPER_MMA_SYNC_SHARE, _HOPPER_WHY)
+    if (
+        backend == "sycl" and tokens > MATVEC_MAX_TOKENS and fmt.removeprefix("gguf_") != "bf16"
+        and card.fp32_tflops and card.dense_tflops
+    ):  # fmt: skip
+        return MatmulPeak(card.fp32_tflops / card.dense_tflops, SYCL_FP32_GEMM_WHY)
     if backend == "vulkan" and card_class(card, backend) == "no-coopmat" and card.fp32_tflops and card.dense_tflops:
         if format_family(fmt) == "legacy" and not _NO_INT_DOT.search(card.name):
             return MatmulPeak(
