@@ -91,8 +91,9 @@ def test_only_cards_without_a_usable_peak_are_left_untimed():
 
 
 def test_a_vector_fp32_peak_beside_a_16_bit_one_is_below_it_and_says_where_it_comes_from():
-    # Listed beside the 16-bit peak only for cards Vulkan runs without matrix cores (the base of their int8 rate):
-    # half the packed FP16 rate (RDNA2) or an eighth of the matrix one (Volta, Arc Alchemist), never above either
+    # Listed beside the 16-bit peak only for cards Vulkan runs without matrix cores (the base of their int8 rate) and
+    # Intel cards' SYCL prompts (an FP32 GEMM): half the packed FP16 rate (RDNA2) or an eighth of the matrix one
+    # (Volta, Arc Alchemist, the Arc Pro B70), never above either
     both = {n: r for n, r in csv_rows().items() if r["fp32_tflops"] and r["fp16_tflops"]}
     assert {"Radeon RX 6800 XT 16GB", "Intel Arc A750 8GB", "V100 16GB SXM2"} <= set(both)
     for name, r in both.items():

@@ -26,8 +26,8 @@ class Card:
     unified_memory: bool = False
     basis: str = ""  # where memory_bytes comes from, shown to the user
     fp16_tflops: float | None = None  # dense FP16 matrix peak (FP32 accumulate where the vendor tells them apart)
-    # vector FP32 peak: the timing peak where no 16-bit rate is usable (Pascal GP10x), and on cards Vulkan runs
-    # without matrix cores the base of their int8 dot-product rate (core.speed.groups.matmul_peak)
+    # vector FP32 peak: the timing peak where no 16-bit rate is usable (Pascal GP10x), on cards Vulkan runs without
+    # matrix cores the base of their int8 dot-product rate, and SYCL's prompt GEMM (core.speed.groups.matmul_peak)
     fp32_tflops: float | None = None
 
     @property
