@@ -163,6 +163,7 @@ def test_a_short_name_matches_from_the_start_of_a_word_only():
     assert card_named("T4").name == "T4 16GB"
     assert card_named("rtx 3060").name == "GeForce RTX 3060 12GB"
     assert card_named("W7900 Dual").name == "Radeon PRO W7900 Dual Slot 48GB"
+    assert card_named("max+ 395").name.startswith("AMD Ryzen AI Max+ 395")
 
 
 @pytest.mark.parametrize(
