@@ -230,7 +230,8 @@ def matmul_peak(card: Card, backend: str, fmt: str, tokens: int = 1) -> MatmulPe
     the FP16 shaders on an RX 6800 XT and tripled it on an RTX 3090 run without coopmat), on cards with int8 dot
     products (not _NO_INT_DOT's). Every other format there runs the FP16 shaders on the vector ALUs: at most
     VECTOR_FP16_PER_FP32 times the FP32 peak where the listed peak is a matrix engine's Vulkan does not reach (Intel
-    Arc A's XMX: llama.cpp keeps cooperative matrices off on Xe1)."""
+    Arc A's XMX: llama.cpp keeps cooperative matrices off on Xe1). On SYCL, passes past its mat-vec kernels' tokens
+    of any weights but BF16 run at the listed FP32 peak (SYCL_FP32_GEMM_WHY)."""
     if backend == "cuda" and card.fp32_only and format_family(fmt) != "float":
         return MatmulPeak(
             DP4A_PER_FP32,
