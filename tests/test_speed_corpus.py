@@ -52,6 +52,10 @@ FIELDS = {
 # CPU rows may add the machine's RAM copy bandwidth (tests/bench/fit_cpu.py: one thread's copy, read + written bytes
 # per second, as core.speed.ram measures it) and where that figure comes from
 CPU_FIELDS = {"ram_copy_gb_s": float, "ram_source": str}
+# any row may add: `eager`, true where the engine ran each step's kernels one by one without CUDA graphs (vLLM's
+# --enforce-eager, or a vLLM from before graph capture); `driver`, a Vulkan row's driver as ggml-vulkan's device line
+# prints it in its last parentheses ("radv", "AMD proprietary driver", "Intel open-source Mesa driver", ...)
+OPTIONAL_FIELDS = {"eager": bool, "driver": str}
 ENGINES = {"llama.cpp", "vllm", "mlx", "ollama"}
 BACKENDS = {"cuda", "rocm", "vulkan", "metal", "cpu", "sycl"}
 URL = re.compile(r"^https://[\w.-]+\.[a-z]{2,}/\S+$")
@@ -91,8 +95,9 @@ def test_every_row_has_the_schema_fields_and_types():
     for file, line, row in ROWS:
         where = _where(file, line)
         extra = set(CPU_FIELDS) if row.get("backend") == "cpu" and "ram_copy_gb_s" in row else set()
+        extra |= set(OPTIONAL_FIELDS) & set(row)
         assert set(row) == set(FIELDS) | extra, f"{where}: fields differ: {set(row) ^ (set(FIELDS) | extra)}"
-        for key, kind in (FIELDS | {k: CPU_FIELDS[k] for k in extra}).items():
+        for key, kind in (FIELDS | {k: (CPU_FIELDS | OPTIONAL_FIELDS)[k] for k in extra}).items():
             assert isinstance(row[key], kind), f"{where}: {key}={row[key]!r} is not {kind}"
             assert not (kind is int and isinstance(row[key], bool)), f"{where}: {key} is a bool"
         assert row["engine"] in ENGINES, where
@@ -100,6 +105,20 @@ def test_every_row_has_the_schema_fields_and_types():
         assert row["model"] and row["weights"] and row["source_id"], where
         # a file holds one source; its source_id may split it further (one per model run)
         assert row["source_id"].startswith(file.removesuffix(".jsonl")), f"{where}: source_id {row['source_id']}"
+
+
+def test_eager_and_driver_are_where_they_mean_something():
+    """`eager` marks vLLM runs only, and every run whose notes give its server --enforce-eager carries it (the fit
+    drops such decodes by the field, so a row transcribed without it would be fitted as a run with CUDA graphs);
+    `driver` marks Vulkan runs only."""
+    for file, line, row in ROWS:
+        where = _where(file, line)
+        if "eager" in row:
+            assert row["engine"] == "vllm" and row["eager"] is True, f"{where}: eager on a non-vLLM row, or false"
+        if row["engine"] == "vllm" and "--enforce-eager" in row["notes"]:
+            assert row.get("eager") is True, f"{where}: its notes name --enforce-eager but the row has no eager: true"
+        if "driver" in row:
+            assert row["backend"] == "vulkan" and row["driver"], f"{where}: driver on a {row['backend']} row"
 
 
 def test_test_name_kind_and_token_counts_agree():

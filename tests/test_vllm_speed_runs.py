@@ -27,13 +27,22 @@ def test_every_vllm_run_is_taken_and_fitted_but_the_eager_decodes():
     """Runs with --enforce-eager launched each kernel from Python (vllm#20469: 20.6 ms a step), which kvscope, timing
     the default's CUDA graphs, does not model: their decodes are left out; vllm#20469's 16,000-token prompt runs past
     every captured graph size and is kept. No vLLM run is held out: the cross-check stands in for the split."""
-    eager = [r for r in LINES if "--enforce-eager" in r["notes"]]
+    eager = [r for r in LINES if r.get("eager")]
     eager_decodes = [r for r in eager if r["kind"] == "decode"]
     assert eager_decodes and len(LINES) == len(VLLM) + len(eager_decodes)
     assert SKIPPED["vLLM decode with --enforce-eager (no CUDA graphs, unlike the default)"] == len(eager_decodes)
     assert not any(r.held_out for r in VLLM)
-    assert [r.kind for r in VLLM if "--enforce-eager" in r.raw["notes"]] == ["prefill"]
+    assert [r.kind for r in VLLM if r.raw.get("eager")] == ["prefill"]
     assert any(r.batch > 1 for r in VLLM) and all(r.batch == 1 for r in ROWS if r.setup.engine.name != "vllm")
+
+
+def test_the_eager_field_not_the_notes_drops_a_decode():
+    """The fit reads the row's `eager` field: a decode marked eager is left out whatever its notes say, and an
+    eager run's notes alone (e.g. a note that says the server ran without --enforce-eager) drop nothing."""
+    decode = next(r for r in LINES if r["kind"] == "decode" and not r.get("eager") and r["model_id"])
+    with pytest.raises(InputError, match="enforce-eager"):
+        fit_corpus.to_row(decode | {"eager": True})
+    assert fit_corpus.to_row(decode | {"notes": decode["notes"] + "; served without --enforce-eager"}).kind == "decode"
 
 
 def test_only_a_vllm_decode_may_run_several_sequences():
@@ -41,7 +50,7 @@ def test_only_a_vllm_decode_may_run_several_sequences():
     line = next(r for r in fit_corpus.corpus_lines() if r["engine"] == "llama.cpp" and r.get("model_id"))
     with pytest.raises(InputError, match="concurrency"):
         fit_corpus.to_row(line | {"concurrency": 4})
-    vllm = next(r for r in LINES if r["kind"] == "decode" and "--enforce-eager" not in r["notes"])
+    vllm = next(r for r in LINES if r["kind"] == "decode" and not r.get("eager"))
     assert fit_corpus.to_row(vllm | {"concurrency": 4}).batch == 4
     with pytest.raises(InputError, match="concurrency"):
         fit_corpus.to_row(next(r for r in LINES if r["kind"] == "prefill") | {"concurrency": 4})

@@ -310,7 +310,7 @@ def vllm_row(r: dict) -> Row:
     """A vLLM run: `vllm serve`'s defaults for the card (chunked prefill of its max_num_batched_tokens), its tensor
     parallel over n_devices, the checkpoint's format as the source names it (bf16, fp8, awq, ...)."""
     common_checks(r)
-    if r["kind"] == "decode" and "--enforce-eager" in r["notes"]:
+    if r["kind"] == "decode" and r.get("eager"):
         # each step's kernels launched one by one from Python (vllm#20469: 20.6 ms a step where kvscope's roofline
         # with graphs gives 9); kvscope times vllm serve's default, which replays captured CUDA graphs
         raise InputError("vLLM decode with --enforce-eager (no CUDA graphs, unlike the default)")
