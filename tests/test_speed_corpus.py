@@ -54,8 +54,9 @@ FIELDS = {
 CPU_FIELDS = {"ram_copy_gb_s": float, "ram_source": str}
 # any row may add: `eager`, true where the engine ran each step's kernels one by one without CUDA graphs (vLLM's
 # --enforce-eager, or a vLLM from before graph capture); `driver`, a Vulkan row's driver as ggml-vulkan's device line
-# prints it in its last parentheses ("radv", "AMD proprietary driver", "Intel open-source Mesa driver", ...)
-OPTIONAL_FIELDS = {"eager": bool, "driver": str}
+# prints it in its last parentheses ("radv", "AMD proprietary driver", "Intel open-source Mesa driver", ...);
+# `sbc_host`, true where the card sat in a single-board computer (a Raspberry Pi's one PCIe lane and Arm cores)
+OPTIONAL_FIELDS = {"eager": bool, "driver": str, "sbc_host": bool}
 ENGINES = {"llama.cpp", "vllm", "mlx", "ollama"}
 BACKENDS = {"cuda", "rocm", "vulkan", "metal", "cpu", "sycl"}
 URL = re.compile(r"^https://[\w.-]+\.[a-z]{2,}/\S+$")
@@ -110,7 +111,8 @@ def test_every_row_has_the_schema_fields_and_types():
 def test_eager_and_driver_are_where_they_mean_something():
     """`eager` marks vLLM runs only, and every run whose notes give its server --enforce-eager carries it (the fit
     drops such decodes by the field, so a row transcribed without it would be fitted as a run with CUDA graphs);
-    `driver` marks Vulkan runs only."""
+    `driver` marks Vulkan runs only; a GPU run whose notes name a Raspberry Pi host carries `sbc_host` (the fit
+    leaves those out)."""
     for file, line, row in ROWS:
         where = _where(file, line)
         if "eager" in row:
@@ -119,6 +121,10 @@ def test_eager_and_driver_are_where_they_mean_something():
             assert row.get("eager") is True, f"{where}: its notes name --enforce-eager but the row has no eager: true"
         if "driver" in row:
             assert row["backend"] == "vulkan" and row["driver"], f"{where}: driver on a {row['backend']} row"
+        if "sbc_host" in row:
+            assert row["sbc_host"] is True and row["backend"] != "cpu", f"{where}: sbc_host false, or on a CPU row"
+        if "Raspberry Pi" in row["notes"] and row["backend"] != "cpu":
+            assert row.get("sbc_host"), f"{where}: its notes name a Raspberry Pi host but the row has no sbc_host"
 
 
 def test_test_name_kind_and_token_counts_agree():

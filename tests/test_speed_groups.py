@@ -95,8 +95,9 @@ def test_backend_defaults_from_the_cards_vendor():
         ("TITAN Xp 12GB", "cuda", "pascal"),
         ("GeForce GTX 1080 Ti 11GB", "vulkan", "no-coopmat"),
         ("GeForce RTX 4070 12GB", "vulkan", "coopmat2"),
-        ("Intel Arc B580 12GB", "vulkan", "coopmat"),
-        ("Intel Arc A750 8GB", "vulkan", "no-coopmat"),
+        ("Intel Arc B580 12GB", "vulkan", "coopmat-intel"),
+        ("Radeon RX 7900 XTX 24GB", "vulkan", "coopmat"),
+        ("Intel Arc A750 8GB", "vulkan", "no-coopmat-intel"),
         ("Radeon RX 6700 XT 12GB", "vulkan", "no-coopmat"),
         ("GeForce GTX 1660 6GB", "vulkan", "no-coopmat"),  # Turing without tensor cores
         # on ROCm RDNA2 runs dp4a MMQ (no WMMA: ggml-cuda's amd_wmma_available is RDNA3 and 4), fitted on its own
@@ -824,7 +825,7 @@ def test_the_published_vulkan_cards_without_matrix_cores_agree_on_one_int8_share
     when this was written)."""
     from tests.bench.fit_corpus import load_rows, predicted_tok_s
 
-    rows = [r for r in load_rows()[0] if r.klass == "no-coopmat" and r.kind == "prefill"]
+    rows = [r for r in load_rows()[0] if r.klass in ("no-coopmat", "no-coopmat-intel") and r.kind == "prefill"]
     dp4a = [r for r in rows if "integer dot" in matmul_peak(r.setup.card, "vulkan", r.setup.weights).why]
     assert len({r.raw["card"] for r in dp4a}) >= 5 and {r.raw["weights"] for r in dp4a} >= {"Q4_0", "Q4_1", "Q5_0"}
     ratios = [predicted_tok_s(r) / r.raw["tok_s"] for r in dp4a]
@@ -974,7 +975,8 @@ def test_the_v100s_prompts_dip_at_64_tokens_a_pass_as_llama_cpp_runs_them():
     rising with the tokens it could not, and read the 64-token runs 2.5-3.2x fast. The fit's own formula gives the
     same figures as core.speed.predict. The sweep's runs read 0.8-1.4x (0.71-3.17x before), Q4_0's within 0.85-1.1x
     (the ends at 16 tokens, on the CUDA fill curve the ROCm and RTX 2060 sweeps of 2026-12-07 moved); the slowest to
-    convert, IQ3_XXS (a grid lookup per weight), reads 1.3-1.4x at 64-128 tokens."""
+    convert, IQ3_XXS (a grid lookup per weight), reads 1.4-1.5x at 64-128 tokens (1.3-1.4x before the pooled fit
+    weighed each machine alike, 2026-12-07)."""
     from core.speed.report import speed_lines
     from tests.bench.fit_corpus import load_rows, predicted_tok_s, start_params, terms
 
@@ -986,7 +988,7 @@ def test_the_v100s_prompts_dip_at_64_tokens_a_pass_as_llama_cpp_runs_them():
         p = start_params(eff) | {f"{r.family}:prefill": eff.family_factor(r.family, True, "")}
         assert math.isclose(terms(r).tok_s(p), predicted_tok_s(r), rel_tol=1e-9)
         assert bool(terms(r).dequant) == (r.raw["n_ubatch"] >= 64)
-    assert all(0.8 <= predicted_tok_s(r) / r.raw["tok_s"] <= 1.45 for r in rows)
+    assert all(0.8 <= predicted_tok_s(r) / r.raw["tok_s"] <= 1.5 for r in rows)
     assert all(0.85 <= predicted_tok_s(r) / r.raw["tok_s"] <= 1.15 for r in rows if r.raw["weights"] == "Q4_0")
     q4 = {r.raw["n_ubatch"]: predicted_tok_s(r) for r in rows if r.raw["weights"] == "Q4_0"}
     assert q4[64] < 0.7 * min(q4[32], q4[128])  # measured: 641 at 64, 1,164 at 32 and 1,173 at 128
@@ -1744,6 +1746,14 @@ def test_the_pooled_prior_weighs_each_backend_alike_whatever_its_rows():
         share[r.backend] = share.get(r.backend, 0.0) + t.weight
     assert len(share) >= 3 and len({r.backend for r in rows}) == len(share)
     assert all(math.isclose(w, 1.0) for w in share.values())
+    # and within a backend each machine alike, however many runs it has
+    machines: dict[tuple, float] = {}
+    for r, t in zip(rows, pooled, strict=True):
+        machines[(r.backend, r.unit)] = machines.get((r.backend, r.unit), 0.0) + t.weight
+    for backend in share:
+        mine = [w for (b, _), w in machines.items() if b == backend]
+        assert all(math.isclose(w, 1 / len(mine)) for w in mine), backend
+    assert any(sum(1 for r in rows if (r.backend, r.unit) == key) > 1 for key in machines)  # some machine has several
 
 
 def test_bench_speed_corpus_section_runs():

@@ -38,8 +38,10 @@ CLASSES = {
     "volta": "NVIDIA Volta cards (V100, TITAN V)",
     "pascal": "NVIDIA Pascal cards (GTX 10x0, TITAN Xp, Tesla P40)",
     "coopmat2": "NVIDIA cards (cooperative matrix 2)",
-    "coopmat": "cards with cooperative-matrix cores (Intel Arc B, Radeon RX 7000/9000)",
-    "no-coopmat": "cards without cooperative-matrix cores (Intel Arc A, Radeon RX 6000 and older)",
+    "coopmat": "AMD cards with cooperative-matrix cores (Radeon RX 7000/9000)",
+    "coopmat-intel": "Intel cards with cooperative-matrix cores (Arc B)",
+    "no-coopmat": "cards without cooperative-matrix cores (Radeon RX 6000 and older, GTX 16x0, Pascal, Volta)",
+    "no-coopmat-intel": "Intel cards without cooperative-matrix cores (Arc A)",
     "no-wmma": "AMD cards without matrix cores (Radeon RX 6000 and older)",
 }
 # HBM parts: the cards llama.cpp reaches the smallest share of the bandwidth of at one sequence
@@ -61,7 +63,11 @@ _PASCAL = re.compile(r"TITAN Xp?\b|GTX 10\d0|^Tesla P(4|40|6)\b|^Quadro P\d")
 # llama.cpp's Vulkan matmuls by matrix-core path (ggml-vulkan.cpp @ 0c1e570): NVIDIA drivers get the
 # NV_cooperative_matrix2 shaders (coopmat2), other cards VK_KHR_cooperative_matrix (coopmat) only where
 # ggml_vk_khr_cooperative_matrix_support allows it: not on Intel Xe1 discrete cards (Arc A: "performance
-# regressions") nor on AMD before RDNA3 under AMD's drivers; those run the plain shader matmuls (no-coopmat).
+# regressions") nor on AMD before RDNA3 under AMD's drivers; those run the plain shader matmuls (no-coopmat). Intel's
+# cards are classes of their own on either path (coopmat-intel, no-coopmat-intel): ggml-vulkan tunes its shaders per
+# vendor (Intel's subgroup size and shared-memory padding, its mat-vec kernel choices, its matmul tile shapes). In the
+# corpus a Radeon AI PRO R9700's and an RX 9070 XT's K-quant prompts ran 2.4-5.9x faster than the constants the Arc B
+# runs had fitted, and an Arc A770's decodes ran 1.4-2.5x slower than those RDNA2 and Pascal cards fit.
 # AMD cards without WMMA or MFMA matrix cores (RDNA2 and older): llama.cpp's HIP build runs their quantised matmuls
 # as dp4a MMQ on the vector ALUs (ggml-cuda's amd_wmma_available / amd_mfma_available false), not a matrix-core path
 _NO_WMMA = re.compile(r"RX [56]\d\d0|Vega|Radeon VII|RX [45]\d0")
@@ -109,9 +115,10 @@ def card_class(card: Card | None, backend: str) -> str:
     if card.unified_memory:
         return "apu"
     if backend == "vulkan":
+        intel = vendor_of(card) == "Intel"
         if any(r.search(card.name) for r in (_NO_COOPMAT, _VOLTA, _PASCAL)):  # Pascal/Volta: no coopmat2 either
-            return "no-coopmat"
-        return "coopmat2" if vendor_of(card) == "NVIDIA" else "coopmat"
+            return "no-coopmat-intel" if intel else "no-coopmat"
+        return {"NVIDIA": "coopmat2", "Intel": "coopmat-intel"}.get(vendor_of(card), "coopmat")
     if backend == "rocm" and _NO_WMMA.search(card.name):
         return "no-wmma"
     if backend == "cuda" and _TURING.search(card.name):  # the peak's basis differs as for _PRO below
@@ -254,7 +261,10 @@ def matmul_peak(card: Card, backend: str, fmt: str, tokens: int = 1) -> MatmulPe
         and card.fp32_tflops and card.dense_tflops
     ):  # fmt: skip
         return MatmulPeak(card.fp32_tflops / card.dense_tflops, SYCL_FP32_GEMM_WHY)
-    if backend == "vulkan" and card_class(card, backend) == "no-coopmat" and card.fp32_tflops and card.dense_tflops:
+    if (
+        backend == "vulkan" and card_class(card, backend) in ("no-coopmat", "no-coopmat-intel")
+        and card.fp32_tflops and card.dense_tflops
+    ):  # fmt: skip
         if format_family(fmt) == "legacy" and not _NO_INT_DOT.search(card.name):
             return MatmulPeak(
                 DP4A_PER_FP32 * card.fp32_tflops / card.dense_tflops,

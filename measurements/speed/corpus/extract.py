@@ -86,12 +86,14 @@ def row(**kw) -> dict:
     }
     # a CPU row's published RAM copy (None: none published for that machine, and the row stays out of the CPU check)
     cpu = {k: v for k in ("ram_copy_gb_s", "ram_source") if (v := kw.pop(k, None)) is not None}
+    # a card in a single-board computer (the README's sbc_host): kept in the corpus, left out of the fit
+    sbc = {"sbc_host": True} if kw.pop("sbc_host", False) else {}
     unknown = set(kw) - set(base)
     assert not unknown, unknown
     base.update(kw)
     base["kind"] = "prefill" if base["n_prompt"] else "decode"
     base["test"] = base["test"] or test_name(base["n_prompt"], base["n_gen"], base["depth"])
-    return base | cpu
+    return base | cpu | sbc
 
 
 def from_bench_json(b: dict, **kw) -> dict:
@@ -887,6 +889,7 @@ HAND = [
     ),
     dict(
         slug="geerlingguy-ai-benchmarks-46-rtx-2080-ti",
+        sbc_host=True,
         url="https://github.com/geerlingguy/ai-benchmarks/issues/46",
         backend="cuda",
         card="GeForce RTX 2080 Ti 11GB",
@@ -1220,6 +1223,7 @@ HAND += [
     ),
     dict(
         slug="geerlingguy-ai-benchmarks-40-rtx-3060",
+        sbc_host=True,
         url="https://github.com/geerlingguy/ai-benchmarks/issues/40",
         backend="vulkan",
         card="GeForce RTX 3060 12GB",
@@ -1233,6 +1237,7 @@ HAND += [
     ),
     dict(
         slug="geerlingguy-ai-benchmarks-27-arc-pro-b50",
+        sbc_host=True,
         url="https://github.com/geerlingguy/ai-benchmarks/issues/27",
         backend="vulkan",
         card="Intel Arc Pro B50 16GB",
