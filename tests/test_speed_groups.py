@@ -2191,3 +2191,31 @@ def test_a_prompt_runs_the_matmuls_of_layers_in_ram_on_the_gpu_after_a_pcie_copy
     assert not any(p.copy_bytes for p in predict(short, hw, 8192).prefill.parts)
     assert not any(p.copy_bytes for p in s.decode.parts)  # one token a step
     assert any(p.copy_bytes for p in predict(base, replace(hw, backend="vulkan"), 8192).prefill.parts)  # its own
+
+
+def test_an_intel_vulkan_decode_says_its_driver_moves_it_by_what_the_corpus_shows():
+    """The driver caveat's ranges are the corpus' own same-machine pairs: one A770's Linux (Mesa) decodes against its
+    Windows ones on one build (PR #19988), one Arc Pro B70's Vulkan (Mesa) decodes against its SYCL ones. An Intel
+    card's Vulkan decode carries it; its SYCL decode, its prompt and a Radeon's Vulkan decode do not."""
+    from core.speed.groups import INTEL_VULKAN_DRIVER_RANGES
+    from tests.bench.fit_corpus import corpus_lines
+
+    def pairs(source: str, mine, theirs) -> list[float]:
+        rows = [r for r in corpus_lines() if r["source_id"] == source and r["kind"] == "decode"]
+        by_model = {r["model"]: r for r in rows if theirs(r)}
+        return [r["tok_s"] / by_model[r["model"]]["tok_s"] for r in rows if mine(r) and r["model"] in by_model]
+
+    windows = pairs("llamacpp-pr-19988-a770-linux-windows", lambda r: "Linux run" in r["notes"],
+                    lambda r: "Windows run" in r["notes"])  # fmt: skip
+    sycl = pairs("wesleyjg-arc-pro-b70", lambda r: r["backend"] == "vulkan", lambda r: r["backend"] == "sycl")
+    assert len(windows) == 3 and len(sycl) >= 10
+    for got, key in ((windows, "windows"), (sycl, "sycl")):
+        assert (round(min(got), 2), round(max(got), 2)) == INTEL_VULKAN_DRIVER_RANGES[key]
+
+    setup = Setup(load_model("Qwen/Qwen3-8B"), configured("llama.cpp"), card_named("Intel Arc B580 12GB"),
+                  weights="q4_k_m")  # fmt: skip
+    vulkan = predict(setup, Hardware(60.0, 8, backend="vulkan"), 8192)
+    assert "Mesa driver" in vulkan.decode_error.caveat and "driver" not in vulkan.prefill_error.caveat
+    assert "driver" not in predict(setup, Hardware(60.0, 8, backend="sycl"), 8192).decode_error.caveat
+    radeon = replace(setup, card=card_named("Radeon RX 7900 XTX 24GB"))
+    assert "driver" not in predict(radeon, Hardware(60.0, 8, backend="vulkan"), 8192).decode_error.caveat

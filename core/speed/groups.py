@@ -76,6 +76,26 @@ _NO_COOPMAT = re.compile(rf"Arc A\d|Arc Pro A\d|GTX 16\d0|{_NO_WMMA.pattern}")
 # GPUs without 8-bit integer dot products (the device line's "int dot: 0"): RDNA1's Navi 1x, Vega 10 and Polaris.
 # ggml-vulkan's integer-dot MMQ shaders need them; these cards run legacy quants through the FP16 shaders too.
 _NO_INT_DOT = re.compile(r"RX 5\d00|RX [45]\d0\b|Vega (56|64)")
+# llama.cpp's Vulkan decode on an Intel card depends on the driver, which kvscope is not told. Under Linux's Mesa
+# driver one Arc A770 decoded at 0.58-0.79x its rate under Intel's Windows driver on the same build (b8191: Llama
+# 3.1 8B Q4_K_M 32 against 52 t/s, gpt-oss-20b 36 against 62, Llama 2 7B Q4_0 44 against 56; llama.cpp PR #19988),
+# and one Arc Pro B70 at 0.36-0.86x its SYCL rate on the same machine (b9739, Mesa 26.0.3; 0.36-0.49x for dense
+# models). Both are in measurements/speed/corpus; tests/test_speed_groups.py reads these ranges from there.
+INTEL_VULKAN_DRIVER_RANGES = {"windows": (0.58, 0.79), "sycl": (0.36, 0.86)}
+
+
+def driver_caveat(card: Card | None, backend: str) -> str:
+    """What an Intel card's Vulkan decode figure does not know: its driver (INTEL_VULKAN_DRIVER_RANGES)."""
+    if backend != "vulkan" or card is None or vendor_of(card) != "Intel":
+        return ""
+    (wlo, whi), (slo, shi) = INTEL_VULKAN_DRIVER_RANGES["windows"], INTEL_VULKAN_DRIVER_RANGES["sycl"]
+    return (
+        f"llama.cpp's Vulkan decode on an Intel card depends on its driver, which kvscope is not told: under Linux's "
+        f"Mesa driver one Arc A770 decoded at {wlo:.2f}-{whi:.2f}x its Windows rate (llama.cpp PR #19988), and one Arc "
+        f"Pro B70 at {slo:.2f}-{shi:.2f}x its SYCL rate"
+    )
+
+
 # packed FP16: two 16-bit multiply-adds per FP32 lane and clock on AMD (Vega and later) and Intel Xe-HPG vector ALUs
 VECTOR_FP16_PER_FP32 = 2.0
 # llama.cpp's Vulkan backend multiplies BF16 weights on the matrix cores only where the device has BF16 cooperative

@@ -34,6 +34,7 @@ from core.speed.groups import (
     calibrates,
     card_class,
     default_backend,
+    driver_caveat,
     error_bar,
     expert_columns,
     expert_loop,
@@ -697,7 +698,8 @@ def error_bars(setup: Setup, hw: Hardware, decode: Timing | None = None, chunk: 
         return replace(bar, caveat="; ".join(filter(None, (bar.caveat, split, *more))))
 
     reduces = tensor_parallel_caveat(setup, hw, _eff(None, setup, hw, device).tp)
-    return also(decode_bar, reduces), also(prefill_bar, reduces)
+    drivers = driver_caveat(setup.card, backend) if device == "gpu" else ""
+    return also(decode_bar, reduces, drivers), also(prefill_bar, reduces)
 
 
 def tensor_parallel_caveat(setup: Setup, hw: Hardware, fitted_sizes: tuple[int, ...]) -> str:
