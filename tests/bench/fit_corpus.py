@@ -13,10 +13,10 @@ project's own runs on a lent machine (measurements/speed/llamacpp_device.jsonl) 
 leave-one-out (tests/bench/fit_cpu.py).
 Fit, in three levels, each a coordinate descent on the sum of |log(predicted ÷ measured)| (one slow run pulls
 less than with squares):
-1. all fit rows of an engine, each backend weighing alike (backend_weighted): bandwidth, matmul and attention
-   rates (decode, prefill), per-pass overhead, the flash-attention-off factor and one matmul factor per
-   weight-format family (k-quant, legacy, i-quant, mxfp4 against float), starting from efficiencies.json's priors,
-   the family factors pulled toward 1 by LAMBDA × |log(factor)|;
+1. all fit rows of an engine, each backend and each machine within it weighing alike (backend_weighted): bandwidth,
+   matmul and attention rates (decode, prefill), per-pass overhead, the flash-attention-off factor and one matmul
+   factor per weight-format family (k-quant, legacy, i-quant, mxfp4 against float), starting from efficiencies.json's
+   priors, the family factors pulled toward 1 by LAMBDA × |log(factor)|;
 2. per backend, pulled toward level 1 by a penalty of LAMBDA × |log(value ÷ parent)| per parameter; here, and only
    where a backend has MoE rows beside dense ones, the routed experts' share of the bandwidth (expert_bandwidth), an
    overhead per MoE layer and pass (overhead_moe_s) and, with MoE prompts among them, the experts' own fill curve
