@@ -150,8 +150,18 @@ def test_bad_fit_input_gives_a_clear_message(args, message):
 
 def test_card_lookup_names_the_ambiguity():
     with pytest.raises(InputError, match="ambiguous"):
-        card_named("4060")
+        card_named("4060")  # the 4060, 4060 Ti and 4060 Laptop all hold "4060" as a word
     assert card_named("h200").memory_bytes == 143771 << 20
+
+
+def test_a_name_held_as_whole_words_by_one_card_picks_it():
+    """'Arc A770' begins both 'Intel Arc A770 16GB' and 'Intel Arc A770M 16GB', but only the first holds it as whole
+    words: it names the desktop card; 'A770M' names the laptop one."""
+    assert card_named("Arc A770").name == "Intel Arc A770 16GB"
+    assert card_named("a770m").name == "Intel Arc A770M 16GB"
+    assert card_named("RX 7900 XT").name == "Radeon RX 7900 XT 20GB"  # not the XTX
+    with pytest.raises(InputError, match="ambiguous"):
+        card_named("SXM")  # no model number: several SXM cards, whichever holds it as a word
 
 
 def test_a_short_name_matches_from_the_start_of_a_word_only():

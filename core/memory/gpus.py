@@ -206,6 +206,13 @@ def _starts_a_word(key: str, name: str) -> bool:
     return any(_key(" ".join(words[i:])).startswith(key) for i in range(len(words)))
 
 
+def _whole_words(key: str, name: str) -> bool:
+    """`key` is a run of whole words of the card's name: 'arca770' in 'Intel Arc A770 16GB', not in 'Intel Arc A770M
+    16GB' (where it stops inside 'A770M')."""
+    words = name.split()
+    return any(_key(" ".join(words[i:j])) == key for i in range(len(words)) for j in range(i + 1, len(words) + 1))
+
+
 def card_named(name: str) -> Card:
     """A card by name: exact, alias, or an unambiguous part of its name ('4090', 'rtx 3060')."""
     table = cards()
@@ -218,8 +225,11 @@ def card_named(name: str) -> Card:
         return table[ALIASES[key]]
     exact = [c for n, c in table.items() if _key(n) == key]
     matches = exact or [c for n, c in table.items() if _starts_a_word(key, n)] or _by_words(name, table)
-    if len(matches) == 1:
-        return matches[0]
+    # of several, the one card whose name holds it as whole words: 'Arc A770' is the A770, not the A770M, and 'RX 7900
+    # XT' not the XTX; only for a name with a model number ('SXM' or 'D' alone stays ambiguous)
+    whole = [c for c in matches if _whole_words(key, c.name)] if any(ch.isdigit() for ch in key) else []
+    if len(matches) == 1 or len(whole) == 1:
+        return (whole or matches)[0]
     if not matches:
         raise InputError(
             f"unknown card {name!r}; try e.g. 'RTX 4090', 'H100', 'A100 40GB', or give its memory (--gpu-mem-gib; in "
