@@ -38,7 +38,8 @@ CLASSES = {
     "volta": "NVIDIA Volta cards (V100, TITAN V)",
     "pascal": "NVIDIA Pascal cards (GTX 10x0, TITAN Xp, Tesla P40)",
     "coopmat2": "NVIDIA cards (cooperative matrix 2)",
-    "coopmat": "AMD cards with cooperative-matrix cores (Radeon RX 7000/9000)",
+    # any vendor but NVIDIA and Intel, a custom card's among them: in the corpus, Radeons alone
+    "coopmat": "cards with cooperative-matrix cores (Radeon RX 7000/9000)",
     "coopmat-intel": "Intel cards with cooperative-matrix cores (Arc B)",
     "no-coopmat": "cards without cooperative-matrix cores (Radeon RX 6000 and older, GTX 16x0, Pascal, Volta)",
     "no-coopmat-intel": "Intel cards without cooperative-matrix cores (Arc A)",
