@@ -228,8 +228,10 @@ def card_named(name: str) -> Card:
     # of several, the one card whose name holds it as whole words: 'Arc A770' is the A770, not the A770M, and 'RX 7900
     # XT' not the XTX; only for a name with a model number ('SXM' or 'D' alone stays ambiguous)
     whole = [c for c in matches if _whole_words(key, c.name)] if any(ch.isdigit() for ch in key) else []
-    if len(matches) == 1 or len(whole) == 1:
-        return (whole or matches)[0]
+    if len(matches) == 1:
+        return matches[0]
+    if len(whole) == 1:
+        return whole[0]
     if not matches:
         raise InputError(
             f"unknown card {name!r}; try e.g. 'RTX 4090', 'H100', 'A100 40GB', or give its memory (--gpu-mem-gib; in "

@@ -136,10 +136,10 @@ def card_class(card: Card | None, backend: str) -> str:
     if card.unified_memory:
         return "apu"
     if backend == "vulkan":
-        intel = vendor_of(card) == "Intel"
+        vendor = vendor_of(card)
         if any(r.search(card.name) for r in (_NO_COOPMAT, _VOLTA, _PASCAL)):  # Pascal/Volta: no coopmat2 either
-            return "no-coopmat-intel" if intel else "no-coopmat"
-        return {"NVIDIA": "coopmat2", "Intel": "coopmat-intel"}.get(vendor_of(card), "coopmat")
+            return "no-coopmat-intel" if vendor == "Intel" else "no-coopmat"
+        return {"NVIDIA": "coopmat2", "Intel": "coopmat-intel"}.get(vendor, "coopmat")
     if backend == "rocm" and _NO_WMMA.search(card.name):
         return "no-wmma"
     if backend == "cuda" and _TURING.search(card.name):  # the peak's basis differs as for _PRO below

@@ -698,8 +698,7 @@ def error_bars(setup: Setup, hw: Hardware, decode: Timing | None = None, chunk: 
         return replace(bar, caveat="; ".join(filter(None, (bar.caveat, split, *more))))
 
     reduces = tensor_parallel_caveat(setup, hw, _eff(None, setup, hw, device).tp)
-    drivers = driver_caveat(setup.card, backend) if device == "gpu" else ""
-    return also(decode_bar, reduces, drivers), also(prefill_bar, reduces)
+    return also(decode_bar, reduces, driver_caveat(setup.card, backend)), also(prefill_bar, reduces)
 
 
 def tensor_parallel_caveat(setup: Setup, hw: Hardware, fitted_sizes: tuple[int, ...]) -> str:

@@ -84,16 +84,15 @@ def row(**kw) -> dict:
         "tok_s_std": None,
         "notes": "",
     }
-    # a CPU row's published RAM copy (None: none published for that machine, and the row stays out of the CPU check)
-    cpu = {k: v for k in ("ram_copy_gb_s", "ram_source") if (v := kw.pop(k, None)) is not None}
-    # a card in a single-board computer (the README's sbc_host): kept in the corpus, left out of the fit
-    sbc = {"sbc_host": True} if kw.pop("sbc_host", False) else {}
+    # the optional fields a row carries only when given: a CPU row's published RAM copy (None: none published for that
+    # machine, and the row stays out of the CPU check); a card in a single-board computer (the README's sbc_host)
+    optional = {k: v for k in ("ram_copy_gb_s", "ram_source", "sbc_host") if (v := kw.pop(k, None)) is not None}
     unknown = set(kw) - set(base)
     assert not unknown, unknown
     base.update(kw)
     base["kind"] = "prefill" if base["n_prompt"] else "decode"
     base["test"] = base["test"] or test_name(base["n_prompt"], base["n_gen"], base["depth"])
-    return base | cpu | sbc
+    return base | optional
 
 
 def from_bench_json(b: dict, **kw) -> dict:
