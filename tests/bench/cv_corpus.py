@@ -1,0 +1,88 @@
+"""Five-fold cross-validation by machine on llama.cpp's fit rows of the speed corpus: how a change to the fit
+(tests/bench/fit_corpus.py) is judged without looking at the held-out runs.
+
+    python tests/bench/cv_corpus.py
+
+Each machine (fit_corpus.Row.unit: a lab's runs on one card) falls in one of five folds by the sha256 of its name;
+each fold's runs are predicted from fit_all on the other four folds' fit rows, as a held-out run is from the full
+fit (a run of an old build with its group's old-build terms, as fit_corpus.old_build_table does). The held-out runs
+take no part. Prints decode within ±20 %, the median |error| and the mean |log error| per kind, then decode per
+backend and card class. About five full fits: 4–8 minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from core.speed.efficiency import Efficiency, efficiency_in, entry
+from tests.bench import fit_corpus as fc
+
+FOLDS = 5
+
+
+def fold_of(unit: tuple[str, str]) -> int:
+    return int(hashlib.sha256(repr(unit).encode()).hexdigest(), 16) % FOLDS
+
+
+def with_old_build(e: Efficiency, fits: dict[tuple[str, str, str], dict], row: fc.Row) -> Efficiency:
+    """The constants a fold's run of an old build is timed with (fit_corpus.old_build_table, from the fold's fit)."""
+    if not fc.old_run(row.raw, row.klass):
+        return e
+    engine, backend, klass = row.group
+    levels = ((engine, backend, klass), (engine, backend, "*"))
+    old = next((fits[k]["old_build"] for k in levels if "old_build" in fits.get(k, {})), None)
+    if old is None:
+        return e
+    return replace(e, bandwidth=e.bandwidth * old["bandwidth"], overhead_step_s=e.overhead_step_s + old["overhead_s"])
+
+
+def cross_validate(rows: list[fc.Row]) -> list[tuple[fc.Row, float]]:
+    """predicted ÷ measured of every llama.cpp fit row, each from a fit without its fold's machines."""
+    mine = [r for r in rows if not r.held_out and r.setup.engine.name == "llama.cpp"]
+    held_out = fc.held_out
+    out = []
+    try:
+        for k in range(FOLDS):
+            fold = {r.unit for r in mine if fold_of(r.unit) == k}
+            # Row.held_out asks the module's held_out: the fold's machines join the held-out runs for this fit
+            fc.held_out = lambda source, card, fold=fold: held_out(source, card) or (fc.lab(source), card) in fold
+            fits = {(e["engine"], e["backend"], e["card_class"]): e for e in fc.fit_all(rows)}
+            table = {key: entry(e) for key, e in fits.items()}
+            for r in (r for r in mine if r.unit in fold):
+                engine, backend, klass = r.group
+                e = with_old_build(efficiency_in(table, engine, "gpu", backend, klass), fits, r)
+                try:
+                    out.append((r, fc.predicted_tok_s(r, {(engine, "gpu"): e}) / r.raw["tok_s"]))
+                except fc.InputError:
+                    continue
+    finally:
+        fc.held_out = held_out
+    return out
+
+
+def main() -> None:
+    results = cross_validate(fc.load_rows()[0])
+    for kind in ("decode", "prefill"):
+        qs = [q for r, q in results if r.kind == kind]
+        within = sum(0.8 <= q <= 1.2 for q in qs) / len(qs)
+        median = statistics.median(abs(q - 1) for q in qs)
+        log = statistics.mean(abs(math.log(q)) for q in qs)
+        print(f"{kind}: {len(qs)} runs, {within:.1%} within ±20 %, median |error| {median:.1%}, mean |log| {log:.3f}")
+    groups: dict[tuple[str, str], list[float]] = {}
+    for r, q in results:
+        if r.kind == "decode":
+            groups.setdefault((r.backend, r.klass), []).append(q)
+    for (backend, klass), qs in sorted(groups.items()):
+        within = sum(0.8 <= q <= 1.2 for q in qs) / len(qs)
+        print(f"  decode {backend} {klass}: {len(qs)} runs, {within:.0%} within ±20 %")
+
+
+if __name__ == "__main__":
+    main()
