@@ -16,12 +16,11 @@ import hashlib
 import math
 import statistics
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from core.speed.efficiency import Efficiency, efficiency_in, entry
+from core.speed.efficiency import efficiency_in, entry
 from tests.bench import fit_corpus as fc
 
 FOLDS = 5
@@ -29,18 +28,6 @@ FOLDS = 5
 
 def fold_of(unit: tuple[str, str]) -> int:
     return int(hashlib.sha256(repr(unit).encode()).hexdigest(), 16) % FOLDS
-
-
-def with_old_build(e: Efficiency, fits: dict[tuple[str, str, str], dict], row: fc.Row) -> Efficiency:
-    """The constants a fold's run of an old build is timed with (fit_corpus.old_build_table, from the fold's fit)."""
-    if not fc.old_run(row.raw, row.klass):
-        return e
-    engine, backend, klass = row.group
-    levels = ((engine, backend, klass), (engine, backend, "*"))
-    old = next((fits[k]["old_build"] for k in levels if "old_build" in fits.get(k, {})), None)
-    if old is None:
-        return e
-    return replace(e, bandwidth=e.bandwidth * old["bandwidth"], overhead_step_s=e.overhead_step_s + old["overhead_s"])
 
 
 def cross_validate(rows: list[fc.Row]) -> list[tuple[fc.Row, float]]:
@@ -53,13 +40,15 @@ def cross_validate(rows: list[fc.Row]) -> list[tuple[fc.Row, float]]:
             fold = {r.unit for r in mine if fold_of(r.unit) == k}
             # Row.held_out asks the module's held_out: the fold's machines join the held-out runs for this fit
             fc.held_out = lambda source, card, fold=fold: held_out(source, card) or (fc.lab(source), card) in fold
-            fits = {(e["engine"], e["backend"], e["card_class"]): e for e in fc.fit_all(rows)}
-            table = {key: entry(e) for key, e in fits.items()}
+            fits = fc.fit_all(rows)
+            groups = {(e["engine"], e["backend"], e["card_class"]): entry(e) for e in fits}
             for r in (r for r in mine if r.unit in fold):
                 engine, backend, klass = r.group
-                e = with_old_build(efficiency_in(table, engine, "gpu", backend, klass), fits, r)
+                table = fc.old_build_table(r, fits) or {
+                    (engine, "gpu"): efficiency_in(groups, engine, "gpu", backend, klass)
+                }
                 try:
-                    out.append((r, fc.predicted_tok_s(r, {(engine, "gpu"): e}) / r.raw["tok_s"]))
+                    out.append((r, fc.predicted_tok_s(r, table) / r.raw["tok_s"]))
                 except fc.InputError:
                     continue
     finally:

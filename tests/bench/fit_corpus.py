@@ -781,19 +781,21 @@ def ratios(rows: list[Row], table: dict | None = None) -> list[tuple[Row, float]
     return out
 
 
-def old_build_table(row: Row) -> dict | None:
+def old_build_table(row: Row, fits: list[dict] | None = None) -> dict | None:
     """The constants a run of an old build (old_run) is timed with: its group's (efficiency_for's choice), with the
     old builds' bandwidth factor and per-pass seconds fitted beside the nearest level whose fit rows held old runs;
-    None for a current build's run, or where no fit row was an old build's."""
+    None for a current build's run, or where no fit row was an old build's. `fits`: fit_all's entries to choose
+    from (a fit in the making: tests/bench/cv_corpus.py's folds); fitted.json's by default."""
     if not old_run(row.raw, row.klass):
         return None
     engine, backend, klass = row.group
-    groups = {(g["engine"], g["backend"], g["card_class"]): g for g in eff_module.fitted().get("groups", ())}
+    entries = eff_module.fitted().get("groups", ()) if fits is None else fits
+    groups = {(g["engine"], g["backend"], g["card_class"]): g for g in entries}
     levels = ((engine, backend, klass), (engine, backend, "*"))
     old = next((groups[k]["old_build"] for k in levels if "old_build" in groups.get(k, {})), None)
     if old is None:
         return None
-    e = efficiency_for(engine, "gpu", backend, klass)
+    e = efficiency_in({k: entry(g) for k, g in groups.items()}, engine, "gpu", backend, klass)
     return {(engine, "gpu"): replace(e, bandwidth=e.bandwidth * old["bandwidth"],
                                      overhead_step_s=e.overhead_step_s + old["overhead_s"])}  # fmt: skip
 
