@@ -779,13 +779,14 @@ def test_the_h200s_attention_at_depth_is_timed_near_what_it_measured():
     """This project's H200 runs (held out): pp512 from an empty cache and at depth 4,096, F16 and Q4_0 weights, flash
     attention on. What the depth added per token is the attention's time alone; the listed-peak share the fit takes
     from GeForce cards made it 6-8x faster than measured, GA102's rate per SM and clock within 1.5x."""
+    from tests.bench.device_llamacpp import SOURCE_ID_PREFIX as DEVICE_SOURCE
     from tests.bench.fit_corpus import load_rows, predicted_tok_s
 
     predict_module = sys.modules["core.speed.predict"]
     rows = {
         (r.raw["weights"], r.raw["depth"] or 0): r for r in load_rows()[0]
         if r.raw["card"] == "H200 141GB SXM" and r.kind == "prefill" and r.raw["n_prompt"] == 512
-        and r.raw["flash_attn"]
+        and r.raw["flash_attn"] and r.raw["source_id"].startswith(DEVICE_SOURCE)
     }  # fmt: skip
     assert len(rows) == 4 and all(r.held_out for r in rows.values())
 
@@ -882,16 +883,18 @@ def test_the_published_pascal_runs_a_fit_never_saw_are_within_a_fifth():
     within a fifth; before the FP32 peak and the dp4a rule kvscope refused to time these cards at all. PR #24127's
     P40 prompts by micro-batch (build 6838c6437, 2026) run faster than the class's fit, which holds PR #7716's P40
     prompts from a June 2024 branch before stream-k MMQ (PR #8018): within 35 % (0.70 at micro-batch 16 of Q4_K_S),
-    their median within a fifth."""
+    their median within a fifth. Every other held-out Pascal run (a GTX 1060 in a virtual machine, 2026) within 35 %."""
     from tests.bench.fit_corpus import load_rows, predicted_tok_s
 
     rows = [r for r in load_rows()[0] if r.klass == "pascal" and r.held_out]
     scoreboard = [r for r in rows if r.raw["source_id"] == "llamacpp-disc-15013-cuda"]
     assert {r.raw["card"] for r in scoreboard} == {"GeForce GTX 1080 Ti 11GB", "TITAN Xp 12GB"} and len(scoreboard) == 8
     assert all(0.8 <= predicted_tok_s(r) / r.raw["tok_s"] <= 1.2 for r in scoreboard)
-    p40 = [predicted_tok_s(r) / r.raw["tok_s"] for r in rows if r not in scoreboard]
-    assert len(p40) == 16 and {r.raw["card"] for r in rows if r not in scoreboard} == {"Tesla P40 24GB"}
+    p40 = [predicted_tok_s(r) / r.raw["tok_s"] for r in rows if r.raw["card"] == "Tesla P40 24GB"]
+    assert len(p40) == 16
     assert all(0.65 <= x <= 1.35 for x in p40) and 0.8 <= statistics.median(p40) <= 1.2
+    others = [r for r in rows if r not in scoreboard and r.raw["card"] != "Tesla P40 24GB"]
+    assert others and all(0.65 <= predicted_tok_s(r) / r.raw["tok_s"] <= 1.35 for r in others)
 
 
 def test_the_dgx_spark_is_a_unified_memory_cuda_card_whose_published_runs_check_blind():
@@ -1532,7 +1535,8 @@ def test_each_gpt_oss_gguf_is_read_as_the_format_its_published_file_size_says():
     the converter writes as they are in every type. kvscope's GGUF of each must be the file llama-bench reported
     (size_bytes), within 1 %: the two differ by 12-14 %, and a swap misplaces the bytes a decode step reads (27 %
     too many per token for gpt-oss-20b's MXFP4 MoE file); an F16 that widened the experts was 3.0× the real file.
-    The F16 files of both models come out to the byte of what llama-bench printed (its size is the tensors' bytes)."""
+    The F16 files of both models come out to the byte of what llama-bench printed (its size is the tensors' bytes).
+    Any other type in the corpus (a mixture a quantiser chose per tensor) within 2 %."""
     sys.path.insert(0, str(ROOT))
     from core.dtypes import dtype_named
     from core.engines.base import sized_tensors
@@ -1544,16 +1548,19 @@ def test_each_gpt_oss_gguf_is_read_as_the_format_its_published_file_size_says():
         for r in corpus_lines()
         if (r.get("model_id") or "").startswith("openai/gpt-oss") and r.get("size_bytes")
     }
-    assert {w for _, w, _ in files} == {"MXFP4 MoE", "F16"} and len({m for m, _, _ in files}) == 2
-    exact = set()
-    for model_id, weights, size in files:
+
+    def size(model_id: str, weights: str) -> int:
         model = model_of(model_id)
         tensors = sized_tensors(count_params(model), kvscope_format(weights), dtype_named(model.dtype).block_bytes)
-        total = sum(b for _, b in tensors)
-        assert abs(total / size - 1) < 0.01, (model_id, weights)
-        if total == size:
-            exact.add((model_id, weights))
+        return sum(b for _, b in tensors)
+
+    ours = {f for f in files if f[1] in ("MXFP4 MoE", "F16")}
+    assert {w for _, w, _ in ours} == {"MXFP4 MoE", "F16"} and len({m for m, _, _ in ours}) == 2
+    assert all(abs(size(m, w) / printed - 1) < 0.01 for m, w, printed in ours)
+    exact = {(m, w) for m, w, printed in ours if size(m, w) == printed}
     assert exact == {("openai/gpt-oss-20b", "F16"), ("openai/gpt-oss-120b", "F16")}
+    # other types: unsloth's dynamic 'UD-Q8_K_XL', printed as Q8_0, keeps a few tensors wider than Q8_0 (1.7 %)
+    assert all(abs(size(m, w) / printed - 1) < 0.02 for m, w, printed in files - ours)
 
 
 def test_old_builds_are_build_numbers_not_commit_hashes():
