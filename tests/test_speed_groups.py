@@ -978,12 +978,16 @@ def test_the_v100s_prompts_dip_at_64_tokens_a_pass_as_llama_cpp_runs_them():
     rising with the tokens it could not, and read the 64-token runs 2.5-3.2x fast. The fit's own formula gives the
     same figures as core.speed.predict. The sweep's runs read 0.8-1.4x (0.71-3.17x before), Q4_0's within 0.85-1.1x
     (the ends at 16 tokens, on the CUDA fill curve the ROCm and RTX 2060 sweeps of 2026-12-07 moved); the slowest to
-    convert, IQ3_XXS (a grid lookup per weight), reads 1.4-1.5x at 64-128 tokens (1.3-1.4x before the pooled fit
-    weighed each machine alike, 2026-12-07)."""
+    convert, IQ3_XXS (a grid lookup per weight), reads 1.45-1.55x at 64-128 tokens (1.3-1.4x before the pooled fit
+    weighed each machine alike, 2026-12-07; 1.4-1.5x before PR #24127's V100 sweep joined the fit, session 65, whose
+    IQ2_XS reads the same 1.5x at 64 tokens)."""
     from core.speed.report import speed_lines
     from tests.bench.fit_corpus import load_rows, predicted_tok_s, start_params, terms
 
-    rows = [r for r in load_rows()[0] if r.raw["card"] == "V100 32GB PCIe"]
+    rows = [
+        r for r in load_rows()[0]
+        if r.raw["card"] == "V100 32GB PCIe" and r.raw["source_id"].startswith("llamacpp-pr-22298")
+    ]  # fmt: skip
     assert len(rows) == 27 and any(terms(r).dequant for r in rows) and not all(terms(r).dequant for r in rows)
     eff = efficiency_for("llama.cpp", "gpu", "cuda", "volta")
     assert 0 < eff.dequant_bandwidth < 1  # fitted: the conversion reaches a share of the bandwidth
@@ -991,7 +995,7 @@ def test_the_v100s_prompts_dip_at_64_tokens_a_pass_as_llama_cpp_runs_them():
         p = start_params(eff) | {f"{r.family}:prefill": eff.family_factor(r.family, True, "")}
         assert math.isclose(terms(r).tok_s(p), predicted_tok_s(r), rel_tol=1e-9)
         assert bool(terms(r).dequant) == (r.raw["n_ubatch"] >= 64)
-    assert all(0.8 <= predicted_tok_s(r) / r.raw["tok_s"] <= 1.5 for r in rows)
+    assert all(0.8 <= predicted_tok_s(r) / r.raw["tok_s"] <= 1.55 for r in rows)
     assert all(0.85 <= predicted_tok_s(r) / r.raw["tok_s"] <= 1.15 for r in rows if r.raw["weights"] == "Q4_0")
     q4 = {r.raw["n_ubatch"]: predicted_tok_s(r) for r in rows if r.raw["weights"] == "Q4_0"}
     assert q4[64] < 0.7 * min(q4[32], q4[128])  # measured: 641 at 64, 1,164 at 32 and 1,173 at 128

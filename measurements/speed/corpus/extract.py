@@ -735,6 +735,77 @@ HAND = [
             ("pp512 @ d32768", 102.76, None, {"n_ubatch": 1, "card": "GeForce RTX 4090 24GB"}),
         ],
     ),
+    # the same PR's V100 table (its own header in the excerpt: GPU | Model | Microbatch size | Test | t/s master |
+    # t/s 277014f50 | Speedup), read from the search index's excerpt of turn 0; the ub 512 row is cut there
+    dict(
+        slug="llamacpp-pr-17505-mma-fa",
+        url="https://github.com/ggml-org/llama.cpp/pull/17505",
+        backend="cuda",
+        card="V100 32GB PCIe",
+        model="deepseek2 16B Q4_0",
+        model_id="deepseek-ai/DeepSeek-V2-Lite",
+        ngl=99,
+        flash_attn=True,
+        notes="PR column (277014f50) of the V100-PCIE-32GB compare table (GPU | Model | Microbatch size | Test | "
+        "t/s master | t/s 277014f50 | Speedup); prefill of 512 tokens on a 32768-token cache; n_ubatch = the table's "
+        "microbatch size; 'deepseek2 16B' read as DeepSeek-V2-Lite as elsewhere in the corpus; size and params not "
+        "printed; read from the search index's excerpt of the thread (turn 0), which ends inside the ub 512 row "
+        "(not taken)",
+        rows=ubatch_sweep(
+            "pp512 @ d32768",
+            [
+                (1, 89.23),
+                (2, 86.50),
+                (4, 134.50),
+                (8, 204.43),
+                (16, 274.82),
+                (32, 340.50),
+                (64, 312.07),
+                (128, 371.18),
+                (256, 408.51),
+            ],
+        ),
+    ),
+    # PR #24127's V100 rows (its P40 and RX 6800 rows are files kept as written, not rebuilt here): the excerpts
+    # start below the table's header; their column layout is that of the same turn's P40 and RTX 5090 rows
+    dict(
+        slug="llamacpp-pr-24127-mmq-kernel-config-v100",
+        url="https://github.com/ggml-org/llama.cpp/pull/24127",
+        backend="cuda",
+        card="V100 32GB PCIe",
+        model="llama 8B Q5_0",
+        model_id="meta-llama/Llama-3.1-8B-Instruct",
+        build="6838c6437",
+        ngl=99,
+        notes="PR #24127 (merged): PR column (t/s 6838c6437) of JohannesGaessler's compare table (GPU | Model | "
+        "Microbatch size | Test | t/s dc71236b6 | t/s 6838c6437 | Speedup; a refactor, speedup 1.00 but IQ4_XS at "
+        "ub 512, 0.94) at turn 1, its 'V100-PCIE-32GB' rows (the excerpts start below the header: columns as the same "
+        "table's P40 rows, llamacpp-pr-24127-mmq-kernel-config, whose layout they share); n_ubatch = the table's "
+        "microbatch size; FA and n_batch not printed; 'llama 8B' read as Llama 3/3.1 8B (same shapes); size and "
+        "params not printed; read from three of the search index's excerpts of the thread (IQ2_S to IQ2_XXS, IQ4_NL "
+        "to IQ4_XS, Q5_0 to Q5_1), which show only part of the table: rows cut by an excerpt's end not taken",
+        rows=[
+            *ubatch_sweep("pp512", [(256, 1580.72), (512, 2463.23)], model="llama 8B IQ2_S - 2.5 bpw"),
+            *ubatch_sweep(
+                "pp512",
+                [(16, 647.40), (32, 992.33), (64, 484.88), (128, 906.31), (256, 1647.17), (512, 2555.80)],
+                model="llama 8B IQ2_XS - 2.3125 bpw",
+            ),
+            *ubatch_sweep("pp512", [(16, 703.24)], model="llama 8B IQ2_XXS - 2.0625 bpw"),
+            *ubatch_sweep("pp512", [(128, 1182.79), (256, 2087.94), (512, 2944.20)], model="llama 8B IQ4_NL - 4.5 bpw"),
+            *ubatch_sweep(
+                "pp512",
+                [(16, 747.71), (32, 1111.41), (64, 643.94), (128, 1176.64), (256, 2030.15), (512, 2787.97)],
+                model="llama 8B IQ4_XS - 4.25 bpw",
+            ),
+            *ubatch_sweep("pp512", [(64, 824.35), (128, 1472.49), (256, 2421.77), (512, 3326.19)]),
+            *ubatch_sweep(
+                "pp512",
+                [(16, 719.50), (32, 1063.43), (64, 822.75), (128, 1464.05), (256, 2412.41)],
+                model="llama 8B Q5_1",
+            ),
+        ],
+    ),
     dict(
         slug="llamacpp-pr-4766-backend-sched",
         url="https://github.com/ggml-org/llama.cpp/pull/4766",
