@@ -1558,13 +1558,13 @@ def test_each_gpt_oss_gguf_is_read_as_the_format_its_published_file_size_says():
         tensors = sized_tensors(count_params(model), kvscope_format(weights), dtype_named(model.dtype).block_bytes)
         return sum(b for _, b in tensors)
 
+    sized = {(m, w, printed): size(m, w) for m, w, printed in files}
     ours = {f for f in files if f[1] in ("MXFP4 MoE", "F16")}
     assert {w for _, w, _ in ours} == {"MXFP4 MoE", "F16"} and len({m for m, _, _ in ours}) == 2
-    assert all(abs(size(m, w) / printed - 1) < 0.01 for m, w, printed in ours)
-    exact = {(m, w) for m, w, printed in ours if size(m, w) == printed}
-    assert exact == {("openai/gpt-oss-20b", "F16"), ("openai/gpt-oss-120b", "F16")}
+    assert all(abs(sized[f] / f[2] - 1) < 0.01 for f in ours)
+    assert {f[:2] for f in ours if sized[f] == f[2]} == {("openai/gpt-oss-20b", "F16"), ("openai/gpt-oss-120b", "F16")}
     # other types: unsloth's dynamic 'UD-Q8_K_XL', printed as Q8_0, keeps a few tensors wider than Q8_0 (1.7 %)
-    assert all(abs(size(m, w) / printed - 1) < 0.02 for m, w, printed in files - ours)
+    assert all(abs(sized[f] / f[2] - 1) < 0.02 for f in files - ours)
 
 
 def test_old_builds_are_build_numbers_not_commit_hashes():

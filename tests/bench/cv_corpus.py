@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from core.speed.efficiency import efficiency_in, entry
+from core.speed.groups import error_stats
 from tests.bench import fit_corpus as fc
 
 FOLDS = 5
@@ -31,28 +32,23 @@ def fold_of(unit: tuple[str, str]) -> int:
 
 
 def cross_validate(rows: list[fc.Row]) -> list[tuple[fc.Row, float]]:
-    """predicted ÷ measured of every llama.cpp fit row, each from a fit without its fold's machines."""
+    """predicted ÷ measured of every llama.cpp fit row, each from a fit without its fold's machines (left out of the
+    rows fit_all sees, as fit_corpus.cross_checked leaves out a lab's)."""
     mine = [r for r in rows if not r.held_out and r.setup.engine.name == "llama.cpp"]
-    held_out = fc.held_out
     out = []
-    try:
-        for k in range(FOLDS):
-            fold = {r.unit for r in mine if fold_of(r.unit) == k}
-            # Row.held_out asks the module's held_out: the fold's machines join the held-out runs for this fit
-            fc.held_out = lambda source, card, fold=fold: held_out(source, card) or (fc.lab(source), card) in fold
-            fits = fc.fit_all(rows)
-            groups = {(e["engine"], e["backend"], e["card_class"]): entry(e) for e in fits}
-            for r in (r for r in mine if r.unit in fold):
-                engine, backend, klass = r.group
-                table = fc.old_build_table(r, fits) or {
-                    (engine, "gpu"): efficiency_in(groups, engine, "gpu", backend, klass)
-                }
-                try:
-                    out.append((r, fc.predicted_tok_s(r, table) / r.raw["tok_s"]))
-                except fc.InputError:
-                    continue
-    finally:
-        fc.held_out = held_out
+    for k in range(FOLDS):
+        fold = {r.unit for r in mine if fold_of(r.unit) == k}
+        fits = fc.fit_all([r for r in rows if r.unit not in fold])
+        groups = {(e["engine"], e["backend"], e["card_class"]): entry(e) for e in fits}
+        for r in (r for r in mine if r.unit in fold):
+            engine, backend, klass = r.group
+            table = fc.old_build_table(r, fits) or {
+                (engine, "gpu"): efficiency_in(groups, engine, "gpu", backend, klass)
+            }
+            try:
+                out.append((r, fc.predicted_tok_s(r, table) / r.raw["tok_s"]))
+            except fc.InputError:
+                continue
     return out
 
 
@@ -60,8 +56,7 @@ def main() -> None:
     results = cross_validate(fc.load_rows()[0])
     for kind in ("decode", "prefill"):
         qs = [q for r, q in results if r.kind == kind]
-        within = sum(0.8 <= q <= 1.2 for q in qs) / len(qs)
-        median = statistics.median(abs(q - 1) for q in qs)
+        median, within, _ = error_stats(qs)
         log = statistics.mean(abs(math.log(q)) for q in qs)
         print(f"{kind}: {len(qs)} runs, {within:.1%} within ±20 %, median |error| {median:.1%}, mean |log| {log:.3f}")
     groups: dict[tuple[str, str], list[float]] = {}
@@ -69,8 +64,7 @@ def main() -> None:
         if r.kind == "decode":
             groups.setdefault((r.backend, r.klass), []).append(q)
     for (backend, klass), qs in sorted(groups.items()):
-        within = sum(0.8 <= q <= 1.2 for q in qs) / len(qs)
-        print(f"  decode {backend} {klass}: {len(qs)} runs, {within:.0%} within ±20 %")
+        print(f"  decode {backend} {klass}: {len(qs)} runs, {error_stats(qs)[1]:.0%} within ±20 %")
 
 
 if __name__ == "__main__":

@@ -795,7 +795,7 @@ def old_build_table(row: Row, fits: list[dict] | None = None) -> dict | None:
     old = next((groups[k]["old_build"] for k in levels if "old_build" in groups.get(k, {})), None)
     if old is None:
         return None
-    e = efficiency_in({k: entry(g) for k, g in groups.items()}, engine, "gpu", backend, klass)
+    e = efficiency_in({k: entry(groups[k]) for k in levels if k in groups}, engine, "gpu", backend, klass)
     return {(engine, "gpu"): replace(e, bandwidth=e.bandwidth * old["bandwidth"],
                                      overhead_step_s=e.overhead_step_s + old["overhead_s"])}  # fmt: skip
 
