@@ -61,6 +61,7 @@ ENGINES = {"llama.cpp", "vllm", "mlx", "ollama"}
 BACKENDS = {"cuda", "rocm", "vulkan", "metal", "cpu", "sycl"}
 URL = re.compile(r"^https://[\w.-]+\.[a-z]{2,}/\S+$")
 # llama-bench's test names: pp512, tg128, pp512 @ d4096 (a source's own label may follow in parentheses)
+BATCHED_BENCH = "llama-batched-bench"  # in a test name: its decode of several sequences at once (`concurrency`)
 TEST = re.compile(r"^(pp(?P<p>\d+)|tg(?P<g>\d+))( @ d(?P<d>\d+))?( \(.+\))?$")
 
 
@@ -146,8 +147,10 @@ def test_values_are_physical():
         assert row["tok_s_std"] is None or 0 <= row["tok_s_std"] < row["tok_s"], where
         assert row["n_devices"] >= 1 and row["concurrency"] >= 1 and row["depth"] >= 0, where
         assert row["size_bytes"] is None or row["size_bytes"] > 10**8, where
-        if row["engine"] == "llama.cpp":
+        if row["engine"] == "llama.cpp" and BATCHED_BENCH not in row["test"]:
             assert row["concurrency"] == 1, f"{where}: llama-bench runs one sequence"
+        if BATCHED_BENCH in row["test"]:  # llama-batched-bench's decode of `concurrency` sequences, tok_s per sequence
+            assert row["engine"] == "llama.cpp" and row["kind"] == "decode", where
 
 
 def test_sources_are_urls():

@@ -247,6 +247,24 @@ SYCL_FP32_GEMM_WHY = (
 )
 
 
+def vulkan_bf16_scalar(card: Card, backend: str, fmt: str) -> bool:
+    """Whether llama.cpp's Vulkan backend widens this card's BF16 weights to FP32 for its plain shaders
+    (VULKAN_BF16_SCALAR_SHARE)."""
+    return (
+        backend == "vulkan" and fmt.removeprefix("gguf_") == "bf16" and vendor_of(card) == "AMD"
+        and card_class(card, backend) in ("coopmat", "apu") and not _RDNA4.search(card.name)
+        and "Instinct" not in card.name
+    )  # fmt: skip
+
+
+def vulkan_whole_tiles(card: Card, backend: str, fmt: str) -> bool:
+    """Whether ggml-vulkan's tiled matmul computes every column of a routed expert's tile however few tokens it holds:
+    its plain shaders do (no cooperative-matrix path on the card, or BF16 widened to FP32); its cooperative-matrix
+    shaders skip the loads and the matrix work of a tile's missing tokens (PR #25483, merged July 2026)."""
+    plain = card_class(card, backend) in ("no-coopmat", "no-coopmat-intel")
+    return backend == "vulkan" and (plain or vulkan_bf16_scalar(card, backend, fmt))
+
+
 def matmul_peak(card: Card, backend: str, fmt: str, tokens: int = 1) -> MatmulPeak:
     """llama.cpp's matmul peak on a card for a pass of `tokens` tokens: the listed one, except quantised weights on
     CUDA on Hopper (HOPPER_MMA_SYNC_SHARE), BF16 on Vulkan on AMD's RDNA3/3.5 (VULKAN_BF16_SCALAR_SHARE), quantised
@@ -300,12 +318,7 @@ def matmul_peak(card: Card, backend: str, fmt: str, tokens: int = 1) -> MatmulPe
                 "llama.cpp's Vulkan backend multiplies this format with its FP16 shaders on this card's vector ALUs "
                 "(no cooperative-matrix path to its matrix engine): 2 multiply-adds per FP32 lane and clock",
             )
-    scalar = (
-        backend == "vulkan" and fmt.removeprefix("gguf_") == "bf16" and vendor_of(card) == "AMD"
-        and card_class(card, backend) in ("coopmat", "apu") and not _RDNA4.search(card.name)
-        and "Instinct" not in card.name
-    )  # fmt: skip
-    if not scalar:
+    if not vulkan_bf16_scalar(card, backend, fmt):
         return MatmulPeak()
     return MatmulPeak(
         VULKAN_BF16_SCALAR_SHARE,
@@ -324,6 +337,16 @@ MATVEC_MAX_TOKENS = 8
 # dense mul_mat takes the mat-vec shaders for BF16 too.
 VULKAN_MMV_ID_MAX_TOKENS = 8
 TILED_EXPERTS = "tiled-experts"  # the kernel path's name in fitted.json's errors (error_bar)
+# the columns of the tile ggml-vulkan's tiled matmul gives an expert with few tokens (matmul_id_tile_selector: the
+# small tile for up to its width; ggml-vulkan.cpp of llama-cpp-python 0.3.36's vendored llama.cpp): 32 on cards
+# without NV_coopmat2 (s_wg_denoms), 64 with it (s_mmqid_wg_denoms)
+VULKAN_EXPERT_TILE = {"coopmat2": 64}
+VULKAN_EXPERT_TILE_DEFAULT = 32
+
+
+def vulkan_expert_tile(klass: str) -> int:
+    """The columns of ggml-vulkan's small tile for routed experts on a card of this class."""
+    return VULKAN_EXPERT_TILE.get(klass, VULKAN_EXPERT_TILE_DEFAULT)
 
 
 def tiled_experts(backend: str, fmt: str, tokens: int) -> str:

@@ -46,9 +46,11 @@ from core.speed.groups import (
     mmq_traffic_bytes,
     op_offload,
     tiled_experts,
+    vulkan_expert_tile,
+    vulkan_whole_tiles,
 )
 from core.speed.ram import ISA_NAMES
-from core.speed.work import PassWork, Weights, decode_work, prefill_work
+from core.speed.work import PassWork, Weights, decode_work, experts_touched, prefill_work
 
 FP8_FORMATS = frozenset({"fp8", "fp8_block"})
 # Without flash attention llama.cpp stores the scores: KQ in F32 written by the mul_mat and read by soft_max, the
@@ -149,10 +151,25 @@ class DevicePart:
     copy_bytes: float = 0.0
     copy_s: float = 0.0
     copy_note: str = ""
+    # a decode step's routed experts through ggml-vulkan's tiled matmul: columns computed per token routed
+    # (tiled_columns), 0 where they take the mat-vec kernels or the pass is a prompt's
+    expert_padding: float = 0.0
+    whole_tiles: bool = False  # those tiles computed whole, at a prompt tile's rate (groups.vulkan_whole_tiles)
 
     @property
     def tile_note(self) -> str:
-        """A prompt's routed experts padded to the pass's MMQ tile (groups.expert_columns), if they are."""
+        """A pass's routed experts padded to a tile (groups.expert_columns, tiled_columns), if they are."""
+        if self.expert_padding:
+            rate = (
+                "at the rate a prompt's full tile runs (its plain shaders compute every column of a tile)"
+                if self.whole_tiles
+                else "at the prompt GEMMs' full rate (its cooperative-matrix shaders skip a tile's missing tokens)"
+            )
+            return (
+                f"each routed expert this step touches gets about {self.routed_tokens} of its "
+                f"{self.pass_tokens} tokens and runs them as {self.expert_columns} columns, ggml-vulkan's small tile "
+                f"({self.expert_padding:.3g} columns computed per token routed), {rate}"
+            )
         if self.expert_columns <= self.routed_tokens:
             return ""
         return (
@@ -500,6 +517,8 @@ def _part(
     routed = max(1, pass_tokens * top_k // n_experts)
     llama_prompt = llama_gpu and prefill
     columns = expert_columns(backend, fmt, pass_tokens, routed) if llama_prompt and experts else routed
+    padding = 0.0  # tiled_columns' padding, where a decode step's experts take the tiled matmul
+    whole_tiles = bool(tiled) and vulkan_whole_tiles(setup.card, backend, fmt)
     cal = kernel_calibration(setup, hw, device)
     measured = cal.rate(fmt, prefill, hw.threads) if cal else None
     family_note = ""
@@ -517,8 +536,12 @@ def _part(
         # (tokens × top-k ÷ experts: llama.cpp's mul_mat_id groups the batch by expert)
         mm_rate = base * fill(eff, pass_tokens) if prefill else base
         expert_rate = base * fill(eff, routed, experts=True, columns=columns) if prefill else base
-        if tiled and experts:  # a decode step's experts through the prompt's tiled matmul, as a prefill times it
-            expert_rate = peak * eff.prefill_compute * eff.family_factor(family, True, "") * fill(eff, routed, True)
+        if tiled and experts:  # a decode step's experts through the prompt's tiled matmul, each padded to its tile
+            routed, columns, padding = tiled_columns(setup, hw, pass_tokens, n_experts, top_k)
+            tile_rate = peak * eff.prefill_compute * eff.family_factor(family, True, "")
+            if whole_tiles:  # a padded tile costs what a prompt's full one does
+                tile_rate *= fill(eff, columns, experts=True)
+            expert_rate = tile_rate / padding
     head_dim = attention_head_dim(setup) if cal else 0  # what the calibrated rates are looked up by
     calibrated = cal.attention_rate(prefill, head_dim) if cal else None
     # a CPU's decode step streams the cache at this host's measured rate, else at its ISA's fitted one, where either
@@ -548,6 +571,7 @@ def _part(
         ram_note(hw) if device == "cpu" else "", routed, columns, pass_tokens, tile_bytes,
         tile_bytes * eff.tile_traffic / rate, dequant_bytes, dequant_bytes / (rate * eff.dequant_bandwidth), dequant,
         copy_bytes, copy_bytes / (hw.pcie_gb_s * 1e9), op_offload(backend, pass_tokens) if copy_bytes else "",
+        expert_padding=padding, whole_tiles=whole_tiles,
     )  # fmt: skip
 
 
@@ -570,6 +594,21 @@ def kernel_peaks(setup: Setup, hw: Hardware, fmt: str, prefill: bool, tokens: in
     backend = backend_of(setup, hw)
     attention = flash_attention_peak(setup.card, backend, prefill, flash_attn(setup))
     return matmul_peak(setup.card, backend, fmt, tokens), attention
+
+
+def tiled_columns(setup: Setup, hw: Hardware, tokens: int, n_experts: int, top_k: int) -> tuple[int, int, float]:
+    """How a decode pass of `tokens` sequences runs its routed experts through ggml-vulkan's tiled matmul: (the
+    tokens each expert it touches gets, rounded; the columns that expert's GEMM computes, its tokens padded to the
+    small tile, groups.vulkan_expert_tile; the columns computed per token routed). Where its cooperative-matrix
+    shaders run them, at the prompt GEMMs' full rate, without the fill curve: they skip a tile's missing tokens, and
+    the curve is fitted on prompt passes of hundreds of tokens, in which each workgroup of mul_mat_id also walks the
+    pass's tokens × top-k expert ids to find its rows (load_row_ids, mul_mm_id_funcs.glsl). Where its plain shaders
+    do (groups.vulkan_whole_tiles), a padded tile costs what a prompt's full one does: the curve at the tile."""
+    tile = vulkan_expert_tile(card_class(setup.card, backend_of(setup, hw)))
+    touched = experts_touched(n_experts, top_k, tokens)
+    per_expert = tokens * top_k / touched
+    columns = tile * math.ceil(per_expert / tile)
+    return max(1, round(per_expert)), columns, columns / per_expert
 
 
 def expert_kernel(setup: Setup, hw: Hardware, fmt: str, tokens: int) -> str:

@@ -136,6 +136,10 @@ VULKAN_DP4A_BUILD = 4500
 EARLY_2024_SOURCES = frozenset(
     {"llamacpp-pr-4766-backend-sched", "llamacpp-pr-4766-backend-sched-jg", "llamacpp-pr-6017-pipeline-parallelism"}
 )
+# sources that print a commit but no build number and date from the second half of 2026, long after
+# APU_CURRENT_BUILD: issue #25356 (2026-07, master 20a04b2, after the b9293 it also names) and PR #27332 (2026-08,
+# its parent ed1c3a20f)
+LATE_2026_SOURCES = frozenset({"llamacpp-issue-25356-vulkan-batched-moe", "llamacpp-pr-27332-vulkan-mmv-id"})
 # the fields a run must share with another to count as the same test on the same machine (superseded)
 SAME_TEST = ("source_id", "card", "backend", "kind", "model", "weights", "n_prompt", "n_gen", "n_ubatch", "flash_attn")
 FLOORS = {
@@ -223,7 +227,8 @@ class Row:
 
     @property
     def batch(self) -> int:
-        """Sequences per decode step: a vLLM run's batch or concurrency (corpus `concurrency`), else 1."""
+        """Sequences per decode step: a vLLM run's batch or concurrency, or llama-batched-bench's (corpus
+        `concurrency`), else 1."""
         return self.raw.get("concurrency") or 1
 
     @property
@@ -266,7 +271,11 @@ def to_row(r: dict) -> Row:
     card = timed_card(r)
     backend = r["backend"]
     klass = card_class(card, backend)
-    if klass == "apu" and (build_number(r.get("build")) or 0) < APU_CURRENT_BUILD:
+    if (
+        klass == "apu"
+        and r["source_id"] not in LATE_2026_SOURCES
+        and (build_number(r.get("build")) or 0) < APU_CURRENT_BUILD
+    ):
         raise InputError(f"an APU run from before b{APU_CURRENT_BUILD} (superseded)")
     fmt = kvscope_format(r["weights"])
     if cublas_prefill(r, klass, format_family(fmt)):
@@ -288,13 +297,13 @@ def to_row(r: dict) -> Row:
 
 
 def common_checks(r: dict) -> None:
-    """What every engine's run needs before kvscope can time it: one sequence, but for vLLM's decodes (a step of
-    `concurrency` sequences, as predict's batch)."""
+    """What every engine's run needs before kvscope can time it: one sequence, but for decodes (vLLM's, and
+    llama-batched-bench's: a step of `concurrency` sequences, as predict's batch)."""
     if r["backend"] == "cpu":
         raise InputError("a CPU run (tests/bench/fit_cpu.py fits those)")
     if not r.get("model_id"):
         raise InputError("no model_id")
-    if r.get("concurrency", 1) != 1 and (r["engine"], r["kind"]) != ("vllm", "decode"):
+    if r.get("concurrency", 1) != 1 and r["kind"] != "decode":
         raise InputError("concurrency > 1")
     if "SUSPECT" in (r.get("notes") or ""):  # the corpus' own flag: a figure its source contradicts
         raise InputError("flagged SUSPECT in the corpus")
@@ -438,13 +447,16 @@ class Terms:
     measured: float
     pass_tokens: int
     reach: int  # the context the run ends at (core.speed.fit_corpus.reach)
-    experts: float = 0.0  # the routed experts' share of `matmul` (unit seconds)
+    experts: float = 0.0  # the routed experts' share of `matmul` (unit seconds; padded to their tiles, if they are)
     routed_tokens: int = 1  # tokens each expert sees per pass (pass tokens × top-k ÷ experts)
     old: bool = False  # a build before OLD_BUILD
     expert_weights: float = 0.0  # the routed experts' share of `weights` (unit seconds)
     weight: float = 1.0  # the row's share of the loss (pooled over backends: 1 ÷ its backend's rows)
     recurrent: int = 0  # layers updating their state by a chain of kernels (core.speed.predict.chained_layers)
-    tiled: bool = False  # a decode step's routed experts run the tiled matmul (core.speed.groups.tiled_experts)
+    # a decode step's routed experts run the tiled matmul (core.speed.groups.tiled_experts): the columns it computes
+    # per token routed (core.speed.predict.tiled_columns); 0 where they take the mat-vec kernels
+    padding: float = 0.0
+    whole_tiles: bool = False  # those tiles at a prompt tile's rate (core.speed.groups.vulkan_whole_tiles)
     moe: int = 0  # layers with routed experts (core.speed.predict.Timing.moe)
     expert_columns: int = 1  # the columns each expert's prompt GEMM computes (core.speed.groups.expert_columns)
     tiles: float = 0.0  # a prompt's MMQ tile traffic with no reuse (core.speed.groups.mmq_traffic_bytes; unit seconds)
@@ -468,10 +480,13 @@ class Terms:
         half = p["prefill_half_tokens"]
         if self.prefill:  # core.speed.predict.fill: n ÷ (n + half) per pass, per expert for routed experts
             dense *= (self.pass_tokens + half) / self.pass_tokens
-        if self.prefill or self.tiled:
+        if self.prefill or self.padding:
+            expert_rate = p["prefill_compute"] * p.get(f"{self.family}:prefill", 1.0)
+        if self.whole_tiles:  # tiles padded at a prompt tile's rate (core.speed.predict.tiled_columns): the fill at it
+            experts *= (self.expert_columns + (p.get("expert_half_tokens") or half)) / self.expert_columns
+        elif self.prefill:
             expert_half = p.get("expert_half_tokens") or half
             experts *= (max(self.routed_tokens, self.expert_columns) + expert_half) / self.routed_tokens
-            expert_rate = p["prefill_compute"] * p.get(f"{self.family}:prefill", 1.0)
         attn = p[f"{pre}_attention"] * (1.0 if self.flash else p["flash_off"])
         bandwidth = self.bandwidth(p)
         read = (self.weights - self.expert_weights + self.expert_weights / p["expert_bandwidth"]) / bandwidth
@@ -494,9 +509,11 @@ def terms(row: Row) -> Terms:
         sum(p.weights_s for p in t.parts), sum(p.matmul_s for p in t.parts), sum(p.cache_s for p in t.parts),
         sum(p.attention_s for p in t.parts), passes, row.kind == "prefill", flash_attn(row.setup),
         row.family, tokens, r["tok_s"], math.ceil(tokens / passes), reach(r),
-        sum(p.expert_flops / (p.peak_gflops * 1e9) for p in t.parts), experts.routed_tokens, old_run(r, row.klass),
+        sum(p.expert_flops * (p.expert_padding or 1.0) / (p.peak_gflops * 1e9) for p in t.parts), experts.routed_tokens,
+        old_run(r, row.klass),
         sum(p.expert_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts), recurrent=chained_layers(row.setup),
-        tiled=any(p.expert_note for p in t.parts), moe=t.moe, expert_columns=experts.expert_columns,
+        padding=max(p.expert_padding for p in t.parts), whole_tiles=any(p.whole_tiles for p in t.parts), moe=t.moe,
+        expert_columns=experts.expert_columns,
         tiles=sum(p.tile_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts),
         dequant=sum(p.dequant_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts), hops=t.hops, fixed=t.all_reduce_s,
     )  # fmt: skip
@@ -605,7 +622,7 @@ def fit_keys(rows: list[Terms], pooled: bool = False) -> list[str]:
         keys.remove("expert_bandwidth")
         keys.remove("overhead_moe_s")
         keys.remove("expert_half_tokens")
-    elif not any(t.moe and (t.prefill or t.tiled) for t in rows):  # only MoE prompts show their experts' fill
+    elif not any(t.moe and t.prefill for t in rows):  # only MoE prompts show their experts' fill
         keys.remove("expert_half_tokens")
     if not any(t.recurrent for t in rows):  # only models with such layers show their kernels' overhead
         keys.remove("overhead_recurrent_s")
