@@ -60,8 +60,8 @@ OPTIONAL_FIELDS = {"eager": bool, "driver": str, "sbc_host": bool}
 ENGINES = {"llama.cpp", "vllm", "mlx", "ollama"}
 BACKENDS = {"cuda", "rocm", "vulkan", "metal", "cpu", "sycl"}
 URL = re.compile(r"^https://[\w.-]+\.[a-z]{2,}/\S+$")
-# llama-bench's test names: pp512, tg128, pp512 @ d4096 (a source's own label may follow in parentheses)
 BATCHED_BENCH = "llama-batched-bench"  # in a test name: its decode of several sequences at once (`concurrency`)
+# llama-bench's test names: pp512, tg128, pp512 @ d4096 (a source's own label may follow in parentheses)
 TEST = re.compile(r"^(pp(?P<p>\d+)|tg(?P<g>\d+))( @ d(?P<d>\d+))?( \(.+\))?$")
 
 

@@ -1102,6 +1102,30 @@ def test_the_tiled_expert_rule_brings_the_published_vulkan_bf16_moe_decodes_clos
 STRIX = "AMD Ryzen AI Max+ 395 (Strix Halo, Radeon 8060S) 128GB"
 
 
+@pytest.mark.parametrize(
+    ("card", "tokens", "tile"),
+    [
+        ("Radeon RX 7900 XTX 24GB", 9, 32),  # KHR_coopmat: s_wg_denoms 32 x 32
+        ("Radeon RX 7900 XTX 24GB", 16, 32),
+        ("Radeon RX 7900 XTX 24GB", 512, 32),  # 32 tokens an expert still fill one small tile
+        ("GeForce RTX 4090 24GB", 9, 64),  # NV_coopmat2: s_mmqid_wg_denoms' 64 columns
+        ("Radeon RX 7900 XTX 24GB", 1024, 32),  # 64 tokens an expert: two tiles
+    ],
+)
+def test_a_tiled_decode_pads_each_touched_experts_tokens_to_the_small_tile(card, tokens, tile):
+    """Qwen3-30B-A3B (128 experts, top 8) on Vulkan: a pass of n sequences touches 128 x (1 - (120/128)^n) experts
+    on average, each with the rest of the n x 8 routings, computed as whole tiles of the small tile's columns."""
+    from core.speed.predict import tiled_columns
+
+    setup = Setup(load_model("Qwen/Qwen3-30B-A3B"), configured("llama.cpp"), card_named(card), weights="q4_k_m")
+    touched = 128 * (1 - (120 / 128) ** tokens)
+    per_expert = tokens * 8 / touched
+    columns = tile * math.ceil(per_expert / tile)
+    routed, got_columns, padding = tiled_columns(setup, Hardware(50.0, 8, backend="vulkan"), tokens, 128, 8)
+    assert (routed, got_columns) == (max(1, round(per_expert)), columns)
+    assert math.isclose(padding, columns / per_expert, rel_tol=1e-12) and padding >= 1
+
+
 def test_batched_vulkan_moe_decodes_past_eight_sequences_follow_the_published_cliff():
     """PR #27332's parent build (an unmodified master of August 2026) on a Strix Halo's Vulkan backend: Qwen3-30B-A3B
     Q4_K_M decoded 219 t/s over 8 sequences and 131 over 9, where llama.cpp leaves its mat-vec shaders for the tiled

@@ -518,7 +518,7 @@ def _part(
     llama_prompt = llama_gpu and prefill
     columns = expert_columns(backend, fmt, pass_tokens, routed) if llama_prompt and experts else routed
     padding = 0.0  # tiled_columns' padding, where a decode step's experts take the tiled matmul
-    whole_tiles = bool(tiled) and vulkan_whole_tiles(setup.card, backend, fmt)
+    whole_tiles = bool(tiled and experts) and vulkan_whole_tiles(setup.card, backend, fmt)
     cal = kernel_calibration(setup, hw, device)
     measured = cal.rate(fmt, prefill, hw.threads) if cal else None
     family_note = ""

@@ -247,8 +247,7 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
             + (f"; the matmul rate has the {p.family_note}" if p.family_note and p.matmul_flops else "")
             + (f"; the attention's peak is below the card's listed one: {p.attention_note}" if p.attention_note else "")
             + (
-                f"; the routed experts' matmuls run at the prompt's GEMM rate for the tokens each expert gets: "
-                f"{p.expert_note}"
+                f"; the routed experts' matmuls run as the prompt's tiled GEMM: {p.expert_note}"
                 if p.expert_note
                 else ""
             )
