@@ -33,7 +33,10 @@ def test_every_vllm_run_is_taken_and_fitted_but_the_eager_decodes():
     assert SKIPPED["vLLM decode with --enforce-eager (no CUDA graphs, unlike the default)"] == len(eager_decodes)
     assert not any(r.held_out for r in VLLM)
     assert [r.kind for r in VLLM if r.raw.get("eager")] == ["prefill"]
-    assert any(r.batch > 1 for r in VLLM) and all(r.batch == 1 for r in ROWS if r.setup.engine.name != "vllm")
+    assert any(r.batch > 1 for r in VLLM) and all(r.batch == 1 for r in ROWS if r.kind == "prefill")
+    # beside vLLM's, only llama-batched-bench's decodes run several sequences
+    others = [r for r in ROWS if r.setup.engine.name != "vllm" and r.batch > 1]
+    assert others and all("llama-batched-bench" in r.raw["test"] for r in others)
 
 
 def test_the_eager_field_not_the_notes_drops_a_decode():
@@ -45,11 +48,14 @@ def test_the_eager_field_not_the_notes_drops_a_decode():
     assert fit_corpus.to_row(decode | {"notes": decode["notes"] + "; served without --enforce-eager"}).kind == "decode"
 
 
-def test_only_a_vllm_decode_may_run_several_sequences():
-    """A step of several sequences is predict's batch; llama-bench's runs and any prompt are one sequence."""
-    line = next(r for r in fit_corpus.corpus_lines() if r["engine"] == "llama.cpp" and r.get("model_id"))
+def test_only_a_decode_may_run_several_sequences():
+    """A step of several sequences is predict's batch (vLLM's decodes, llama-batched-bench's); any prompt is one
+    sequence."""
+    lines = [r for r in fit_corpus.corpus_lines() if r["engine"] == "llama.cpp" and r.get("model_id")]
     with pytest.raises(InputError, match="concurrency"):
-        fit_corpus.to_row(line | {"concurrency": 4})
+        fit_corpus.to_row(next(r for r in lines if r["kind"] == "prefill") | {"concurrency": 4})
+    llama_decode = next(r for r in lines if r["kind"] == "decode" and r["backend"] == "cuda")
+    assert fit_corpus.to_row(llama_decode | {"concurrency": 4}).batch == 4
     vllm = next(r for r in LINES if r["kind"] == "decode" and not r.get("eager"))
     assert fit_corpus.to_row(vllm | {"concurrency": 4}).batch == 4
     with pytest.raises(InputError, match="concurrency"):
