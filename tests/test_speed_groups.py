@@ -1117,11 +1117,10 @@ def test_a_tiled_decode_pads_each_touched_experts_tokens_to_the_small_tile(card,
     on average, each with the rest of the n x 8 routings, computed as whole tiles of the small tile's columns."""
     from core.speed.predict import tiled_columns
 
-    setup = Setup(load_model("Qwen/Qwen3-30B-A3B"), configured("llama.cpp"), card_named(card), weights="q4_k_m")
     touched = 128 * (1 - (120 / 128) ** tokens)
     per_expert = tokens * 8 / touched
     columns = tile * math.ceil(per_expert / tile)
-    routed, got_columns, padding = tiled_columns(setup, Hardware(50.0, 8, backend="vulkan"), tokens, 128, 8)
+    routed, got_columns, padding = tiled_columns(card_named(card), "vulkan", tokens, 128, 8)
     assert (routed, got_columns) == (max(1, round(per_expert)), columns)
     assert math.isclose(padding, columns / per_expert, rel_tol=1e-12) and padding >= 1
 

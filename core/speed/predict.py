@@ -17,6 +17,7 @@ from core.engines.llamacpp import LlamaCppEngine, Offload
 from core.engines.vllm_engine import NEEDS_CC, ON_APPLE, VllmEngine
 from core.errors import InputError
 from core.fit import Setup, setup_format
+from core.memory.gpus import Card
 from core.memory.quant import STORED_FTYPE, format_named
 from core.model.layers import FullAttention
 from core.model.params import count_params
@@ -537,7 +538,7 @@ def _part(
         mm_rate = base * fill(eff, pass_tokens) if prefill else base
         expert_rate = base * fill(eff, routed, experts=True, columns=columns) if prefill else base
         if tiled and experts:  # a decode step's experts through the prompt's tiled matmul, each padded to its tile
-            routed, columns, padding = tiled_columns(setup, hw, pass_tokens, n_experts, top_k)
+            routed, columns, padding = tiled_columns(setup.card, backend, pass_tokens, n_experts, top_k)
             tile_rate = peak * eff.prefill_compute * eff.family_factor(family, True, "")
             if whole_tiles:  # a padded tile costs what a prompt's full one does
                 tile_rate *= fill(eff, columns, experts=True)
@@ -596,7 +597,7 @@ def kernel_peaks(setup: Setup, hw: Hardware, fmt: str, prefill: bool, tokens: in
     return matmul_peak(setup.card, backend, fmt, tokens), attention
 
 
-def tiled_columns(setup: Setup, hw: Hardware, tokens: int, n_experts: int, top_k: int) -> tuple[int, int, float]:
+def tiled_columns(card: Card, backend: str, tokens: int, n_experts: int, top_k: int) -> tuple[int, int, float]:
     """How a decode pass of `tokens` sequences runs its routed experts through ggml-vulkan's tiled matmul: (the
     tokens each expert it touches gets, rounded; the columns that expert's GEMM computes, its tokens padded to the
     small tile, groups.vulkan_expert_tile; the columns computed per token routed). Where its cooperative-matrix
@@ -604,7 +605,7 @@ def tiled_columns(setup: Setup, hw: Hardware, tokens: int, n_experts: int, top_k
     the curve is fitted on prompt passes of hundreds of tokens, in which each workgroup of mul_mat_id also walks the
     pass's tokens × top-k expert ids to find its rows (load_row_ids, mul_mm_id_funcs.glsl). Where its plain shaders
     do (groups.vulkan_whole_tiles), a padded tile costs what a prompt's full one does: the curve at the tile."""
-    tile = vulkan_expert_tile(card_class(setup.card, backend_of(setup, hw)))
+    tile = vulkan_expert_tile(card_class(card, backend))
     touched = experts_touched(n_experts, top_k, tokens)
     per_expert = tokens * top_k / touched
     columns = tile * math.ceil(per_expert / tile)
