@@ -424,7 +424,9 @@ def expert_columns(backend: str, fmt: str, tokens: int, routed: int) -> int:
 # each weight matrix to FP16 (to_fp16_cuda into a pool buffer, every matmul of every pass) for a cuBLAS GEMM on the
 # tensor cores (ggml_cuda_op_mul_mat_cublas). On a V100, llama.cpp PR #22298's llama 8B pp2048 ran at micro-batch 64
 # at about half its rate at 32 (Q4_0: 641 and 1,164 t/s): each pass pays for the conversion whatever its tokens.
-# Routed experts (mul_mat_id) are left on MMQ's timing.
+# Routed experts take the same road from that size: ggml_cuda_should_use_mmq fails for mul_mat_id too, and
+# ggml_cuda_mul_mat_id copies the routing to the host and multiplies expert by expert (volta_expert_loop). kvscope
+# times them as MMQ still; such a figure carries the per-expert loop's own error (EXPERT_LOOP).
 MMQ_DP4A_MAX_BATCH_SIZE = 64
 
 
@@ -440,6 +442,17 @@ def fp16_dequant(card: Card, backend: str, fmt: str, tokens: int) -> str:
         "llama.cpp's CUDA backend dequantises these weights to FP16 for a cuBLAS GEMM on Volta's tensor cores in "
         f"passes of {MMQ_DP4A_MAX_BATCH_SIZE} tokens or more (no INT8 MMA for its MMQ kernels: "
         "ggml_cuda_should_use_mmq), once per matrix and pass"
+    )
+
+
+def volta_expert_loop(card: Card, backend: str, fmt: str, tokens: int) -> str:
+    """Why llama.cpp multiplies a prompt pass's quantised routed experts one expert at a time after a host sync on
+    Volta (MMQ_DP4A_MAX_BATCH_SIZE tokens a pass or more: ggml-cuda.cu's ggml_cuda_mul_mat_id), or ""."""
+    if not fp16_dequant(card, backend, fmt, tokens):
+        return ""
+    return (
+        f"llama.cpp's CUDA backend runs quantised experts on Volta in passes of {MMQ_DP4A_MAX_BATCH_SIZE} tokens or "
+        "more one GEMM per expert, after copying the routing to the host (ggml_cuda_mul_mat_id)"
     )
 
 
@@ -602,7 +615,7 @@ SPLIT_PROMPT = "split-prompt"
 PATHS = {
     TILED_EXPERTS: "whose routed experts take Vulkan's tiled matmul",
     MOE_PROMPT: "for prompts of models with routed experts",
-    EXPERT_LOOP: "for prompts whose float experts run one GEMM per expert (ggml-cuda's mul_mat_id loop)",
+    EXPERT_LOOP: "for prompts whose experts run one GEMM per expert (ggml-cuda's mul_mat_id loop)",
     SPLIT_PROMPT: "for prompts over several GPUs (llama.cpp's layer split, its passes pipelined)",
 }
 # paths whose group holds no held-out run on them fall back to the group's own error, which then names what it never

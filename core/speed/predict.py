@@ -47,6 +47,7 @@ from core.speed.groups import (
     mmq_traffic_bytes,
     op_offload,
     tiled_experts,
+    volta_expert_loop,
     vulkan_expert_tile,
     vulkan_whole_tiles,
 )
@@ -709,13 +710,17 @@ def driver(setup: Setup, hw: Hardware) -> str:
 
 def prompt_path(setup: Setup, hw: Hardware, chunk: int, moe: int) -> str:
     """The kernel path of groups.PATHS a prompt of `chunk` tokens a pass takes: a MoE model's prompt, and of those,
-    float experts that llama.cpp's CUDA or ROCm backend multiplies one GEMM per expert (groups.expert_loop); a
+    experts that llama.cpp's CUDA or ROCm backend multiplies one GEMM per expert (float experts, groups.expert_loop;
+    quantised ones on Volta, groups.volta_expert_loop); a
     dense model's prompt pipelined over llama.cpp's layer split (a split with layers in RAM has no pipeline: its
     group's error and split_caveat)."""
     if not moe:
         return SPLIT_PROMPT if pipeline(setup, hw) else ""
     on_gpu = isinstance(setup.engine, LlamaCppEngine) and driver(setup, hw) == "gpu"
-    looped = on_gpu and expert_loop(backend_of(setup, hw), kernel_format(setup), chunk, setup.model.hidden_size)
+    backend, fmt = backend_of(setup, hw), kernel_format(setup)
+    looped = on_gpu and (
+        expert_loop(backend, fmt, chunk, setup.model.hidden_size) or volta_expert_loop(setup.card, backend, fmt, chunk)
+    )
     return EXPERT_LOOP if looped else MOE_PROMPT
 
 

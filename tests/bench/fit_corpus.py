@@ -131,6 +131,15 @@ MMQ_DEFAULT_BUILD = 3000
 # here names it): b3999 is October 2024's (its device line prints no "int dot"), b4500 January 2025's, and no
 # Vulkan run in the corpus lies between b4000 and b5600
 VULKAN_DP4A_BUILD = 4500
+# Until PR #15525 ("CUDA: MoE helper in device code", opened 2025-08-23, in the b6131..b6301 changes) ggml-cuda's MMQ
+# path for routed experts built each expert's row mapping on the host, so every MoE layer of every prompt pass
+# waited for the GPU to hand back its routing. Its own table shows the device helper up to 1.55x faster on a P40's
+# DeepSeek-V2-Lite prompts. Discussion #15396's gpt-oss-20b prompts from before it (b6205-b6210, August 2025) flatten
+# on the larger cards: an RTX 4090 ran pp2048 at 8,022 t/s and an RTX 5080 at 7,476 on the same build, 1.07x for
+# 1.47x the matrix peak, where b6316's RTX 4080 SUPER (after it) ran 8,171. kvscope predicts current builds, so such
+# runs are set aside as the cuBLAS ones are. The bound is the first build after the latest one known to predate the
+# PR (b6210, 2025-08-20 or earlier); no corpus row lies between it and b6301 but #15451's b6263, kept as current.
+CUDA_MOE_DEVICE_BUILD = 6211
 # sources that print no build number but date from before both CUDA graphs and MMQ-by-default: PR #4766's tables
 # (2024-01) and PR #6017's (2024-03); each of their runs counts as a build before OLD_BUILD and MMQ_DEFAULT_BUILD
 EARLY_2024_SOURCES = frozenset(
@@ -146,6 +155,9 @@ FLOORS = {
     "overhead_step_s": 1e-5, "old_overhead_s": 1e-5, "prefill_half_tokens": 1.0, "overhead_recurrent_s": 1e-6,
     "overhead_moe_s": 1e-6, "expert_half_tokens": 1.0, "overhead_hop_s": 1e-6,
 }  # fmt: skip
+# a share of the card's bandwidth is at most all of it: above 1 the term would stand for some other term's
+# correction (a fit left free took CUDA's consumer cards to 1.12, its per-step overhead pinned by the levels above)
+CEILINGS = {"bandwidth": 1.0, "expert_bandwidth": 1.0}
 DEEP = 4096  # runs whose context reaches this many tokens (cached + their own) time the attention kernels
 HOST = Hardware(ram_gb_s=50.0, threads=8)  # unused: every corpus layer is on the GPU (-ngl 99)
 RATE_KEYS = ("bandwidth", "decode_compute", "decode_attention", "prefill_compute", "prefill_attention")
@@ -293,6 +305,8 @@ def to_row(r: dict) -> Row:
     size = r.get("size_bytes")
     wfile = WeightFile("llama-bench size", "gguf", int(size), (), 0, 0) if size else None
     setup = Setup(model, engine, card, gpus=devices, weights=fmt, weights_file=wfile)
+    if host_moe_helper(r, klass, format_family(fmt)) and moe_layers(setup):
+        raise InputError(f"a quantised MoE prompt on CUDA before b{CUDA_MOE_DEVICE_BUILD} (a host-side MoE helper)")
     return Row(r, setup, backend, klass, format_family(fmt), r["kind"])
 
 
@@ -347,6 +361,14 @@ def cublas_prefill(r: dict, klass: str, family: str) -> bool:
     if r["backend"] != "cuda" or r["kind"] != "prefill" or family == "float" or klass in ("volta", "pascal"):
         return False
     return built_before(r, MMQ_DEFAULT_BUILD)
+
+
+def host_moe_helper(r: dict, klass: str, family: str) -> bool:
+    """A quantised prompt on a CUDA card that runs it as MMQ (not Volta's cuBLAS) from a build before
+    CUDA_MOE_DEVICE_BUILD: had its model routed experts, their row mapping was built on the host."""
+    if r["backend"] != "cuda" or r["kind"] != "prefill" or family == "float" or klass == "volta":
+        return False
+    return built_before(r, CUDA_MOE_DEVICE_BUILD)
 
 
 def superseded(lines: list[dict]) -> set[int]:
@@ -555,6 +577,8 @@ def old_run(r: dict, klass: str = "") -> bool:
 
 
 def loss(rows: list[Terms], p: dict, parent: dict | None) -> float:
+    if any(p.get(k, 0.0) > ceiling for k, ceiling in CEILINGS.items()):
+        return math.inf
     total = sum(t.weight * abs(math.log(t.tok_s(p) / t.measured)) for t in rows)
     if parent:
         # the nuisance term is free, as is a per-backend term the parent never fitted (0: a log pull from nothing
