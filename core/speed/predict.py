@@ -711,9 +711,8 @@ def driver(setup: Setup, hw: Hardware) -> str:
 def prompt_path(setup: Setup, hw: Hardware, chunk: int, moe: int) -> str:
     """The kernel path of groups.PATHS a prompt of `chunk` tokens a pass takes: a MoE model's prompt, and of those,
     experts that llama.cpp's CUDA or ROCm backend multiplies one GEMM per expert (float experts, groups.expert_loop;
-    quantised ones on Volta, groups.volta_expert_loop); a
-    dense model's prompt pipelined over llama.cpp's layer split (a split with layers in RAM has no pipeline: its
-    group's error and split_caveat)."""
+    quantised ones on Volta, groups.volta_expert_loop); a dense model's prompt pipelined over llama.cpp's layer split
+    (a split with layers in RAM has no pipeline: its group's error and split_caveat)."""
     if not moe:
         return SPLIT_PROMPT if pipeline(setup, hw) else ""
     on_gpu = isinstance(setup.engine, LlamaCppEngine) and driver(setup, hw) == "gpu"
