@@ -355,20 +355,21 @@ def before_vulkan_dp4a(r: dict, card: Card, fmt: str) -> bool:
     return "integer dot" in matmul_peak(card, "vulkan", fmt).why
 
 
+def quantised_cuda_prompt(r: dict, family: str) -> bool:
+    """A prompt of quantised weights on CUDA: the runs the build rules below can set aside."""
+    return r["backend"] == "cuda" and r["kind"] == "prefill" and family != "float"
+
+
 def cublas_prefill(r: dict, klass: str, family: str) -> bool:
     """A prompt of quantised weights that a build before MMQ_DEFAULT_BUILD ran through cuBLAS on a card whose current
     builds run it as MMQ (every CUDA class but Volta's, cuBLAS then and now, and Pascal's, dp4a MMQ then and now)."""
-    if r["backend"] != "cuda" or r["kind"] != "prefill" or family == "float" or klass in ("volta", "pascal"):
-        return False
-    return built_before(r, MMQ_DEFAULT_BUILD)
+    return quantised_cuda_prompt(r, family) and klass not in ("volta", "pascal") and built_before(r, MMQ_DEFAULT_BUILD)
 
 
 def host_moe_helper(r: dict, klass: str, family: str) -> bool:
     """A quantised prompt on a CUDA card that runs it as MMQ (not Volta's cuBLAS) from a build before
     CUDA_MOE_DEVICE_BUILD: had its model routed experts, their row mapping was built on the host."""
-    if r["backend"] != "cuda" or r["kind"] != "prefill" or family == "float" or klass == "volta":
-        return False
-    return built_before(r, CUDA_MOE_DEVICE_BUILD)
+    return quantised_cuda_prompt(r, family) and klass != "volta" and built_before(r, CUDA_MOE_DEVICE_BUILD)
 
 
 def superseded(lines: list[dict]) -> set[int]:
