@@ -35,11 +35,12 @@ def evaluate(expr: str) -> tuple[float, float]:
     slack = sum(_half_unit(m.group()) for m in QUANTITY.finditer(expr))
     expr = expr.replace("B/token", "B")
     expr = QUANTITY.sub(lambda m: f"({m.group(1)}*{UNITS[m.group(2) or 'B']})", expr)
+    expr = expr.replace("max(", "⊔(")  # a roofline's max(a, b), kept through the words' removal
     expr = re.sub(r"/?[A-Za-z_][\w-]*", " ", expr)  # words: "layer slots", "tokens held", "/token"
-    expr = expr.replace("×", "*").replace("·", "*").replace("÷", "/").replace("−", "-")
+    expr = expr.replace("×", "*").replace("·", "*").replace("÷", "/").replace("−", "-").replace("⊔", "max")
     expr = expr.replace("⌊", "math.floor(").replace("⌋", ")")
-    assert re.fullmatch(r"[\d\s.*/+\-()mathflor]*", expr), expr
-    return eval(expr, {"math": math}), slack  # digits and operators only (asserted above)
+    assert re.fullmatch(r"[\d\s.*/+\-(),mathflorx]*", expr), expr
+    return eval(expr, {"math": math, "max": max}), slack  # digits, operators and max only (asserted above)
 
 
 def formulas(text: str) -> list[tuple[str, str]]:

@@ -112,9 +112,9 @@ def flash_attn(setup: Setup) -> bool:
 
 @dataclass(frozen=True)
 class DevicePart:
-    """The share of one pass that runs on one device. The weight matmuls and the attention are separate kernels,
-    each with its own roofline: max(weights ÷ bandwidth, matmul FLOPs ÷ rate) + max(cache ÷ bandwidth, attention
-    FLOPs ÷ rate)."""
+    """The share of one pass that runs on one device. The dense weight matmuls, the routed experts' and the
+    attention are separate kernels, each with its own roofline: max(weights ÷ bandwidth, matmul FLOPs ÷ rate) for the
+    dense ones, the same for the experts', + max(cache ÷ bandwidth, attention FLOPs ÷ rate)."""
 
     device: str  # "gpu" | "cpu"
     layers: int
@@ -157,6 +157,10 @@ class DevicePart:
     # (tiled_columns), 0 where they take the mat-vec kernels or the pass is a prompt's
     expert_padding: float = 0.0
     whole_tiles: bool = False  # those tiles computed whole, at a prompt tile's rate (groups.vulkan_whole_tiles)
+    # the routed experts' shares of weights_s and matmul_s: their matmuls (mul_mat_id) are kernels of their own, with
+    # their own roofline beside the dense matmuls'
+    expert_weights_s: float = 0.0
+    expert_matmul_s: float = 0.0
 
     @property
     def tile_note(self) -> str:
@@ -199,6 +203,22 @@ class DevicePart:
         return max(self.weights_s, self.tile_s)
 
     @property
+    def dense_sides(self) -> tuple[float, float]:
+        """The dense weight matmuls' (weights ÷ bandwidth, FLOPs ÷ rate): all but the routed experts'."""
+        return self.weights_s - self.expert_weights_s, self.matmul_s - self.expert_matmul_s
+
+    @property
+    def rooflines_s(self) -> float:
+        """The dense matmuls' roofline plus the routed experts' (mul_mat_id, a kernel of its own): each the slower of
+        its weights and its FLOPs."""
+        return max(self.dense_sides) + max(self.expert_weights_s, self.expert_matmul_s)
+
+    @property
+    def matmuls_s(self) -> float:
+        """The weight matmuls: their rooflines, or their MMQ tiles' traffic where that takes longer."""
+        return max(self.tile_s, self.rooflines_s)
+
+    @property
     def memory_s(self) -> float:
         return self.copy_s + self.dequant_s + self.reads_s + self.cache_s
 
@@ -208,18 +228,20 @@ class DevicePart:
 
     @property
     def seconds(self) -> float:
-        return self.copy_s + self.dequant_s + max(self.reads_s, self.matmul_s) + max(self.cache_s, self.attention_s)
+        return self.copy_s + self.dequant_s + self.matmuls_s + max(self.cache_s, self.attention_s)
 
     @property
     def waits(self) -> dict[str, float]:
         """Seconds waiting on memory and on compute: the larger side of each kernel's roofline (the FP16
         conversion's on memory)."""
-        memory = (
-            self.copy_s
-            + self.dequant_s
-            + (self.reads_s if self.reads_s >= self.matmul_s else 0.0)
-            + (self.cache_s if self.cache_s >= self.attention_s else 0.0)
-        )
+        dense_read, dense_flops = self.dense_sides
+        if self.tile_s > self.rooflines_s:
+            matmuls = self.tile_s
+        else:
+            matmuls = (dense_read if dense_read >= dense_flops else 0.0) + (
+                self.expert_weights_s if self.expert_weights_s >= self.expert_matmul_s else 0.0
+            )
+        memory = self.copy_s + self.dequant_s + matmuls + (self.cache_s if self.cache_s >= self.attention_s else 0.0)
         return {"memory": memory, "compute": self.seconds - memory}
 
 
@@ -574,6 +596,7 @@ def _part(
         tile_bytes * eff.tile_traffic / rate, dequant_bytes, dequant_bytes / (rate * eff.dequant_bandwidth), dequant,
         copy_bytes, copy_bytes / (hw.pcie_gb_s * 1e9), op_offload(backend, pass_tokens) if copy_bytes else "",
         expert_padding=padding, whole_tiles=whole_tiles,
+        expert_weights_s=expert_bytes / (rate * eff.expert_bandwidth), expert_matmul_s=experts / (expert_rate * 1e9),
     )  # fmt: skip
 
 
@@ -804,7 +827,7 @@ def _add(a: Timing, b: Timing) -> Timing:
 # a DevicePart's fields that add up over the spans of one prefill (the rest describe the device and its kernels)
 ADDITIVE = ("weight_bytes", "cache_bytes", "matmul_flops", "attention_flops", "weights_s", "matmul_s", "cache_s",
             "attention_s", "expert_flops", "expert_bytes", "tile_bytes", "tile_s", "dequant_bytes",
-            "dequant_s", "copy_bytes", "copy_s")  # fmt: skip
+            "dequant_s", "copy_bytes", "copy_s", "expert_weights_s", "expert_matmul_s")  # fmt: skip
 
 
 def _merge(t: Timing) -> Timing:

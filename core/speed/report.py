@@ -185,6 +185,20 @@ def tiles_text(p: DevicePart, bw: str) -> str:
     )
 
 
+def experts_text(p: DevicePart) -> str:
+    """The routed experts' share of the weights and matmuls above: their own kernel (mul_mat_id), with its own
+    roofline beside the dense matmuls' (DevicePart.rooflines_s), or "" where the model routes none."""
+    if not p.expert_matmul_s:
+        return ""
+    dense_read, dense_flops = p.dense_sides
+    return (
+        f"of which the routed experts' own kernel: {_n(p.expert_bytes)} B = {_s(p.expert_weights_s)}, "
+        f"{_n(p.expert_flops)} FLOP = {_s(p.expert_matmul_s)}, and the dense ones' {_s(dense_read)} and "
+        f"{_s(dense_flops)}: max({_s(dense_read)}, {_s(dense_flops)}) + max({_s(p.expert_weights_s)}, "
+        f"{_s(p.expert_matmul_s)}) = {_s(p.rooflines_s)}; "
+    )
+
+
 def copy_text(p: DevicePart) -> str:
     """Weights in host memory copied to the GPU before their matmuls (groups.op_offload), or "" where none are."""
     if not p.copy_s:
@@ -220,7 +234,7 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
             )
         matmuls = (
             f"{dequant_text(p, bw)}weights and state: {read} = {_s(p.weights_s)}; {tiles_text(p, bw)}matmuls: "
-            f"{_n(p.matmul_flops)} FLOP ÷ ({mm}) = {_s(p.matmul_s)}; "
+            f"{_n(p.matmul_flops)} FLOP ÷ ({mm}) = {_s(p.matmul_s)}; {experts_text(p)}"
             if p.matmul_flops or p.weight_bytes
             else "weight matmuls: on the GPU (llama.cpp's op offload, below); "
         )
@@ -236,7 +250,8 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
             + "on this device: "
             f"{_s(p.seconds)} ({'the copy plus ' if p.copy_s else ''}"
             f"{'the FP16 conversion plus ' if p.dequant_s else ''}the slower of "
-            f"weights{', their tiles' if p.tile_s else ''} and matmuls plus "
+            f"weights{', their tiles' if p.tile_s else ''} and matmuls"
+            f"{', the dense ones and the routed experts each on their own,' if p.expert_matmul_s else ''} plus "
             "the slower of cache and attention)"
             + (
                 f"; the matmuls' peak is {p.peak_gflops / p.attention_peak_gflops:.2g}× the card's listed one: "
@@ -265,9 +280,10 @@ def speed_lines(s: Speed, prefill: bool = True) -> list[str]:
     decode step and that step's error bar only (another batch beside a full explanation: the prompt is the same)."""
     out = [
         f"### Speed at {format_tokens(s.context)} tokens, {s.batch} sequence{'s' if s.batch > 1 else ''}",
-        "Each pass runs two kinds of kernel, each as fast as its slower side allows: the weight matmuls "
-        "(max of weights ÷ bandwidth, FLOPs ÷ rate, and on CUDA prompts of quantised weights the traffic of "
-        "llama.cpp's MMQ tiles) and the attention (max of cache ÷ bandwidth, FLOPs ÷ rate); "
+        "Each pass runs its kernels one after another, each as fast as its slower side allows: the weight "
+        "matmuls (max of weights ÷ bandwidth, FLOPs ÷ rate, the routed experts' apart from the dense ones', and on "
+        "CUDA prompts of quantised weights the traffic of llama.cpp's MMQ tiles) and the attention (max of cache "
+        "÷ bandwidth, FLOPs ÷ rate); "
         "devices a pass crosses add up, and the engine's per-pass overhead comes on top.",
         f"**Decode step** ({format_bytes(round(s.bytes_per_step))} read, {s.decode.flops:,.0f} FLOP):",
     ]

@@ -512,9 +512,11 @@ class Terms:
             experts *= (max(self.routed_tokens, self.expert_columns) + expert_half) / self.routed_tokens
         attn = p[f"{pre}_attention"] * (1.0 if self.flash else p["flash_off"])
         bandwidth = self.bandwidth(p)
-        read = (self.weights - self.expert_weights + self.expert_weights / p["expert_bandwidth"]) / bandwidth
+        # the dense matmuls' roofline plus the routed experts' (core.speed.predict.DevicePart.matmuls_s)
+        read = (self.weights - self.expert_weights) / bandwidth
+        expert_read = self.expert_weights / (p["expert_bandwidth"] * bandwidth)
         tiles = p.get("tile_traffic", 0.0) * self.tiles / bandwidth
-        matmuls = max(read, tiles, dense / rate + experts / expert_rate)
+        matmuls = max(tiles, max(read, dense / rate) + max(expert_read, experts / expert_rate))
         matmuls += self.dequant / (bandwidth * p["dequant_bandwidth"]) if self.dequant else 0.0
         overhead = p["overhead_step_s"] + p["overhead_recurrent_s"] * self.recurrent + p["overhead_moe_s"] * self.moe
         overhead += p.get("overhead_hop_s", 0.0) * self.hops
