@@ -256,6 +256,7 @@ def print_speed(out: dict) -> None:
             + (f" + {e['overhead_recurrent_s'] * 1e3:.3g} ms/DeltaNet layer" if e.get("overhead_recurrent_s") else "")
             + (f" + {e['overhead_moe_s'] * 1e3:.3g} ms/MoE layer" if e.get("overhead_moe_s") else "")
             + (f" + {e['overhead_hop_s'] * 1e3:.3g} ms/GPU hop" if e.get("overhead_hop_s") else "")
+            + (f" + {e['overhead_seq_s'] * 1e3:.3g} ms/sequence past the first" if e.get("overhead_seq_s") else "")
             + (f", MMQ tile traffic ×{e['tile_traffic']:.3g}" if e.get("tile_traffic") else "")
             + (f", FP16 conversion ×{e['dequant_bandwidth']:.3g}" if e.get("dequant_bandwidth", 1) != 1 else "")
         )

@@ -70,6 +70,10 @@ class Efficiency:
     # copy to the next GPU and the wait for it. In one source's b2824 runs of a model on 1 and on 4 identical cards,
     # a decode step took 0.2-0.5 ms more per card added (xiongjiedai: A40, L40S, RTX A6000 and Ada, 3090, 4090)
     overhead_hop_s: float = 0.0
+    # per pass and sequence past the first in it: an engine's per-sequence work on the host each step (vLLM's input
+    # preparation, sampling and output processing). AMD's and Oracle's vLLM runs on 8 MI300X grew 0.14-0.44 ms a
+    # step per sequence added, where the weights' and the attention's rooflines grow 0.03-0.07 ms
+    overhead_seq_s: float = 0.0
     # the share of a prompt's MMQ tile traffic (weights once per column tile, activations once per row tile: core
     # .speed.groups.mmq_traffic_bytes) that crosses memory, the most no fitted run of the group beats; 0: not timed
     tile_traffic: float = 0.0
@@ -82,12 +86,12 @@ class Efficiency:
     def compute_unit(self) -> str:
         return "GFLOP/s per thread" if self.device == "cpu" else "× card dense peak"
 
-    def overhead_s(self, layers: int, recurrent: int = 0, moe: int = 0, hops: int = 0) -> float:
+    def overhead_s(self, layers: int, recurrent: int = 0, moe: int = 0, hops: int = 0, sequences: int = 1) -> float:
         """Per pass, for `layers` decoder layers of which `recurrent` update their state by a chain of kernels and
-        `moe` route tokens to experts, run through `hops` GPUs past the first."""
+        `moe` route tokens to experts, run through `hops` GPUs past the first, for `sequences` sequences."""
         return (
             self.overhead_step_s + self.overhead_layer_s * layers + self.overhead_recurrent_s * recurrent
-            + self.overhead_moe_s * moe + self.overhead_hop_s * hops
+            + self.overhead_moe_s * moe + self.overhead_hop_s * hops + self.overhead_seq_s * (sequences - 1)
         )  # fmt: skip
 
     def isa_factor(self, family: str, prefill: bool, isa: str) -> float | None:

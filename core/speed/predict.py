@@ -277,7 +277,7 @@ class Pipeline:
 class Timing:
     parts: tuple[DevicePart, ...]
     overhead_s: float
-    # what overhead_s is made of: passes × driver.overhead_s(layers, chained, moe) (None: built by hand)
+    # what overhead_s is made of: passes × driver.overhead_s(layers, chained, moe, hops, sequences) (None: by hand)
     passes: int = 1
     layers: int = 0
     chained: int = 0
@@ -288,6 +288,7 @@ class Timing:
     all_reduce_s: float = 0.0  # every pass's
     pipeline: Pipeline | None = None  # a prompt's passes overlapped across llama.cpp's layer split (prefill_timing)
     pipelined_s: float = 0.0  # what overlapping them saves
+    sequences: int = 1  # sequences a pass carries (a decode step's batch; a prompt's passes are one sequence's)
 
     @property
     def memory_s(self) -> float:
@@ -672,8 +673,12 @@ def _timing(work: PassWork, setup: Setup, hw: Hardware, prefill: bool, table: Ta
     eff = _eff(table, setup, hw, driver(setup, hw))
     chained, moe, hops = chained_layers(setup), sum(1 for w in work.layers if w.routing[0]), gpu_hops(setup, hw)
     ar = tensor_parallel(setup, hw, n, per_pass)
-    overhead = eff.overhead_s(n, chained, moe, hops) * passes
-    return Timing(tuple(parts), overhead, passes, n, chained, eff, moe, hops, ar, ar.seconds * passes if ar else 0.0)
+    sequences = 1 if prefill else work.tokens
+    overhead = eff.overhead_s(n, chained, moe, hops, sequences) * passes
+    return Timing(
+        tuple(parts), overhead, passes, n, chained, eff, moe, hops, ar, ar.seconds * passes if ar else 0.0,
+        sequences=sequences,
+    )  # fmt: skip
 
 
 def tensor_parallel(setup: Setup, hw: Hardware, layers: int, tokens: int) -> AllReduces | None:
@@ -821,6 +826,7 @@ def _add(a: Timing, b: Timing) -> Timing:
         a.hops,
         a.all_reduce,
         a.all_reduce_s + b.all_reduce_s,
+        sequences=a.sequences,
     )
 
 

@@ -141,6 +141,11 @@ def overhead_text(t: Timing) -> str:
     )
     terms += [f"{t.moe} MoE layers × {_plain(e.overhead_moe_s)} s"] if t.moe and e.overhead_moe_s else []
     terms += [f"{t.hops} GPU hops × {_plain(e.overhead_hop_s)} s"] if t.hops and e.overhead_hop_s else []
+    terms += (
+        [f"{t.sequences - 1} sequences past the first × {_plain(e.overhead_seq_s)} s"]
+        if t.sequences > 1 and e.overhead_seq_s
+        else []
+    )
     return f"{t.passes} pass{'es' if t.passes > 1 else ''} × ({' + '.join(terms)}) = {_s(t.overhead_s)}"
 
 
@@ -323,6 +328,7 @@ def speed_lines(s: Speed, prefill: bool = True) -> list[str]:
             + (f" + {e.overhead_recurrent_s * 1e3:.3g} ms per Gated DeltaNet layer" if e.overhead_recurrent_s else "")
             + (f" + {e.overhead_moe_s * 1e3:.3g} ms per MoE layer" if e.overhead_moe_s else "")
             + (f" + {e.overhead_hop_s * 1e3:.3g} ms per GPU a pass goes on to" if e.overhead_hop_s else "")
+            + (f" + {e.overhead_seq_s * 1e3:.3g} ms per sequence past the first" if e.overhead_seq_s else "")
             + fill_text(e)
             + (
                 f"; a CUDA prompt's MMQ tiles move {e.tile_traffic:.3g} × their weights and activations without reuse"

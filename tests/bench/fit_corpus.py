@@ -153,7 +153,7 @@ LATE_2026_SOURCES = frozenset({"llamacpp-issue-25356-vulkan-batched-moe", "llama
 SAME_TEST = ("source_id", "card", "backend", "kind", "model", "weights", "n_prompt", "n_gen", "n_ubatch", "flash_attn")
 FLOORS = {
     "overhead_step_s": 1e-5, "old_overhead_s": 1e-5, "prefill_half_tokens": 1.0, "overhead_recurrent_s": 1e-6,
-    "overhead_moe_s": 1e-6, "expert_half_tokens": 1.0, "overhead_hop_s": 1e-6,
+    "overhead_moe_s": 1e-6, "expert_half_tokens": 1.0, "overhead_hop_s": 1e-6, "overhead_seq_s": 1e-6,
 }  # fmt: skip
 # a share of the card's bandwidth is at most all of it: above 1 the term would stand for some other term's
 # correction (a fit left free took CUDA's consumer cards to 1.12, its per-step overhead pinned by the levels above)
@@ -163,10 +163,10 @@ HOST = Hardware(ram_gb_s=50.0, threads=8)  # unused: every corpus layer is on th
 RATE_KEYS = ("bandwidth", "decode_compute", "decode_attention", "prefill_compute", "prefill_attention")
 # fitted per backend only (never pooled over backends); 0 where nothing fitted them: seconds added per MoE layer, and
 # the experts' own fill curve (0: the dense one's)
-UNPOOLED = ("overhead_moe_s", "expert_half_tokens", "overhead_hop_s")
+UNPOOLED = ("overhead_moe_s", "expert_half_tokens", "overhead_hop_s", "overhead_seq_s")
 KEYS = (
     *RATE_KEYS, "overhead_step_s", "flash_off", "prefill_half_tokens", "expert_bandwidth", "overhead_recurrent_s",
-    "overhead_moe_s", "expert_half_tokens", "dequant_bandwidth", "overhead_hop_s",
+    "overhead_moe_s", "expert_half_tokens", "dequant_bandwidth", "overhead_hop_s", "overhead_seq_s",
 )  # fmt: skip
 UNIT = Efficiency("unit", "gpu", 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, "unit", "")
 # a family's stand-in where kvscope does not know the exact llama.cpp type (bytes come from size_bytes anyway)
@@ -486,6 +486,7 @@ class Terms:
     dequant: float = 0.0  # the weights' conversion to FP16 for cuBLAS (core.speed.groups.fp16_dequant; unit seconds)
     hops: int = 0  # GPUs past the first a pass runs through (core.speed.predict.gpu_hops)
     fixed: float = 0.0  # seconds no efficiency scales: tensor parallel's all-reduces (assumed, core.speed.allreduce)
+    sequences: int = 1  # sequences a pass carries (core.speed.predict.Timing.sequences)
 
     def tok_s(self, p: dict) -> float:
         return self.tokens / sum(self.sides(p))
@@ -519,7 +520,7 @@ class Terms:
         matmuls = max(tiles, max(read, dense / rate) + max(expert_read, experts / expert_rate))
         matmuls += self.dequant / (bandwidth * p["dequant_bandwidth"]) if self.dequant else 0.0
         overhead = p["overhead_step_s"] + p["overhead_recurrent_s"] * self.recurrent + p["overhead_moe_s"] * self.moe
-        overhead += p.get("overhead_hop_s", 0.0) * self.hops
+        overhead += p.get("overhead_hop_s", 0.0) * self.hops + p.get("overhead_seq_s", 0.0) * (self.sequences - 1)
         overhead += p.get("old_overhead_s", 0.0) if self.old else 0.0
         return matmuls, max(self.cache / bandwidth, self.attention / attn) + overhead * self.passes + self.fixed
 
@@ -541,6 +542,7 @@ def terms(row: Row) -> Terms:
         expert_columns=experts.expert_columns,
         tiles=sum(p.tile_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts),
         dequant=sum(p.dequant_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts), hops=t.hops, fixed=t.all_reduce_s,
+        sequences=t.sequences,
     )  # fmt: skip
 
 
@@ -628,7 +630,7 @@ def tile_ceiling(rows: list[Terms], p: dict) -> float:
     return min(shares, default=0.0)
 
 
-def fit_keys(rows: list[Terms], pooled: bool = False) -> list[str]:
+def fit_keys(rows: list[Terms], pooled: bool = False, per_sequence: bool = False) -> list[str]:
     """The parameters these rows can tell apart: bandwidth, matmul rates and overhead always; an attention rate (and
     the flash-attention-off factor) only where runs reaching DEEP tokens show it, and never pooled over backends (each
     backend's attention kernels differ: a backend without deep runs keeps efficiencies.json's assumed rate); a
@@ -659,6 +661,11 @@ def fit_keys(rows: list[Terms], pooled: bool = False) -> list[str]:
         keys.remove("overhead_hop_s")
     if pooled or not any(t.dequant for t in rows):  # only runs converting their weights to FP16 show its rate
         keys.remove("dequant_bandwidth")
+    if not per_sequence or not any(t.sequences > 1 for t in rows) or all(t.sequences > 1 for t in rows):
+        # only decodes of several sequences beside single ones tell the host's work per sequence from the rest; an
+        # engine whose host prepares and samples each sequence in Python (per_sequence: vLLM) fits it, llama.cpp's
+        # batched decodes (llama-batched-bench, no sampling) keep 0
+        keys.remove("overhead_seq_s")
     fams = {f"{t.family}:{'prefill' if t.prefill else 'decode'}" for t in rows if t.family != "float"}
     return keys + sorted(fams)
 
@@ -682,6 +689,7 @@ def as_entry(engine: str, backend: str, klass: str, p: dict, fit_rows: list[Row]
         "expert_bandwidth": p["expert_bandwidth"], "expert_half_tokens": p["expert_half_tokens"],
         "overhead_recurrent_s": p["overhead_recurrent_s"],
         "overhead_moe_s": p["overhead_moe_s"], "overhead_hop_s": p["overhead_hop_s"], "tile_traffic": p["tile_traffic"],
+        "overhead_seq_s": p["overhead_seq_s"],
         "dequant_bandwidth": p["dequant_bandwidth"],
         "families": families,
         **({"old_build": {"bandwidth": p["old_bandwidth"], "overhead_s": p["old_overhead_s"]}}
@@ -762,7 +770,8 @@ def fit_all(rows: list[Row]) -> list[dict]:
 
 def class_fits(engine: str, rows: list[Row], t: dict[int, Terms]) -> list[dict]:
     """A cross-checked engine's fit: each card class of each backend on its own runs, pulled toward the engine's
-    priors (efficiencies.json), with no level pooled over backends or classes. Its runs come from a few labs, one or
+    priors (efficiencies.json), with no level pooled over backends or classes, and a cost per sequence past the first
+    where the class's runs hold a batch sweep (batch_sweep). Its runs come from a few labs, one or
     two cards a class: pooled, 8 MI300X at 1.5x the priors' step time moved CUDA's runs (6 % off the priors) and a
     Strix Halo's (8 %) by a quarter and a half."""
     prior = start_params(efficiency_for(engine, "gpu"))
@@ -772,8 +781,19 @@ def class_fits(engine: str, rows: list[Row], t: dict[int, Terms]) -> list[dict]:
     out = []
     for (backend, klass), crows in sorted(by_class.items()):
         ct = [t[id(r)] for r in crows]
-        out.append(as_entry(engine, backend, klass, best_descent(ct, [prior], fit_keys(ct), prior), crows, []))
+        keys = fit_keys(ct, per_sequence=batch_sweep(crows))
+        out.append(as_entry(engine, backend, klass, best_descent(ct, [prior], keys, prior), crows, []))
     return out
+
+
+def batch_sweep(rows: list[Row]) -> bool:
+    """Whether one lab ran one model on one card at two or more batch sizes: only such a sweep tells the host's work
+    per sequence from what else differs between runs (a lab's 8B at batch 1 beside a 120B MoE at 4 would have the
+    term stand for the models' difference)."""
+    batches: dict[tuple, set[int]] = defaultdict(set)
+    for r in rows:
+        batches[(r.unit, r.raw["model_id"], r.raw.get("n_devices", 1))].add(r.raw.get("concurrency", 1))
+    return any(len(b) > 1 for b in batches.values())
 
 
 # -- held-out errors ------------------------------------------------------------------------------------------------
