@@ -1177,6 +1177,9 @@ def test_the_routed_experts_roofline_stands_beside_the_dense_matmuls():
     assert part.seconds == pytest.approx(
         dense_read + part.expert_matmul_s + max(part.cache_s, part.attention_s)
     ) and part.seconds > max(part.weights_s, part.matmul_s) + max(part.cache_s, part.attention_s)
+    waits = part.waits  # the dense read waits on memory, the experts' tiles on compute
+    assert waits["memory"] == pytest.approx(dense_read + (part.cache_s if part.cache_s >= part.attention_s else 0))
+    assert waits["compute"] == pytest.approx(part.seconds - waits["memory"])
     dense = Setup(load_model("Qwen/Qwen3-8B"), configured("llama.cpp"), card_named(STRIX), weights="gguf_bf16")
     (d,) = predict(dense, Hardware(50.0, 8, backend="vulkan"), 4096).decode.parts
     assert not d.expert_matmul_s and d.seconds == pytest.approx(
