@@ -206,3 +206,9 @@ def test_vllm_pays_host_work_for_each_sequence_a_step_where_a_batch_sweep_shows_
     )
     assert "15 sequences past the first × " in overhead_text(step)
     assert predict(setup, Hardware(50.0, 8), 4096).decode.sequences == 1
+    # past the sweeps' 16 sequences the cost is carried on linearly, and the error bar says it is not checked there
+    assert e.max_batch == 16
+    assert "not checked" not in predict(setup, Hardware(50.0, 8), 4096, batch=16).decode_error.caveat
+    assert "fitted on steps of up to 16 sequences: at 64 it is carried on, not checked" in (
+        predict(setup, Hardware(50.0, 8), 4096, batch=64).decode_error.caveat
+    )

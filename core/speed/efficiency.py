@@ -74,6 +74,7 @@ class Efficiency:
     # preparation, sampling and output processing). AMD's and Oracle's vLLM runs on 8 MI300X grew 0.14-0.44 ms a
     # step per sequence added, where the weights' and the attention's rooflines grow 0.03-0.07 ms
     overhead_seq_s: float = 0.0
+    max_batch: int = 0  # the most sequences a step ran in the runs overhead_seq_s was fitted on (0: not fitted)
     # the share of a prompt's MMQ tile traffic (weights once per column tile, activations once per row tile: core
     # .speed.groups.mmq_traffic_bytes) that crosses memory, the most no fitted run of the group beats; 0: not timed
     tile_traffic: float = 0.0

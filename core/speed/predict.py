@@ -770,7 +770,20 @@ def error_bars(setup: Setup, hw: Hardware, decode: Timing | None = None, chunk: 
         return replace(bar, caveat="; ".join(filter(None, (bar.caveat, split, *more))))
 
     reduces = tensor_parallel_caveat(setup, hw, _eff(None, setup, hw, device).tp)
-    return also(decode_bar, reduces, driver_caveat(setup.card, backend)), also(prefill_bar, reduces)
+    beyond = batch_caveat(decode) if decode else ""
+    return also(decode_bar, reduces, driver_caveat(setup.card, backend), beyond), also(prefill_bar, reduces)
+
+
+def batch_caveat(decode: Timing) -> str:
+    """A decode step of more sequences than the runs its host cost per sequence (Efficiency.overhead_seq_s) was fitted
+    on: that cost is carried on linearly, and not checked there."""
+    e = decode.driver
+    if e is None or not e.overhead_seq_s or decode.sequences <= e.max_batch:
+        return ""
+    return (
+        f"its host cost per sequence ({e.overhead_seq_s * 1e3:.3g} ms a step) was fitted on steps of up to "
+        f"{e.max_batch} sequences: at {decode.sequences} it is carried on, not checked"
+    )
 
 
 def tensor_parallel_caveat(setup: Setup, hw: Hardware, fitted_sizes: tuple[int, ...]) -> str:

@@ -690,6 +690,7 @@ def as_entry(engine: str, backend: str, klass: str, p: dict, fit_rows: list[Row]
         "overhead_recurrent_s": p["overhead_recurrent_s"],
         "overhead_moe_s": p["overhead_moe_s"], "overhead_hop_s": p["overhead_hop_s"], "tile_traffic": p["tile_traffic"],
         "overhead_seq_s": p["overhead_seq_s"],
+        "max_batch": max(r.raw.get("concurrency", 1) for r in fit_rows) if p["overhead_seq_s"] else 0,
         "dequant_bandwidth": p["dequant_bandwidth"],
         "families": families,
         **({"old_build": {"bandwidth": p["old_bandwidth"], "overhead_s": p["old_overhead_s"]}}
