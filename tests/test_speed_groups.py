@@ -525,7 +525,7 @@ def test_the_printed_overhead_formula_evaluates_to_the_overhead_used():
     assert len(lines) == 2
     for line, timing in zip(lines, (speed.decode, speed.prefill), strict=True):
         m = re.match(
-            r"- overhead: (\d+) pass(?:es)? × \(([\d.]+) s \+ 30 DeltaNet layers × ([\d.]+) s"
+            r"- overhead: (\d+) pass(?:es)? × \(([\d.]+) s \+ 30 Gated DeltaNet layers × ([\d.]+) s"
             r"(?: \+ 40 MoE layers × ([\d.]+) s)?\) = ([\d.]+) s",
             line,
         )
@@ -535,6 +535,37 @@ def test_the_printed_overhead_formula_evaluates_to_the_overhead_used():
         assert passes == (1 if timing is speed.decode else 8)  # 4,096 tokens in 512-token passes
         assert math.isclose(passes * (step + 30 * per_layer + 40 * per_moe), total, rel_tol=1e-4)
         assert math.isclose(total, timing.overhead_s, abs_tol=1e-6)
+
+
+def test_every_overhead_term_is_timed_and_shown_from_one_table():
+    """A pass's counted overheads live in one table (OVERHEAD_TERMS): each Efficiency field `overhead_*_s` but the
+    fixed one is in it, and with every term set, the overhead used, its printed formula and the entry's rates carry
+    all of them, a term at 0 left out."""
+    from dataclasses import fields
+
+    from core.speed.efficiency import OVERHEAD_TERMS, Efficiency, overhead_rates
+    from core.speed.predict import Timing
+    from core.speed.report import overhead_text
+    from tests.test_app_formulas import evaluate
+
+    named = {f.name for f in fields(Efficiency) if f.name.startswith("overhead_") and f.name.endswith("_s")}
+    assert named - {"overhead_step_s"} == {field for field, _, _ in OVERHEAD_TERMS}
+    terms = {"overhead_recurrent_s": 2e-4, "overhead_moe_s": 3e-4, "overhead_hop_s": 4e-4, "overhead_seq_s": 5e-4}
+    e = Efficiency("llama.cpp", "gpu", 1.0, 1.0, 1.0, 1.0, 1.0, 1e-3, 1e-4, "fitted", "by hand", **terms)
+    # 10 layers, 3 of them Gated DeltaNet, 4 with experts; 2 GPUs past the first; 5 sequences
+    per_pass = 1e-3 + 10 * 1e-4 + 3 * 2e-4 + 4 * 3e-4 + 2 * 4e-4 + 4 * 5e-4
+    assert e.overhead_s(10, 3, 4, 2, 5) == pytest.approx(per_pass)
+    t = Timing((), 2 * per_pass, passes=2, layers=10, chained=3, driver=e, moe=4, hops=2, sequences=5)
+    text = overhead_text(t)
+    for term in ("10 layers ×", "3 Gated DeltaNet layers ×", "4 MoE layers ×", "2 GPU hops ×", "4 sequences past the"):
+        assert term in text, text
+    assert evaluate(text.rsplit(" = ", 1)[0])[0] == pytest.approx(2 * per_pass)
+    assert overhead_rates(vars(e)) == (
+        "1 ms per pass + 0.1 ms per layer + 0.2 ms per Gated DeltaNet layer + 0.3 ms per MoE layer + 0.4 ms per GPU "
+        "hop + 0.5 ms per sequence past the first"
+    )
+    assert "MoE" not in overhead_rates(vars(replace(e, overhead_moe_s=0.0)), "/")
+    assert "1 MoE layer ×" in overhead_text(replace(t, moe=1))
 
 
 def test_the_deltanet_overhead_brings_the_published_hybrid_decodes_within_their_error():

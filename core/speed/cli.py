@@ -14,6 +14,7 @@ from core.errors import InputError
 from core.fit import Setup, Solver, flag_notes, setup_format
 from core.report import format_note
 from core.speed import calibration
+from core.speed.efficiency import overhead_rates
 from core.speed.groups import BACKENDS, ErrorBar, checked_backend
 from core.speed.predict import (
     Hardware,
@@ -251,12 +252,7 @@ def print_speed(out: dict) -> None:
             + ", "
             f"decode {e['decode_compute']:.3g} (attention {e['decode_attention']:.3g}), "
             f"prefill {e['prefill_compute']:.3g} (attention {e['prefill_attention']:.3g}) "
-            f"({'GFLOP/s per thread' if device == 'cpu' else '× dense peak'}), overhead "
-            f"{e['overhead_step_s'] * 1e3:.3g} ms/pass + {e['overhead_layer_s'] * 1e3:.3g} ms/layer"
-            + (f" + {e['overhead_recurrent_s'] * 1e3:.3g} ms/DeltaNet layer" if e.get("overhead_recurrent_s") else "")
-            + (f" + {e['overhead_moe_s'] * 1e3:.3g} ms/MoE layer" if e.get("overhead_moe_s") else "")
-            + (f" + {e['overhead_hop_s'] * 1e3:.3g} ms/GPU hop" if e.get("overhead_hop_s") else "")
-            + (f" + {e['overhead_seq_s'] * 1e3:.3g} ms/sequence past the first" if e.get("overhead_seq_s") else "")
+            f"({'GFLOP/s per thread' if device == 'cpu' else '× dense peak'}), overhead {overhead_rates(e, '/')}"
             + (f", MMQ tile traffic ×{e['tile_traffic']:.3g}" if e.get("tile_traffic") else "")
             + (f", FP16 conversion ×{e['dequant_bandwidth']:.3g}" if e.get("dequant_bandwidth", 1) != 1 else "")
         )

@@ -6,6 +6,7 @@ class, fitted to published runs, with each group's held-out error. A group's ent
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -15,6 +16,29 @@ from core.errors import InputError
 DATA = Path(__file__).resolve().parent / "efficiencies.json"
 FITTED = Path(__file__).resolve().parent / "fitted.json"
 DEVICES = ("gpu", "cpu")
+# the overheads a pass pays per thing it counts, beside its fixed overhead_step_s: (Efficiency field, the thing, its
+# plural). overhead_counts gives a pass's counts in this order; the formulas and rates shown are built from it
+OVERHEAD_TERMS = (
+    ("overhead_layer_s", "layer", "layers"),
+    ("overhead_recurrent_s", "Gated DeltaNet layer", "Gated DeltaNet layers"),
+    ("overhead_moe_s", "MoE layer", "MoE layers"),
+    ("overhead_hop_s", "GPU hop", "GPU hops"),
+    ("overhead_seq_s", "sequence past the first", "sequences past the first"),
+)
+
+
+def overhead_counts(layers: int, recurrent: int = 0, moe: int = 0, hops: int = 0, sequences: int = 1) -> tuple:
+    """A pass's count of each of OVERHEAD_TERMS: `layers` decoder layers of which `recurrent` update their state by a
+    chain of kernels and `moe` route tokens to experts, `hops` GPUs past the first, `sequences` sequences."""
+    return layers, recurrent, moe, hops, sequences - 1
+
+
+def overhead_rates(e: Mapping[str, float], per: str = " per ") -> str:
+    """An entry's overheads as rates, its terms at 0 left out ("2.29 ms per pass + 0.21 ms per MoE layer"); `e` is an
+    Efficiency's fields (vars) or the JSON the CLI prints them from."""
+    rates = [f"{e['overhead_step_s'] * 1e3:.3g} ms{per}pass"]
+    rates += [f"{e[field] * 1e3:.3g} ms{per}{one}" for field, one, _ in OVERHEAD_TERMS if e.get(field)]
+    return " + ".join(rates)
 
 
 @dataclass(frozen=True)
@@ -88,12 +112,10 @@ class Efficiency:
         return "GFLOP/s per thread" if self.device == "cpu" else "× card dense peak"
 
     def overhead_s(self, layers: int, recurrent: int = 0, moe: int = 0, hops: int = 0, sequences: int = 1) -> float:
-        """Per pass, for `layers` decoder layers of which `recurrent` update their state by a chain of kernels and
-        `moe` route tokens to experts, run through `hops` GPUs past the first, for `sequences` sequences."""
-        return (
-            self.overhead_step_s + self.overhead_layer_s * layers + self.overhead_recurrent_s * recurrent
-            + self.overhead_moe_s * moe + self.overhead_hop_s * hops + self.overhead_seq_s * (sequences - 1)
-        )  # fmt: skip
+        """Per pass: the fixed term and each of OVERHEAD_TERMS × its count (overhead_counts)."""
+        counts = overhead_counts(layers, recurrent, moe, hops, sequences)
+        terms = zip(OVERHEAD_TERMS, counts, strict=True)
+        return self.overhead_step_s + sum(getattr(self, field) * n for (field, _, _), n in terms)
 
     def isa_factor(self, family: str, prefill: bool, isa: str) -> float | None:
         """The family's factor fitted on CPUs of this ISA alone, if there is one."""

@@ -23,7 +23,7 @@ from core.model.layers import FullAttention
 from core.model.params import count_params
 from core.speed.allreduce import AllReduces, all_reduces
 from core.speed.calibration import Calibration
-from core.speed.efficiency import Efficiency, efficiency_for
+from core.speed.efficiency import Efficiency, efficiency_for, overhead_counts
 from core.speed.groups import (
     EXPERT_LOOP,
     MOE_PROMPT,
@@ -289,6 +289,11 @@ class Timing:
     pipeline: Pipeline | None = None  # a prompt's passes overlapped across llama.cpp's layer split (prefill_timing)
     pipelined_s: float = 0.0  # what overlapping them saves
     sequences: int = 1  # sequences a pass carries (a decode step's batch; a prompt's passes are one sequence's)
+
+    @property
+    def counts(self) -> tuple:
+        """Each pass's count of each of the driver's OVERHEAD_TERMS."""
+        return overhead_counts(self.layers, self.chained, self.moe, self.hops, self.sequences)
 
     @property
     def memory_s(self) -> float:

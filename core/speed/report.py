@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from core.errors import InputError
 from core.fit import Fit, Setup
-from core.speed.efficiency import Efficiency
+from core.speed.efficiency import OVERHEAD_TERMS, Efficiency, overhead_rates
 from core.speed.groups import MMQ_ROWS, ErrorBar, mmq_tile
 from core.speed.predict import DevicePart, Hardware, Speed, Timing, predict, setup_weights
 from core.units import format_bytes, format_tokens, plural
@@ -133,19 +133,11 @@ def overhead_text(t: Timing) -> str:
     if e is None:
         return _s(t.overhead_s)
     terms = [f"{_plain(e.overhead_step_s)} s"]
-    terms += [f"{t.layers} layers × {_plain(e.overhead_layer_s)} s"] if e.overhead_layer_s else []
-    terms += (
-        [f"{t.chained} DeltaNet layers × {_plain(e.overhead_recurrent_s)} s"]
-        if t.chained and e.overhead_recurrent_s
-        else []
-    )
-    terms += [f"{t.moe} MoE layers × {_plain(e.overhead_moe_s)} s"] if t.moe and e.overhead_moe_s else []
-    terms += [f"{t.hops} GPU hops × {_plain(e.overhead_hop_s)} s"] if t.hops and e.overhead_hop_s else []
-    terms += (
-        [f"{t.sequences - 1} sequences past the first × {_plain(e.overhead_seq_s)} s"]
-        if t.sequences > 1 and e.overhead_seq_s
-        else []
-    )
+    terms += [
+        f"{n} {one if n == 1 else many} × {_plain(getattr(e, field))} s"
+        for (field, one, many), n in zip(OVERHEAD_TERMS, t.counts, strict=True)
+        if n and getattr(e, field)
+    ]
     return f"{t.passes} pass{'es' if t.passes > 1 else ''} × ({' + '.join(terms)}) = {_s(t.overhead_s)}"
 
 
@@ -323,12 +315,7 @@ def speed_lines(s: Speed, prefill: bool = True) -> list[str]:
         out.append(
             f"- {e.engine} on {e.device} — {e.status}: bandwidth × {e.bandwidth:.3f}; decode matmul "
             f"{e.decode_compute:.3g}, attention {e.decode_attention:.3g}; prefill matmul {e.prefill_compute:.3g}, "
-            f"attention {e.prefill_attention:.3g} ({e.compute_unit}); overhead {e.overhead_step_s * 1e3:.3g} ms per "
-            f"pass + {e.overhead_layer_s * 1e3:.3g} ms per layer"
-            + (f" + {e.overhead_recurrent_s * 1e3:.3g} ms per Gated DeltaNet layer" if e.overhead_recurrent_s else "")
-            + (f" + {e.overhead_moe_s * 1e3:.3g} ms per MoE layer" if e.overhead_moe_s else "")
-            + (f" + {e.overhead_hop_s * 1e3:.3g} ms per GPU a pass goes on to" if e.overhead_hop_s else "")
-            + (f" + {e.overhead_seq_s * 1e3:.3g} ms per sequence past the first" if e.overhead_seq_s else "")
+            f"attention {e.prefill_attention:.3g} ({e.compute_unit}); overhead {overhead_rates(vars(e))}"
             + fill_text(e)
             + (
                 f"; a CUDA prompt's MMQ tiles move {e.tile_traffic:.3g} × their weights and activations without reuse"

@@ -30,7 +30,7 @@ from core.model.loading import load_model
 from core.speed import Hardware, efficiency_for, predict
 from core.speed.calibrate import calibrate
 from core.speed.calibration import Calibration
-from core.speed.efficiency import fitted
+from core.speed.efficiency import fitted, overhead_rates
 from core.speed.groups import CALIBRATED_CHECK, error_stats
 from core.speed.ram import cpu_name, measure_ram_gb_s
 from tests.bench import fit_corpus, published_speed
@@ -81,8 +81,7 @@ def compare(rows: list[dict], engine: str, ram: float) -> list[tuple[str, float,
     print(
         f"  bandwidth ×{eff.bandwidth:.3f} of {ram:.1f} GB/s, decode {eff.decode_compute:.1f} GFLOP/s/thread "
         f"(attention {eff.decode_attention:.2f}), prefill {eff.prefill_compute:.1f} (attention "
-        f"{eff.prefill_attention:.3g}), overhead {eff.overhead_step_s * 1e3:.3f} ms/pass + "
-        f"{eff.overhead_layer_s * 1e3:.2f} ms/layer"
+        f"{eff.prefill_attention:.3g}), overhead {overhead_rates(vars(eff), '/')}"
     )
     print(
         f"{'model':>8} {'thr':>3} {'context':>7} | {'decode pred':>11} {'measured':>9} {'error':>7} | "
