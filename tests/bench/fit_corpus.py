@@ -772,9 +772,9 @@ def fit_all(rows: list[Row]) -> list[dict]:
 def class_fits(engine: str, rows: list[Row], t: dict[int, Terms]) -> list[dict]:
     """A cross-checked engine's fit: each card class of each backend on its own runs, pulled toward the engine's
     priors (efficiencies.json), with no level pooled over backends or classes, and a cost per sequence past the first
-    where the class's runs hold a batch sweep (batch_sweep). Its runs come from a few labs, one or
-    two cards a class: pooled, 8 MI300X at 1.5x the priors' step time moved CUDA's runs (6 % off the priors) and a
-    Strix Halo's (8 %) by a quarter and a half."""
+    where the class's runs hold a batch sweep (batch_sweep). Its runs come from a few labs, one or two cards a class:
+    pooled, 8 MI300X at 1.5x the priors' step time moved CUDA's runs (6 % off the priors) and a Strix Halo's (8 %) by
+    a quarter and a half."""
     prior = start_params(efficiency_for(engine, "gpu"))
     by_class: dict[tuple[str, str], list[Row]] = defaultdict(list)
     for r in rows:
