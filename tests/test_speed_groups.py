@@ -935,6 +935,46 @@ def test_a_vulkan_legacy_prompt_from_before_the_dp4a_shaders_is_left_out():
     assert not before_vulkan_dp4a(old | {"weights": "Q4_K - Medium"}, card_named(old["card"]), "q4_k_m")
 
 
+def test_a_vulkan_prompt_over_two_gpus_from_before_vulkans_events_is_timed_unpipelined(monkeypatch):
+    """llama.cpp pipelines a prompt's passes over several GPUs only where every GPU backend reports async compute and
+    events; ggml-vulkan reported neither before PR #18047 (fit_corpus.VULKAN_EVENTS_BUILD). kyuz0's two R9700s at
+    b7423 agree: timed unpipelined, as the check now times them, each model's pp2048 at depth reads within a third of
+    its own single-pass pp512 (which no pipeline touches); timed pipelined, 1.2-2.1x further off. CUDA's prompts over
+    several GPUs, and Vulkan's from later builds, stay pipelined."""
+    from tests.bench import fit_corpus
+
+    runs = [
+        r for r in fit_corpus.load_rows()[0]
+        if r.raw["source_id"] == "kyuz0-amd-r9700-ai-toolboxes-vulkan-radv" and r.kind == "prefill"
+    ]  # fmt: skip
+    assert len(runs) == 15 and all(r.raw["n_devices"] == 2 and r.held_out for r in runs)
+
+    def ratios() -> dict[tuple, float]:
+        return {
+            (r.raw["model"], r.raw["n_prompt"], r.raw["depth"]): fit_corpus.predicted_tok_s(r) / r.raw["tok_s"]
+            for r in runs
+        }
+
+    for r in runs:
+        timing, _ = fit_corpus._timing(r, None)
+        assert fit_corpus.unpipelined(r.raw) and timing.pipelined_s == 0.0 and timing.pipeline is None
+        assert fit_corpus.path_of(r) != "split-prompt"
+    unpiped = ratios()
+    monkeypatch.setattr(fit_corpus, "unpipelined", lambda r: False)
+    piped = ratios()
+    deep = [key for key in unpiped if key[1] == 2048]  # four 512-token passes each, which a pipeline overlaps
+    assert len(deep) == 10
+    for key in deep:
+        single = unpiped[(key[0], 512, 0)]
+        assert 0.65 < unpiped[key] / single < 1.25, key
+        assert 1.2 < piped[key] / unpiped[key] < 2.1, key
+    assert all(piped[key] == unpiped[key] for key in unpiped if key[1] == 512)  # one pass: nothing to overlap
+    monkeypatch.undo()
+    later = runs[0].raw | {"build": f"b{fit_corpus.VULKAN_EVENTS_BUILD} (0000000)"}
+    assert not fit_corpus.unpipelined(later) and not fit_corpus.unpipelined(runs[0].raw | {"backend": "cuda"})
+    assert not fit_corpus.unpipelined(runs[0].raw | {"n_devices": 1})
+
+
 def test_vulkan_without_matrix_cores_multiplies_on_the_vector_alus():
     """Without a cooperative-matrix path, llama.cpp's Vulkan shaders cannot reach a matrix engine: Intel Arc A's
     K-quant and float matmuls run at packed FP16 on its vector ALUs (2 × 17.2 of the A770's 137.6 XMX TFLOPS), and a

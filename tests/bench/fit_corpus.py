@@ -69,6 +69,7 @@ from core.speed.groups import (
     FAMILIES,
     MATVEC_MAX_TOKENS,
     PATHS,
+    SPLIT_PROMPT,
     TILED_EXPERTS,
     card_class,
     error_stats,
@@ -131,6 +132,13 @@ MMQ_DEFAULT_BUILD = 3000
 # here names it): b3999 is October 2024's (its device line prints no "int dot"), b4500 January 2025's, and no
 # Vulkan run in the corpus lies between b4000 and b5600
 VULKAN_DP4A_BUILD = 4500
+# llama.cpp runs a prompt's passes over several GPUs as a pipeline only where every GPU backend reports async compute
+# and events (llama-context.cpp's pipeline_parallel). ggml-vulkan reported neither until PR #18047 ("vulkan:
+# Implement set_tensor_async and the event interfaces", merged 2025-12-21 20:52 UTC), so a Vulkan prompt over several
+# GPUs from an earlier build ran its passes one after another: the check times such a run without the pipeline
+# (unpipelined), as its build ran it. A bound, as VULKAN_DP4A_BUILD: b7495 (#18031, that morning) predates the PR and
+# b7540 (2025-12-25) holds it; b7502 is the likeliest first build with it. No corpus run lies between b7495 and b7548
+VULKAN_EVENTS_BUILD = 7496
 # Until PR #15525 ("CUDA: MoE helper in device code", opened 2025-08-23, in the b6131..b6301 changes) ggml-cuda's MMQ
 # path for routed experts built each expert's row mapping on the host, so every MoE layer of every prompt pass
 # waited for the GPU to hand back its routing. Its own table shows the device helper up to 1.55x faster on a P40's
@@ -429,7 +437,15 @@ def _timing(row: Row, table: dict | None) -> tuple[Timing, int]:
     if depth:
         before = predict(s, _hw(row), depth, table=table, weights=_weights(s)).prefill
         full = minus(full, before)
+    if unpipelined(r):
+        full = replace(full, pipeline=None, pipelined_s=0.0)
     return full, r["n_prompt"]
+
+
+def unpipelined(r: dict) -> bool:
+    """A prompt over several GPUs whose build ran its passes one after another (VULKAN_EVENTS_BUILD)."""
+    several = r["kind"] == "prefill" and r.get("n_devices", 1) > 1
+    return several and r["backend"] == "vulkan" and built_before(r, VULKAN_EVENTS_BUILD)
 
 
 def minus(a: Timing, b: Timing) -> Timing:
@@ -903,9 +919,10 @@ def path_of(row: Row) -> str:
     experts in ggml-cuda's per-expert loop (core.speed.predict.prompt_path, as a figure's error bar picks them)."""
     if row.kind != "decode":
         n = row.raw["n_prompt"]  # the passes that run the measured prompt, as predict picks a prompt's chunk
-        return prompt_path(
+        path = prompt_path(
             row.setup, _hw(row), min(prefill_chunk(row.setup, n), n), moe_layers(row.setup, _weights(row.setup))
         )
+        return "" if path == SPLIT_PROMPT and unpipelined(row.raw) else path
     timing, _ = _timing(row, None)
     return TILED_EXPERTS if any(p.expert_note for p in timing.parts) else ""
 
