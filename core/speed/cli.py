@@ -14,7 +14,7 @@ from core.errors import InputError
 from core.fit import Setup, Solver, flag_notes, setup_format
 from core.report import format_note
 from core.speed import calibration
-from core.speed.efficiency import overhead_rates
+from core.speed.efficiency import decode_basis, overhead_rates
 from core.speed.groups import BACKENDS, ErrorBar, checked_backend
 from core.speed.predict import (
     Hardware,
@@ -250,7 +250,7 @@ def print_speed(out: dict) -> None:
             f"{device} efficiencies ({e['status']}): bandwidth ×{e['bandwidth']:.3g}"
             + (f" (routed experts × {e['expert_bandwidth']:.3g} of it)" if e.get("expert_bandwidth", 1) != 1 else "")
             + ", "
-            f"decode {e['decode_compute']:.3g} (attention {e['decode_attention']:.3g}), "
+            f"decode {e['decode_compute']:.3g}{decode_basis(e)} (attention {e['decode_attention']:.3g}), "
             f"prefill {e['prefill_compute']:.3g} (attention {e['prefill_attention']:.3g}) "
             f"({'GFLOP/s per thread' if device == 'cpu' else '× dense peak'}), overhead {overhead_rates(e, '/')}"
             + (f", MMQ tile traffic ×{e['tile_traffic']:.3g}" if e.get("tile_traffic") else "")

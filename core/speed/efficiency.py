@@ -33,6 +33,13 @@ def overhead_counts(layers: int, recurrent: int = 0, moe: int = 0, hops: int = 0
     return layers, recurrent, moe, hops, sequences - 1
 
 
+def decode_basis(e: Mapping[str, object]) -> str:
+    """What an entry's decode_compute is a share of, where not the card's dense peak: llama.cpp's CUDA mat-vec
+    kernels run on the CUDA cores (core.speed.groups.CUDA_MATVEC_WHY)."""
+    cuda = e.get("engine") == "llama.cpp" and e.get("device") == "gpu" and e.get("backend") == "cuda"
+    return " × the FP32 peak in the mat-vec kernels" if cuda else ""
+
+
 def overhead_rates(e: Mapping[str, float], per: str = " per ") -> str:
     """An entry's overheads as rates, its terms at 0 left out ("2.29 ms per pass + 0.21 ms per MoE layer"); `e` is an
     Efficiency's fields (vars) or the JSON the CLI prints them from."""

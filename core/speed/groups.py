@@ -159,6 +159,8 @@ class MatmulPeak:
 
     scale: float = 1.0
     why: str = ""
+    # the kernels' FLOPs take their own time after their weights' read instead of hiding under it (CUDA_MATVEC_WHY)
+    matvec: bool = False
 
 
 # sm_61's dp4a: a 4-way int8 dot product with accumulate per FP32 lane and clock (Tesla P40 datasheet: 47 TOPS INT8
@@ -265,8 +267,24 @@ def vulkan_whole_tiles(card: Card, backend: str, fmt: str) -> bool:
     return backend == "vulkan" and (plain or vulkan_bf16_scalar(card, backend, fmt))
 
 
+# ggml-cuda multiplies a pass of up to MATVEC_MAX_TOKENS tokens with its mat-vec kernels (mmvq for quantised weights,
+# mmvf for float ones), which run on the CUDA cores, not the tensor cores, and whose unpacking and dot products take
+# time of their own beside the weights' read. On the CUDA scoreboard's Llama 2 7B Q4_0 decodes (discussion #15013:
+# 58 runs on 29 cards from Turing to Blackwell), least squares puts a step's time at the weights' read plus a fixed
+# time plus the model's FLOPs over the card's FP32 peak with a median |log error| of 0.050, all but an RTX 2070
+# SUPER's two runs within 20 %, where the read plus a fixed time alone leaves 0.111 and 8 runs outside: the A100 and
+# A30, whose FP32 peak is a sixteenth of their tensor one, decoded as slowly as GeForce cards with half their
+# bandwidth. So such a pass is timed at the FP32 peak, its read and its FLOPs added.
+CUDA_MATVEC_WHY = (
+    "llama.cpp's CUDA mat-vec kernels (mmvq, mmvf; passes of up to 8 tokens) run on the CUDA cores: timed at the "
+    "FP32 peak, their FLOPs after their weights' read"
+)
+
+
 def matmul_peak(card: Card, backend: str, fmt: str, tokens: int = 1) -> MatmulPeak:
-    """llama.cpp's matmul peak on a card for a pass of `tokens` tokens: the listed one, except quantised weights on
+    """llama.cpp's matmul peak on a card for a pass of `tokens` tokens: the listed one, except a pass of up to
+    MATVEC_MAX_TOKENS tokens on CUDA (its mat-vec kernels, at the FP32 peak where it is listed: CUDA_MATVEC_WHY),
+    quantised weights on
     CUDA on Hopper (HOPPER_MMA_SYNC_SHARE), BF16 on Vulkan on AMD's RDNA3/3.5 (VULKAN_BF16_SCALAR_SHARE), quantised
     weights on CUDA on a card timed by its FP32 peak (DP4A_PER_FP32: ggml-cuda runs them as dp4a MMQ at every batch size
     where fp16_mma_hardware_available is false, mmq.cu ggml_cuda_should_use_mmq) or on Volta in passes too short for
@@ -278,6 +296,8 @@ def matmul_peak(card: Card, backend: str, fmt: str, tokens: int = 1) -> MatmulPe
     VECTOR_FP16_PER_FP32 times the FP32 peak where the listed peak is a matrix engine's Vulkan does not reach (Intel
     Arc A's XMX: llama.cpp keeps cooperative matrices off on Xe1). On SYCL, passes past its mat-vec kernels' tokens
     of any weights but BF16 run at the listed FP32 peak (SYCL_FP32_GEMM_WHY)."""
+    if backend == "cuda" and tokens <= MATVEC_MAX_TOKENS and card.fp32_tflops and card.dense_tflops:
+        return MatmulPeak(card.fp32_tflops / card.dense_tflops, CUDA_MATVEC_WHY, matvec=True)
     if backend == "cuda" and card.fp32_only and format_family(fmt) != "float":
         return MatmulPeak(
             DP4A_PER_FP32,

@@ -161,6 +161,7 @@ class DevicePart:
     # their own roofline beside the dense matmuls'
     expert_weights_s: float = 0.0
     expert_matmul_s: float = 0.0
+    matvec: bool = False  # mat-vec kernels whose FLOPs follow their weights' read (groups.CUDA_MATVEC_WHY)
 
     @property
     def tile_note(self) -> str:
@@ -210,8 +211,11 @@ class DevicePart:
     @property
     def rooflines_s(self) -> float:
         """The dense matmuls' roofline plus the routed experts' (mul_mat_id, a kernel of its own): each the slower of
-        its weights and its FLOPs."""
-        return max(self.dense_sides) + max(self.expert_weights_s, self.expert_matmul_s)
+        its weights and its FLOPs, or, for mat-vec kernels whose FLOPs do not hide under their read, the two added."""
+        experts = (self.expert_weights_s, self.expert_matmul_s)
+        if self.matvec:
+            return sum(self.dense_sides) + sum(experts)
+        return max(self.dense_sides) + max(experts)
 
     @property
     def matmuls_s(self) -> float:
@@ -237,6 +241,8 @@ class DevicePart:
         dense_read, dense_flops = self.dense_sides
         if self.tile_s > self.rooflines_s:
             matmuls = self.tile_s
+        elif self.matvec:
+            matmuls = dense_read + self.expert_weights_s
         else:
             matmuls = (dense_read if dense_read >= dense_flops else 0.0) + (
                 self.expert_weights_s if self.expert_weights_s >= self.expert_matmul_s else 0.0
@@ -603,6 +609,7 @@ def _part(
         copy_bytes, copy_bytes / (hw.pcie_gb_s * 1e9), op_offload(backend, pass_tokens) if copy_bytes else "",
         expert_padding=padding, whole_tiles=whole_tiles,
         expert_weights_s=expert_bytes / (rate * eff.expert_bandwidth), expert_matmul_s=experts / (expert_rate * 1e9),
+        matvec=limit.matvec,
     )  # fmt: skip
 
 

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from core.errors import InputError
 from core.fit import Fit, Setup
-from core.speed.efficiency import OVERHEAD_TERMS, Efficiency, overhead_rates
+from core.speed.efficiency import OVERHEAD_TERMS, Efficiency, decode_basis, overhead_rates
 from core.speed.groups import MMQ_ROWS, ErrorBar, mmq_tile
 from core.speed.predict import DevicePart, Hardware, Speed, Timing, predict, setup_weights
 from core.units import format_bytes, format_tokens, plural
@@ -188,11 +188,14 @@ def experts_text(p: DevicePart) -> str:
     if not p.expert_matmul_s:
         return ""
     dense_read, dense_flops = p.dense_sides
+    if p.matvec:  # read and FLOPs added (groups.CUDA_MATVEC_WHY)
+        sides = f"({_s(dense_read)} + {_s(dense_flops)}) + ({_s(p.expert_weights_s)} + {_s(p.expert_matmul_s)})"
+    else:
+        sides = f"max({_s(dense_read)}, {_s(dense_flops)}) + max({_s(p.expert_weights_s)}, {_s(p.expert_matmul_s)})"
     return (
         f"of which the routed experts' own kernel: {_n(p.expert_bytes)} B = {_s(p.expert_weights_s)}, "
         f"{_n(p.expert_flops)} FLOP = {_s(p.expert_matmul_s)}, and the dense ones' {_s(dense_read)} and "
-        f"{_s(dense_flops)}: max({_s(dense_read)}, {_s(dense_flops)}) + max({_s(p.expert_weights_s)}, "
-        f"{_s(p.expert_matmul_s)}) = {_s(p.rooflines_s)}; "
+        f"{_s(dense_flops)}: {sides} = {_s(p.rooflines_s)}; "
     )
 
 
@@ -246,8 +249,9 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
             )
             + "on this device: "
             f"{_s(p.seconds)} ({'the copy plus ' if p.copy_s else ''}"
-            f"{'the FP16 conversion plus ' if p.dequant_s else ''}the slower of "
-            f"weights{', their tiles' if p.tile_s else ''} and matmuls"
+            f"{'the FP16 conversion plus ' if p.dequant_s else ''}"
+            f"{'weights plus matmuls' if p.matvec else 'the slower of weights'}{', their tiles' if p.tile_s else ''}"
+            f"{'' if p.matvec else ' and matmuls'}"
             f"{', the dense ones and the routed experts each on their own,' if p.expert_matmul_s else ''} plus "
             "the slower of cache and attention)"
             + (
@@ -279,7 +283,8 @@ def speed_lines(s: Speed, prefill: bool = True) -> list[str]:
         f"### Speed at {format_tokens(s.context)} tokens, {s.batch} sequence{'s' if s.batch > 1 else ''}",
         "Each pass runs its kernels one after another, each as fast as its slower side allows: the weight "
         "matmuls (max of weights ÷ bandwidth, FLOPs ÷ rate, the routed experts' apart from the dense ones', and on "
-        "CUDA prompts of quantised weights the traffic of llama.cpp's MMQ tiles) and the attention (max of cache "
+        "CUDA prompts of quantised weights the traffic of llama.cpp's MMQ tiles; llama.cpp's CUDA mat-vec kernels, "
+        "a pass of up to 8 tokens, take both sides in turn, FLOPs at the FP32 rate) and the attention (max of cache "
         "÷ bandwidth, FLOPs ÷ rate); "
         "devices a pass crosses add up, and the engine's per-pass overhead comes on top.",
         f"**Decode step** ({format_bytes(round(s.bytes_per_step))} read, {s.decode.flops:,.0f} FLOP):",
@@ -314,7 +319,8 @@ def speed_lines(s: Speed, prefill: bool = True) -> list[str]:
         seen.add((e.engine, e.device))
         out.append(
             f"- {e.engine} on {e.device} — {e.status}: bandwidth × {e.bandwidth:.3f}; decode matmul "
-            f"{e.decode_compute:.3g}, attention {e.decode_attention:.3g}; prefill matmul {e.prefill_compute:.3g}, "
+            f"{e.decode_compute:.3g}{decode_basis(vars(e))}, attention {e.decode_attention:.3g}; prefill matmul "
+            f"{e.prefill_compute:.3g}, "
             f"attention {e.prefill_attention:.3g} ({e.compute_unit}); overhead {overhead_rates(vars(e))}"
             + fill_text(e)
             + (

@@ -503,6 +503,7 @@ class Terms:
     hops: int = 0  # GPUs past the first a pass runs through (core.speed.predict.gpu_hops)
     fixed: float = 0.0  # seconds no efficiency scales: tensor parallel's all-reduces (assumed, core.speed.allreduce)
     sequences: int = 1  # sequences a pass carries (core.speed.predict.Timing.sequences)
+    matvec: bool = False  # mat-vec kernels: read and FLOPs added (core.speed.predict.DevicePart.matvec)
 
     def tok_s(self, p: dict) -> float:
         return self.tokens / sum(self.sides(p))
@@ -533,7 +534,10 @@ class Terms:
         read = (self.weights - self.expert_weights) / bandwidth
         expert_read = self.expert_weights / (p["expert_bandwidth"] * bandwidth)
         tiles = p.get("tile_traffic", 0.0) * self.tiles / bandwidth
-        matmuls = max(tiles, max(read, dense / rate) + max(expert_read, experts / expert_rate))
+        if self.matvec:
+            matmuls = read + dense / rate + expert_read + experts / expert_rate
+        else:
+            matmuls = max(tiles, max(read, dense / rate) + max(expert_read, experts / expert_rate))
         matmuls += self.dequant / (bandwidth * p["dequant_bandwidth"]) if self.dequant else 0.0
         overhead = p["overhead_step_s"] + p["overhead_recurrent_s"] * self.recurrent + p["overhead_moe_s"] * self.moe
         overhead += p.get("overhead_hop_s", 0.0) * self.hops + p.get("overhead_seq_s", 0.0) * (self.sequences - 1)
@@ -558,7 +562,7 @@ def terms(row: Row) -> Terms:
         expert_columns=experts.expert_columns,
         tiles=sum(p.tile_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts),
         dequant=sum(p.dequant_bytes / (p.bandwidth_gb_s * 1e9) for p in t.parts), hops=t.hops, fixed=t.all_reduce_s,
-        sequences=t.sequences,
+        sequences=t.sequences, matvec=any(p.matvec for p in t.parts),
     )  # fmt: skip
 
 
