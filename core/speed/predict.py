@@ -114,7 +114,8 @@ def flash_attn(setup: Setup) -> bool:
 class DevicePart:
     """The share of one pass that runs on one device. The dense weight matmuls, the routed experts' and the
     attention are separate kernels, each with its own roofline: max(weights ÷ bandwidth, matmul FLOPs ÷ rate) for the
-    dense ones, the same for the experts', + max(cache ÷ bandwidth, attention FLOPs ÷ rate)."""
+    dense ones (the two added for mat-vec kernels whose FLOPs do not hide under their read: `matvec`), the same for
+    the experts', + max(cache ÷ bandwidth, attention FLOPs ÷ rate)."""
 
     device: str  # "gpu" | "cpu"
     layers: int
