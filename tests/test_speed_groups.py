@@ -1089,6 +1089,9 @@ def test_cudas_mat_vec_kernels_add_their_fp32_work_to_their_read():
     peak = matmul_peak(a100, "cuda", "q4_0", 8)
     assert peak.matvec and peak.why == CUDA_MATVEC_WHY and peak.scale == pytest.approx(19.49 / a100.dense_tflops)
     assert not matmul_peak(a100, "cuda", "q4_0", 9).matvec and not matmul_peak(a100, "vulkan", "q4_0", 1).matvec
+    # a card given by its figures has no FP32 peak: half the given one, as on GeForce cards, and the note says so
+    given = matmul_peak(with_figures(a100, None, 100.0), "cuda", "q4_0", 1)
+    assert given.matvec and given.scale == 0.5 and "FP32 peak is not known" in given.why
     speed = predict(setup_on("A100 80GB PCIe"), Hardware(50.0, 8), 4096)
     part, prompt = speed.decode.parts[0], speed.prefill.parts[0]
     assert part.matvec and part.rooflines_s == pytest.approx(part.weights_s + part.matmul_s)

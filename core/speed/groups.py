@@ -279,11 +279,19 @@ CUDA_MATVEC_WHY = (
     "llama.cpp's CUDA mat-vec kernels (mmvq, mmvf; passes of up to 8 tokens) run on the CUDA cores: timed at the "
     "FP32 peak, their FLOPs after their weights' read"
 )
+# a card whose FP32 peak is not listed (one given by its figures): half its 16-bit peak, the ratio of every GeForce
+# card in gpus.csv from Ampere to Blackwell (workstation cards list 4x, the A100 and H100 15-16x)
+GEFORCE_TENSOR_PER_FP32 = 2.0
+CUDA_FP32_GUESSED = (
+    f"this card's FP32 peak is not known: taken as 1/{GEFORCE_TENSOR_PER_FP32:.0f} of its 16-bit one, as on GeForce "
+    "cards since Ampere (a datacenter card's is 1/8 to 1/16 of it, which would slow its decode)"
+)
 
 
 def matmul_peak(card: Card, backend: str, fmt: str, tokens: int = 1) -> MatmulPeak:
     """llama.cpp's matmul peak on a card for a pass of `tokens` tokens: the listed one, except a pass of up to
-    MATVEC_MAX_TOKENS tokens on CUDA (its mat-vec kernels, at the FP32 peak where it is listed: CUDA_MATVEC_WHY),
+    MATVEC_MAX_TOKENS tokens on CUDA (its mat-vec kernels, at the FP32 peak: CUDA_MATVEC_WHY; where none is listed,
+    GEFORCE_TENSOR_PER_FP32's guess),
     quantised weights on
     CUDA on Hopper (HOPPER_MMA_SYNC_SHARE), BF16 on Vulkan on AMD's RDNA3/3.5 (VULKAN_BF16_SCALAR_SHARE), quantised
     weights on CUDA on a card timed by its FP32 peak (DP4A_PER_FP32: ggml-cuda runs them as dp4a MMQ at every batch size
@@ -296,8 +304,10 @@ def matmul_peak(card: Card, backend: str, fmt: str, tokens: int = 1) -> MatmulPe
     VECTOR_FP16_PER_FP32 times the FP32 peak where the listed peak is a matrix engine's Vulkan does not reach (Intel
     Arc A's XMX: llama.cpp keeps cooperative matrices off on Xe1). On SYCL, passes past its mat-vec kernels' tokens
     of any weights but BF16 run at the listed FP32 peak (SYCL_FP32_GEMM_WHY)."""
-    if backend == "cuda" and tokens <= MATVEC_MAX_TOKENS and card.fp32_tflops and card.dense_tflops:
-        return MatmulPeak(card.fp32_tflops / card.dense_tflops, CUDA_MATVEC_WHY, matvec=True)
+    if backend == "cuda" and tokens <= MATVEC_MAX_TOKENS and card.dense_tflops:
+        if card.fp32_tflops:
+            return MatmulPeak(card.fp32_tflops / card.dense_tflops, CUDA_MATVEC_WHY, matvec=True)
+        return MatmulPeak(1 / GEFORCE_TENSOR_PER_FP32, f"{CUDA_MATVEC_WHY}; {CUDA_FP32_GUESSED}", matvec=True)
     if backend == "cuda" and card.fp32_only and format_family(fmt) != "float":
         return MatmulPeak(
             DP4A_PER_FP32,
