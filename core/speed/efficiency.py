@@ -27,7 +27,9 @@ OVERHEAD_TERMS = (
 )
 
 
-def overhead_counts(layers: int, recurrent: int = 0, moe: int = 0, hops: int = 0, sequences: int = 1) -> tuple:
+def overhead_counts(
+    layers: int, recurrent: int = 0, moe: int = 0, hops: int = 0, sequences: int = 1
+) -> tuple[int, ...]:
     """A pass's count of each of OVERHEAD_TERMS: `layers` decoder layers of which `recurrent` update their state by a
     chain of kernels and `moe` route tokens to experts, `hops` GPUs past the first, `sequences` sequences."""
     return layers, recurrent, moe, hops, sequences - 1

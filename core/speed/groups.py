@@ -291,19 +291,17 @@ CUDA_FP32_GUESSED = (
 def matmul_peak(card: Card, backend: str, fmt: str, tokens: int = 1) -> MatmulPeak:
     """llama.cpp's matmul peak on a card for a pass of `tokens` tokens: the listed one, except a pass of up to
     MATVEC_MAX_TOKENS tokens on CUDA (its mat-vec kernels, at the FP32 peak: CUDA_MATVEC_WHY; where none is listed,
-    GEFORCE_TENSOR_PER_FP32's guess),
-    quantised weights on
-    CUDA on Hopper (HOPPER_MMA_SYNC_SHARE), BF16 on Vulkan on AMD's RDNA3/3.5 (VULKAN_BF16_SCALAR_SHARE), quantised
-    weights on CUDA on a card timed by its FP32 peak (DP4A_PER_FP32: ggml-cuda runs them as dp4a MMQ at every batch size
-    where fp16_mma_hardware_available is false, mmq.cu ggml_cuda_should_use_mmq) or on Volta in passes too short for
-    its cuBLAS path (fp16_dequant; DP4A_PER_FP32 times its FP32 peak), and legacy quants on Vulkan on a
-    card without a cooperative-matrix path whose vector FP32 peak is listed: DP4A_PER_FP32 times that (ggml-vulkan's
-    integer-dot MMQ shaders for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, llama.cpp PR #12135, 2025-03; there it doubled pp512 over
-    the FP16 shaders on an RX 6800 XT and tripled it on an RTX 3090 run without coopmat), on cards with int8 dot
-    products (not _NO_INT_DOT's). Every other format there runs the FP16 shaders on the vector ALUs: at most
-    VECTOR_FP16_PER_FP32 times the FP32 peak where the listed peak is a matrix engine's Vulkan does not reach (Intel
-    Arc A's XMX: llama.cpp keeps cooperative matrices off on Xe1). On SYCL, passes past its mat-vec kernels' tokens
-    of any weights but BF16 run at the listed FP32 peak (SYCL_FP32_GEMM_WHY)."""
+    GEFORCE_TENSOR_PER_FP32's guess), quantised weights on CUDA on Hopper (HOPPER_MMA_SYNC_SHARE), BF16 on Vulkan on
+    AMD's RDNA3/3.5 (VULKAN_BF16_SCALAR_SHARE), quantised weights on CUDA on a card timed by its FP32 peak
+    (DP4A_PER_FP32: ggml-cuda runs them as dp4a MMQ at every batch size where fp16_mma_hardware_available is false,
+    mmq.cu ggml_cuda_should_use_mmq) or on Volta in passes too short for its cuBLAS path (fp16_dequant; DP4A_PER_FP32
+    times its FP32 peak), and legacy quants on Vulkan on a card without a cooperative-matrix path whose vector FP32 peak
+    is listed: DP4A_PER_FP32 times that (ggml-vulkan's integer-dot MMQ shaders for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, llama.cpp
+    PR #12135, 2025-03; there it doubled pp512 over the FP16 shaders on an RX 6800 XT and tripled it on an RTX 3090 run
+    without coopmat), on cards with int8 dot products (not _NO_INT_DOT's). Every other format there runs the FP16
+    shaders on the vector ALUs: at most VECTOR_FP16_PER_FP32 times the FP32 peak where the listed peak is a matrix
+    engine's Vulkan does not reach (Intel Arc A's XMX: llama.cpp keeps cooperative matrices off on Xe1). On SYCL, passes
+    past its mat-vec kernels' tokens of any weights but BF16 run at the listed FP32 peak (SYCL_FP32_GEMM_WHY)."""
     if backend == "cuda" and tokens <= MATVEC_MAX_TOKENS and card.dense_tflops:
         if card.fp32_tflops:
             return MatmulPeak(card.fp32_tflops / card.dense_tflops, CUDA_MATVEC_WHY, matvec=True)

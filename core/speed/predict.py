@@ -298,7 +298,7 @@ class Timing:
     sequences: int = 1  # sequences a pass carries (a decode step's batch; a prompt's passes are one sequence's)
 
     @property
-    def counts(self) -> tuple:
+    def counts(self) -> tuple[int, ...]:
         """Each pass's count of each of the driver's OVERHEAD_TERMS."""
         return overhead_counts(self.layers, self.chained, self.moe, self.hops, self.sequences)
 

@@ -219,6 +219,13 @@ def dequant_text(p: DevicePart, bw: str) -> str:
     )
 
 
+def matmul_sides(p: DevicePart) -> str:
+    """How a device's weight matmuls are timed (DevicePart.matmuls_s), in words."""
+    if p.matvec:
+        return "weights plus matmuls"
+    return f"the slower of weights{', their tiles' if p.tile_s else ''} and matmuls"
+
+
 def part_lines(t: Timing, prefill: bool) -> list[str]:
     out = []
     for p in t.parts:
@@ -249,9 +256,7 @@ def part_lines(t: Timing, prefill: bool) -> list[str]:
             )
             + "on this device: "
             f"{_s(p.seconds)} ({'the copy plus ' if p.copy_s else ''}"
-            f"{'the FP16 conversion plus ' if p.dequant_s else ''}"
-            f"{'weights plus matmuls' if p.matvec else 'the slower of weights'}{', their tiles' if p.tile_s else ''}"
-            f"{'' if p.matvec else ' and matmuls'}"
+            f"{'the FP16 conversion plus ' if p.dequant_s else ''}{matmul_sides(p)}"
             f"{', the dense ones and the routed experts each on their own,' if p.expert_matmul_s else ''} plus "
             "the slower of cache and attention)"
             + (

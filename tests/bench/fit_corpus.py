@@ -534,10 +534,11 @@ class Terms:
         read = (self.weights - self.expert_weights) / bandwidth
         expert_read = self.expert_weights / (p["expert_bandwidth"] * bandwidth)
         tiles = p.get("tile_traffic", 0.0) * self.tiles / bandwidth
-        if self.matvec:
-            matmuls = read + dense / rate + expert_read + experts / expert_rate
+        if self.matvec:  # core.speed.predict.DevicePart.rooflines_s: read and FLOPs added
+            rooflines = read + dense / rate + expert_read + experts / expert_rate
         else:
-            matmuls = max(tiles, max(read, dense / rate) + max(expert_read, experts / expert_rate))
+            rooflines = max(read, dense / rate) + max(expert_read, experts / expert_rate)
+        matmuls = max(tiles, rooflines)
         matmuls += self.dequant / (bandwidth * p["dequant_bandwidth"]) if self.dequant else 0.0
         overhead = p["overhead_step_s"] + p["overhead_recurrent_s"] * self.recurrent + p["overhead_moe_s"] * self.moe
         overhead += p.get("overhead_hop_s", 0.0) * self.hops + p.get("overhead_seq_s", 0.0) * (self.sequences - 1)
